@@ -1,1 +1,31 @@
-//! placeholder
+//! The reference model of ext4 semantics and the op vocabulary shared by the
+//! engine, the simulator, the kernel oracle and the fuzz targets.
+//!
+//! The model is small, slow and obviously right: plain `BTreeMap`s, no physical
+//! blocks. Its logical answers (return values, errnos, bytes, stat, FIEMAP
+//! coverage and flags, listings) are law; physical choices belong to the engine.
+//! [`agree`] says how an implementation's answer is compared with the model's.
+
+pub mod adopt;
+pub mod agree;
+pub mod config;
+pub mod data;
+pub mod durability;
+mod errno;
+mod fallocate;
+mod file_ops;
+pub mod fs;
+pub mod model;
+mod namespace;
+pub mod op;
+pub mod path;
+pub mod range_map;
+pub mod state;
+pub mod strategy;
+
+pub use config::{AllocPolicy, ConfigError, DataMode, EffectiveMount, InodeJournalMode, MountConfig};
+pub use durability::{CrashEnvelope, CrashVerdict, CrashViolation};
+pub use errno::Errno;
+pub use fs::FileSystem;
+pub use model::{Limits, Model};
+pub use op::{DirEntry, FallocFlags, FiemapExtent, FileKind, Op, OpKind, Outcome, Reply, Stat};

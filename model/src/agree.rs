@@ -1,0 +1,160 @@
+//! How an implementation's answer is held to the model's. The one place the
+//! comparison rules live:
+//! - errnos, bytes, write counts, symlink targets: equal;
+//! - stat: everything but the inode number; directories' size and blocks are
+//!   layout and are skipped;
+//! - readdir: the same set of (name, kind), in any order;
+//! - FIEMAP: the same coverage and flags, in any extent boundaries; where the
+//!   model marks writeback pending, the range may also be reported written.
+
+use std::fmt;
+
+use crate::op::{fiemap_flags, FiemapExtent, FileKind, Outcome, Reply, Stat};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreement(pub String);
+
+impl fmt::Display for Disagreement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn differ(what: impl Into<String>) -> Result<(), Disagreement> {
+    Err(Disagreement(what.into()))
+}
+
+/// Is `actual` an answer the model's `expected` allows?
+pub fn agrees(expected: &Outcome, actual: &Outcome) -> Result<(), Disagreement> {
+    match (expected, actual) {
+        (Err(a), Err(b)) if a == b => Ok(()),
+        (Ok(Reply::Stat(a)), Ok(Reply::Stat(b))) => stat_agrees(a, b),
+        (Ok(Reply::Entries(a)), Ok(Reply::Entries(b))) => {
+            let (mut a, mut b) = (a.clone(), b.clone());
+            a.sort();
+            b.sort();
+            if a == b {
+                Ok(())
+            } else {
+                differ(format!("listing: model {a:?}, got {b:?}"))
+            }
+        }
+        (Ok(Reply::Extents(a)), Ok(Reply::Extents(b))) => fiemap_agrees(a, b),
+        (Ok(Reply::Data(a)), Ok(Reply::Data(b))) => {
+            if a == b {
+                return Ok(());
+            }
+            let first = a.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            differ(format!("read: model {} bytes, got {}; first difference at byte {first}", a.len(), b.len()))
+        }
+        (a, b) if a == b => Ok(()),
+        (a, b) => differ(format!("model {}, got {}", brief(a), brief(b))),
+    }
+}
+
+fn brief(o: &Outcome) -> String {
+    match o {
+        Err(e) => format!("{e:?}"),
+        Ok(Reply::Data(d)) => format!("{} bytes", d.len()),
+        Ok(r) => format!("{r:?}"),
+    }
+}
+
+fn stat_agrees(a: &Stat, b: &Stat) -> Result<(), Disagreement> {
+    let layout_free = a.kind == FileKind::Directory;
+    let same = a.kind == b.kind
+        && a.mode == b.mode
+        && a.nlink == b.nlink
+        && a.flags == b.flags
+        && (layout_free || (a.size == b.size && a.blocks == b.blocks));
+    if same {
+        Ok(())
+    } else {
+        differ(format!("stat: model {a:?}, got {b:?}"))
+    }
+}
+
+/// Flags that describe state rather than how extents were reported.
+const STATE_FLAGS: u32 = fiemap_flags::UNWRITTEN | fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN;
+
+/// Splits extents into (start, end, state flags, pending), checking shape.
+fn pieces(list: &[FiemapExtent], who: &str) -> Result<Vec<(u64, u64, u32, bool)>, Disagreement> {
+    let mut out: Vec<(u64, u64, u32, bool)> = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let is_last = i + 1 == list.len();
+        if (e.flags & fiemap_flags::LAST != 0) != is_last {
+            return Err(Disagreement(format!("{who} fiemap: LAST flag on extent {i} of {}", list.len())));
+        }
+        let end = e.logical.checked_add(e.length).ok_or_else(|| Disagreement(format!("{who} fiemap: extent {i} overflows")))?;
+        if e.length == 0 || out.last().is_some_and(|p| p.1 > e.logical) {
+            return Err(Disagreement(format!("{who} fiemap: extent {i} {e:?} is empty or overlaps")));
+        }
+        out.push((e.logical, end, e.flags & STATE_FLAGS, e.writeback_pending));
+    }
+    Ok(out)
+}
+
+fn state_at(pieces: &[(u64, u64, u32, bool)], pos: u64) -> Option<(u32, bool)> {
+    pieces.iter().find(|p| p.0 <= pos && pos < p.1).map(|p| (p.2, p.3))
+}
+
+pub fn fiemap_agrees(model: &[FiemapExtent], actual: &[FiemapExtent]) -> Result<(), Disagreement> {
+    let m = pieces(model, "model")?;
+    let a = pieces(actual, "reported")?;
+    let mut cuts: Vec<u64> = m.iter().chain(a.iter()).flat_map(|p| [p.0, p.1]).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    for w in cuts.windows(2) {
+        let expect = state_at(&m, w[0]);
+        let got = state_at(&a, w[0]).map(|s| s.0);
+        let ok = match (expect, got) {
+            (None, None) => true,
+            (Some((flags, pending)), Some(g)) => g == flags || (pending && g == 0),
+            _ => false,
+        };
+        if !ok {
+            return differ(format!("fiemap bytes {}..{}: model {expect:?}, got {got:?}", w[0], w[1]));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Errno;
+
+    fn ext(logical: u64, length: u64, flags: u32, pending: bool) -> FiemapExtent {
+        FiemapExtent { logical, length, flags, writeback_pending: pending }
+    }
+
+    #[test]
+    fn fiemap_compares_coverage_not_boundaries() {
+        let model = vec![ext(0, 8192, fiemap_flags::UNWRITTEN | fiemap_flags::LAST, false)];
+        let split = vec![ext(0, 4096, fiemap_flags::UNWRITTEN, false), ext(4096, 4096, fiemap_flags::UNWRITTEN | fiemap_flags::LAST, false)];
+        assert!(fiemap_agrees(&model, &split).is_ok());
+        let written = vec![ext(0, 8192, fiemap_flags::LAST, false)];
+        assert!(fiemap_agrees(&model, &written).is_err());
+        let short = vec![ext(0, 4096, fiemap_flags::UNWRITTEN | fiemap_flags::LAST, false)];
+        assert!(fiemap_agrees(&model, &short).is_err());
+        let no_last = vec![ext(0, 8192, fiemap_flags::UNWRITTEN, false)];
+        assert!(fiemap_agrees(&model, &no_last).is_err());
+    }
+
+    #[test]
+    fn pending_writeback_may_show_as_written() {
+        let model = vec![ext(0, 4096, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST, true)];
+        assert!(fiemap_agrees(&model, &[ext(0, 4096, fiemap_flags::LAST, false)]).is_ok());
+        assert!(fiemap_agrees(&model, &[ext(0, 4096, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST, false)]).is_ok());
+        assert!(fiemap_agrees(&model, &[ext(0, 4096, fiemap_flags::UNWRITTEN | fiemap_flags::LAST, false)]).is_err());
+    }
+
+    #[test]
+    fn stat_skips_inode_numbers_and_directory_layout() {
+        let s = |ino, kind, size| Stat { ino, kind, mode: 0o40755, nlink: 2, size, blocks: 8, flags: 0 };
+        assert!(agrees(&Ok(Reply::Stat(s(2, FileKind::Directory, 4096))), &Ok(Reply::Stat(s(9, FileKind::Directory, 8192)))).is_ok());
+        assert!(agrees(&Ok(Reply::Stat(s(2, FileKind::Regular, 4096))), &Ok(Reply::Stat(s(9, FileKind::Regular, 8192)))).is_err());
+        assert!(agrees(&Err(Errno::ENOENT), &Err(Errno::EEXIST)).is_err());
+        assert!(agrees(&Err(Errno::ENOENT), &Ok(Reply::Done)).is_err());
+    }
+}

@@ -1,0 +1,271 @@
+//! Mount configuration and its validation, following where ext4 refuses,
+//! silently drops, or implies options (fs/ext4/super.c, 6.18 plus the
+//! block-size > page-size series).
+//!
+//! - `data=journal` with an explicit `delalloc` is refused; a default delalloc is
+//!   turned off, and `dioread_nolock` is dropped.
+//! - `journal_async_commit` with `data=ordered` is refused.
+//! - Without a journal, an explicit `data=` other than the default, or
+//!   `journal_async_commit`, is refused.
+//! - Block size 1 KiB..64 KiB (power of two), page size 4/16/64 KiB. Block size
+//!   above page size is valid; every folio then has order >= log2(bs/ps).
+
+use thiserror::Error;
+
+use crate::Errno;
+
+pub const MIN_BLOCK_SIZE: u32 = 1024;
+pub const MAX_BLOCK_SIZE: u32 = 65536;
+pub const PAGE_SIZES: [u32; 3] = [4096, 16384, 65536];
+
+/// How file data relates to the journal (the `data=` mount option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, arbitrary::Arbitrary)]
+pub enum DataMode {
+    /// Data is written before the metadata that points at it commits (the default).
+    Ordered,
+    /// No ordering: after a crash, newly allocated blocks may hold stale data.
+    Writeback,
+    /// Data goes through the journal with the metadata.
+    Journal,
+}
+
+/// Knobs of the engine's allocator. ext4 has no mount options for most of them;
+/// they are here so both sides of a policy can be simulated side by side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, arbitrary::Arbitrary)]
+pub struct AllocPolicy {
+    /// Skip never-initialised (BLOCK_UNINIT) groups at the cheap allocation
+    /// criteria, as mballoc did before commit 75507efb1372. Default: false.
+    pub skip_block_uninit: bool,
+    /// Spread top-level directories over flex groups (Orlov). Default: true.
+    pub orlov: bool,
+    /// Requests up to this many blocks use the per-CPU locality-group
+    /// preallocation; larger ones are streams (mb_stream_req). Default: 16.
+    pub stream_request_blocks: u32,
+    /// Size of a locality-group preallocation in blocks (mb_group_prealloc). Default: 512.
+    pub group_prealloc_blocks: u32,
+}
+
+impl Default for AllocPolicy {
+    fn default() -> Self {
+        AllocPolicy { skip_block_uninit: false, orlov: true, stream_request_blocks: 16, group_prealloc_blocks: 512 }
+    }
+}
+
+/// What a user asks for at mount time. `None` means "not given": ext4
+/// distinguishes a default from an explicit option (data=journal + explicit
+/// delalloc fails, + default delalloc does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, arbitrary::Arbitrary)]
+pub struct MountConfig {
+    /// Filesystem block size in bytes. Default: 4096.
+    pub block_size: u32,
+    /// Page size of the simulated machine in bytes. Default: 4096.
+    pub page_size: u32,
+    /// The image has a journal (feature has_journal). Default: true.
+    pub has_journal: bool,
+    /// `data=`. Default (None): ordered.
+    pub data: Option<DataMode>,
+    /// `delalloc` / `nodelalloc`. Default (None): on, unless data=journal.
+    pub delalloc: Option<bool>,
+    /// `dioread_nolock` / `dioread_lock`. Default (None): on.
+    pub dioread_nolock: Option<bool>,
+    /// `journal_async_commit`. Default: false.
+    pub journal_async_commit: bool,
+    /// Cap on page-cache folio order. Default (None): ext4's own maximum.
+    pub max_folio_order: Option<u8>,
+    /// `ro`. Default: false.
+    pub read_only: bool,
+    pub alloc: AllocPolicy,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            block_size: 4096,
+            page_size: 4096,
+            has_journal: true,
+            data: None,
+            delalloc: None,
+            dioread_nolock: None,
+            journal_async_commit: false,
+            max_folio_order: None,
+            read_only: false,
+            alloc: AllocPolicy::default(),
+        }
+    }
+}
+
+/// Why a mount configuration is refused. Every variant is EINVAL to a user.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("block size {0} is not a power of two in 1024..=65536")]
+    BlockSize(u32),
+    #[error("page size {0} is not one of 4096, 16384, 65536")]
+    PageSize(u32),
+    #[error("max folio order {requested} is below {minimum}, the order of one {block_size}-byte block")]
+    FolioOrderBelowBlock { requested: u8, minimum: u8, block_size: u32 },
+    #[error("max folio order {requested} exceeds the page cache's limit {limit} for {page_size}-byte pages")]
+    FolioOrderTooLarge { requested: u8, limit: u8, page_size: u32 },
+    #[error("can't mount with both data=journal and delalloc")]
+    JournalDataWithDelalloc,
+    #[error("can't mount with journal_async_commit in data=ordered mode")]
+    AsyncCommitWithOrdered,
+    #[error("can't mount with journal_async_commit, fs mounted w/o journal")]
+    AsyncCommitWithoutJournal,
+    #[error("can't mount with data={0:?}, fs mounted w/o journal")]
+    DataModeWithoutJournal(DataMode),
+    #[error("allocator knob {0} must be at least 1")]
+    AllocKnobZero(&'static str),
+}
+
+impl ConfigError {
+    pub fn errno(&self) -> Errno {
+        Errno::EINVAL
+    }
+}
+
+/// The page cache's largest folio order for a page size: the PMD order capped
+/// by the xarray's limit (MAX_PAGECACHE_ORDER).
+pub fn max_pagecache_order(page_size: u32) -> u8 {
+    const MAX_XAS_ORDER: u8 = 11;
+    let page_shift = page_size.trailing_zeros();
+    // A PMD maps page_size / 8 entries of page_size each.
+    let pmd_order = (page_shift - 3) as u8;
+    pmd_order.min(MAX_XAS_ORDER)
+}
+
+/// A configuration ext4 accepts, with every default and implication resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EffectiveMount {
+    pub block_size: u32,
+    pub page_size: u32,
+    /// None when the image has no journal.
+    pub data: Option<DataMode>,
+    pub delalloc: bool,
+    pub dioread_nolock: bool,
+    pub journal_async_commit: bool,
+    /// Every page-cache folio has at least this order: log2(bs/ps) when bs > ps.
+    pub min_folio_order: u8,
+    /// Largest folio order for inodes not in data journaling.
+    pub max_folio_order: u8,
+    pub read_only: bool,
+    pub alloc: AllocPolicy,
+}
+
+impl MountConfig {
+    /// Resolves defaults the way ext4 does, or says why ext4 refuses the mount.
+    pub fn validate(&self) -> Result<EffectiveMount, ConfigError> {
+        let bs = self.block_size;
+        if !bs.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs) {
+            return Err(ConfigError::BlockSize(bs));
+        }
+        let ps = self.page_size;
+        if !PAGE_SIZES.contains(&ps) {
+            return Err(ConfigError::PageSize(ps));
+        }
+        if self.alloc.stream_request_blocks == 0 {
+            return Err(ConfigError::AllocKnobZero("stream_request_blocks"));
+        }
+        if self.alloc.group_prealloc_blocks == 0 {
+            return Err(ConfigError::AllocKnobZero("group_prealloc_blocks"));
+        }
+
+        let block_bits = bs.trailing_zeros();
+        let page_shift = ps.trailing_zeros();
+        let min_folio_order = block_bits.saturating_sub(page_shift) as u8;
+        let limit = max_pagecache_order(ps);
+        // ext4 bounds large folios to 2048 blocks to bound journal credits.
+        let ext4_max = ((11 + block_bits - page_shift) as u8).min(limit);
+        debug_assert!(ext4_max >= min_folio_order);
+        let mut max_folio_order = ext4_max;
+        if let Some(requested) = self.max_folio_order {
+            if requested < min_folio_order {
+                return Err(ConfigError::FolioOrderBelowBlock { requested, minimum: min_folio_order, block_size: bs });
+            }
+            if requested > limit {
+                return Err(ConfigError::FolioOrderTooLarge { requested, limit, page_size: ps });
+            }
+            max_folio_order = requested.min(ext4_max);
+        }
+
+        let mut delalloc = self.delalloc.unwrap_or(true);
+        let mut dioread_nolock = self.dioread_nolock.unwrap_or(true);
+        let data = if self.has_journal {
+            let mode = self.data.unwrap_or(DataMode::Ordered);
+            if mode == DataMode::Journal {
+                if self.delalloc == Some(true) {
+                    return Err(ConfigError::JournalDataWithDelalloc);
+                }
+                delalloc = false;
+                dioread_nolock = false;
+                max_folio_order = min_folio_order;
+            }
+            if self.journal_async_commit && mode == DataMode::Ordered {
+                return Err(ConfigError::AsyncCommitWithOrdered);
+            }
+            Some(mode)
+        } else {
+            if self.journal_async_commit {
+                return Err(ConfigError::AsyncCommitWithoutJournal);
+            }
+            if let Some(mode) = self.data.filter(|m| *m != DataMode::Ordered) {
+                return Err(ConfigError::DataModeWithoutJournal(mode));
+            }
+            None
+        };
+
+        Ok(EffectiveMount {
+            block_size: bs,
+            page_size: ps,
+            data,
+            delalloc,
+            dioread_nolock,
+            journal_async_commit: self.journal_async_commit,
+            min_folio_order,
+            max_folio_order,
+            read_only: self.read_only,
+            alloc: self.alloc,
+        })
+    }
+}
+
+/// How one inode's data is journaled (ext4_inode_journal_mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum InodeJournalMode {
+    Ordered,
+    Writeback,
+    Journal,
+}
+
+impl EffectiveMount {
+    /// No journal means writeback; directories and symlinks are always journaled;
+    /// the per-inode flag (chattr +j) takes effect only without delalloc.
+    pub fn inode_journal_mode(&self, is_regular: bool, journal_data_flag: bool) -> InodeJournalMode {
+        let Some(mode) = self.data else {
+            return InodeJournalMode::Writeback;
+        };
+        if !is_regular || mode == DataMode::Journal || (journal_data_flag && !self.delalloc) {
+            return InodeJournalMode::Journal;
+        }
+        match mode {
+            DataMode::Ordered => InodeJournalMode::Ordered,
+            DataMode::Writeback => InodeJournalMode::Writeback,
+            DataMode::Journal => InodeJournalMode::Journal,
+        }
+    }
+
+    /// Folio order range for an inode in the given mode: journaled data uses
+    /// only minimum-order folios.
+    pub fn folio_orders(&self, mode: InodeJournalMode) -> (u8, u8) {
+        match mode {
+            InodeJournalMode::Journal => (self.min_folio_order, self.min_folio_order),
+            _ => (self.min_folio_order, self.max_folio_order),
+        }
+    }
+
+    /// Largest file size (s_maxbytes for extent files with huge_file):
+    /// the 32-bit logical block space.
+    pub fn max_file_size(&self) -> u64 {
+        ((1u64 << 32) - 1) << self.block_size.trailing_zeros()
+    }
+}
+

@@ -1,0 +1,354 @@
+//! What survives a crash, and the check that a recovered filesystem is a state
+//! the model allows.
+//!
+//! The rules, for a filesystem with a journal:
+//! - **Namespace** (names, kinds, link counts, symlink targets, flags) recovers
+//!   to the state after some prefix of the ops: jbd2 commits whole handles in
+//!   order. The prefix reaches at least the namespace floor: everything before
+//!   a sync, a journal-flag switch, or the last metadata change of an inode
+//!   that was fsync'd (for fdatasync, its last size or allocation change).
+//! - **Sizes**: a file's size is one it had at or after its last durability
+//!   point (fsync, fdatasync, sync, journal-flag switch, or its creation).
+//! - **Data**: each 512-byte sector of a file reads as that sector in some
+//!   version of the file at or after its last durability point, so fsync'd
+//!   data survives unless overwritten later, torn writes mix only whole
+//!   sectors, and data=ordered never shows stale blocks. Under data=writeback
+//!   a block that was not allocated at the durability point may hold anything.
+//!
+//! What this check cannot see: which prefix the journal really committed (any
+//! consistent one passes), ordered mode's guarantee that an extending write's
+//! data precedes its size (zeros from an older version pass), and inode
+//! numbers. Without a journal nothing is checked; the state is only adopted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::config::{EffectiveMount, InodeJournalMode};
+use crate::data::FileData;
+use crate::fs::FileSystem;
+use crate::model::{Call, Limits, Model};
+use crate::op::{FileKind, Op, MAX_IO_LEN};
+use crate::state::{Ino, Node, State};
+use crate::Errno;
+
+/// Sector size at which torn writes are allowed to mix versions.
+pub const SECTOR: u64 = 512;
+
+/// Upper bound on ops a crash check replays; a workload syncs more often.
+pub const MAX_LOGGED_CALLS: usize = 1 << 20;
+
+#[derive(Clone, Debug)]
+pub(crate) struct CrashLog {
+    pub base: State,
+    pub calls: Vec<Call>,
+}
+
+impl CrashLog {
+    pub fn new(base: State) -> CrashLog {
+        CrashLog { base, calls: Vec::new() }
+    }
+
+    pub fn restart(&mut self, base: State) {
+        self.base = base;
+        self.calls.clear();
+    }
+}
+
+/// One name as the crash check compares it: everything but the inode number
+/// (physical) and file size and contents (checked per file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    pub kind: FileKind,
+    pub mode: u32,
+    pub nlink: u32,
+    pub flags: u32,
+    pub target: Option<String>,
+}
+
+/// A whole tree as seen through [`FileSystem`] calls.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TreeView {
+    pub nodes: BTreeMap<String, NodeView>,
+    /// Path -> (the filesystem's inode number, size) for regular files.
+    pub files: BTreeMap<String, (u64, u64)>,
+    /// Path -> the filesystem's inode number, for every name.
+    pub inos: BTreeMap<String, u64>,
+}
+
+/// Why a recovered state is not one the model allows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CrashViolation {
+    /// The recovered filesystem failed a call needed to look at it.
+    Unreadable { call: String, errno: Errno },
+    /// No prefix of the ops in `floor..=end` gives the recovered namespace.
+    Namespace { floor: u64, end: u64, closest: u64, difference: String },
+    Size { path: String, size: u64, allowed: Vec<u64> },
+    Data { path: String, offset: u64, detail: String },
+    /// The recovered filesystem contradicts itself (e.g. nlink vs names).
+    Inconsistent { path: String, detail: String },
+}
+
+impl fmt::Display for CrashViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CrashViolation::Unreadable { call, errno } => write!(f, "recovered fs failed {call}: {errno}"),
+            CrashViolation::Namespace { floor, end, closest, difference } => write!(
+                f,
+                "recovered namespace matches no op prefix in {floor}..={end}; closest is {closest}: {difference}"
+            ),
+            CrashViolation::Size { path, size, allowed } => {
+                write!(f, "{path}: recovered size {size} is none of the allowed {allowed:?}")
+            }
+            CrashViolation::Data { path, offset, detail } => write!(f, "{path}: sector at {offset}: {detail}"),
+            CrashViolation::Inconsistent { path, detail } => write!(f, "{path}: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for CrashViolation {}
+
+/// The result of an allowed crash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashVerdict {
+    /// Sequence number of the op prefix the namespace matched; None unchecked.
+    pub prefix: Option<u64>,
+    pub files_checked: usize,
+}
+
+/// Everything needed to judge a crash that happens now.
+#[derive(Clone, Debug)]
+pub struct CrashEnvelope {
+    mount: EffectiveMount,
+    limits: Limits,
+    base: State,
+    calls: Vec<Call>,
+    floor: u64,
+    end: u64,
+    durable_at: BTreeMap<Ino, u64>,
+    writeback_mode: BTreeMap<Ino, bool>,
+}
+
+impl Model {
+    /// The set of states a crash right now may recover to.
+    pub fn crash_envelope(&self) -> CrashEnvelope {
+        let log = self.log.as_ref().expect("crash_envelope on a replay model");
+        let durable_at = self.st.inodes.iter().map(|(i, n)| (*i, n.marks.durable_at)).collect();
+        let writeback_mode = self
+            .st
+            .inodes
+            .keys()
+            .map(|i| (*i, self.journal_mode(*i) == InodeJournalMode::Writeback))
+            .collect();
+        CrashEnvelope {
+            mount: self.mount,
+            limits: self.limits,
+            base: log.base.clone(),
+            calls: log.calls.clone(),
+            floor: self.st.namespace_floor,
+            end: self.st.seq,
+            durable_at,
+            writeback_mode,
+        }
+    }
+
+    /// Ops logged since the last sync (what a crash check would replay).
+    pub fn logged_calls(&self) -> usize {
+        self.log.as_ref().map_or(0, |l| l.calls.len())
+    }
+
+    fn replay(&mut self, call: &Call) {
+        // Outcomes were checked when the op first ran; replay wants only state.
+        let _ = match call {
+            Call::Op(op) => self.apply(op).map(|_| ()),
+            Call::Write { path, offset, data } => self.write(path, *offset, data).map(|_| ()),
+        };
+    }
+}
+
+fn call_path(call: &Call) -> Option<&str> {
+    match call {
+        Call::Write { path, .. } => Some(path),
+        Call::Op(Op::Create { path, .. } | Op::Truncate { path, .. } | Op::Fallocate { path, .. }) => Some(path),
+        _ => None,
+    }
+}
+
+fn unreadable(call: String) -> impl FnOnce(Errno) -> CrashViolation {
+    move |errno| CrashViolation::Unreadable { call, errno }
+}
+
+/// Looks at a whole tree through the filesystem interface.
+pub fn view_tree(fs: &mut dyn FileSystem) -> Result<TreeView, CrashViolation> {
+    let mut view = TreeView::default();
+    let mut pending = vec!["/".to_string()];
+    while let Some(path) = pending.pop() {
+        let st = fs.stat(&path).map_err(unreadable(format!("stat {path}")))?;
+        let target = match st.kind {
+            FileKind::Symlink => Some(fs.readlink(&path).map_err(unreadable(format!("readlink {path}")))?),
+            _ => None,
+        };
+        if st.kind == FileKind::Regular {
+            view.files.insert(path.clone(), (st.ino, st.size));
+        }
+        view.inos.insert(path.clone(), st.ino);
+        if st.kind == FileKind::Directory {
+            for e in fs.readdir(&path).map_err(unreadable(format!("readdir {path}")))? {
+                let child = if path == "/" { format!("/{}", e.name) } else { format!("{path}/{}", e.name) };
+                pending.push(child);
+            }
+        }
+        view.nodes.insert(path, NodeView { kind: st.kind, mode: st.mode, nlink: st.nlink, flags: st.flags, target });
+    }
+    Ok(view)
+}
+
+/// Reads a whole file in bounded chunks.
+pub fn read_whole(fs: &mut dyn FileSystem, path: &str, size: u64) -> Result<Vec<u8>, CrashViolation> {
+    let mut out = Vec::with_capacity(size as usize);
+    while (out.len() as u64) < size {
+        let chunk = (size - out.len() as u64).min(MAX_IO_LEN as u64) as u32;
+        let got = fs.read(path, out.len() as u64, chunk).map_err(unreadable(format!("read {path}")))?;
+        if got.is_empty() {
+            return Err(CrashViolation::Size { path: path.into(), size: out.len() as u64, allowed: vec![size] });
+        }
+        out.extend_from_slice(&got);
+    }
+    Ok(out)
+}
+
+fn describe_difference(a: &TreeView, b: &TreeView) -> (usize, String) {
+    let mut diffs = Vec::new();
+    for (p, n) in &a.nodes {
+        match b.nodes.get(p) {
+            None => diffs.push(format!("{p} only in recovered")),
+            Some(m) if m != n => diffs.push(format!("{p}: recovered {n:?}, model {m:?}")),
+            _ => {}
+        }
+    }
+    for p in b.nodes.keys().filter(|p| !a.nodes.contains_key(*p)) {
+        diffs.push(format!("{p} missing from recovered"));
+    }
+    let n = diffs.len();
+    diffs.truncate(3);
+    (n, diffs.join("; "))
+}
+
+/// Bytes `[off, off+len)` of a version, zeros past its size.
+fn version_bytes(v: &FileData, off: u64, len: u64, bs: u64) -> Vec<u8> {
+    let mut out = v.read(off, len, bs);
+    out.resize(len as usize, 0);
+    out
+}
+
+impl CrashEnvelope {
+    /// Judges a recovered filesystem. On success the caller adopts the
+    /// recovered state ([`Model::adopt`]) and carries on.
+    pub fn check(&self, recovered: &mut dyn FileSystem) -> Result<CrashVerdict, CrashViolation> {
+        if self.mount.data.is_none() {
+            return Ok(CrashVerdict { prefix: None, files_checked: 0 });
+        }
+        let seen = view_tree(recovered)?;
+        let mut replay = Model::from_state(self.mount, self.limits, self.base.clone(), false);
+        let mut versions: BTreeMap<Ino, Vec<FileData>> = BTreeMap::new();
+        for (ino, inode) in &replay.st.inodes {
+            if let Node::File(f) = &inode.node {
+                versions.insert(*ino, vec![f.clone()]);
+            }
+        }
+        let mut candidates: Vec<(u64, TreeView)> = Vec::new();
+        let mut closest = (usize::MAX, 0, String::new());
+        let mut consider = |replay: &mut Model, candidates: &mut Vec<(u64, TreeView)>| -> Result<(), CrashViolation> {
+            if replay.seq() < self.floor {
+                return Ok(());
+            }
+            let view = view_tree(replay)?;
+            let (n, diff) = describe_difference(&seen, &view);
+            if n == 0 {
+                candidates.push((replay.seq(), view));
+            } else if n <= closest.0 {
+                closest = (n, replay.seq(), diff);
+            }
+            Ok(())
+        };
+        consider(&mut replay, &mut candidates)?;
+        for call in &self.calls {
+            replay.replay(call);
+            if let Some(ino) = call_path(call).and_then(|p| replay.open_path(p).ok()) {
+                if let Some(f) = replay.file(ino) {
+                    let seq = replay.seq();
+                    let durable = self.durable_at.get(&ino).copied().unwrap_or(0);
+                    let list = versions.entry(ino).or_default();
+                    if seq <= durable {
+                        *list = vec![f.clone()];
+                    } else {
+                        list.push(f.clone());
+                    }
+                }
+            }
+            consider(&mut replay, &mut candidates)?;
+        }
+        debug_assert_eq!(replay.seq(), self.end, "replay must land where the model is");
+        if candidates.is_empty() {
+            return Err(CrashViolation::Namespace {
+                floor: self.floor,
+                end: self.end,
+                closest: closest.1,
+                difference: closest.2,
+            });
+        }
+        let mut first_error = None;
+        let mut contents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (prefix, view) in candidates.iter().rev() {
+            match self.check_files(recovered, &seen, view, &versions, &mut contents) {
+                Ok(n) => return Ok(CrashVerdict { prefix: Some(*prefix), files_checked: n }),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.expect("at least one candidate was tried"))
+    }
+
+    fn check_files(
+        &self,
+        recovered: &mut dyn FileSystem,
+        seen: &TreeView,
+        model_view: &TreeView,
+        versions: &BTreeMap<Ino, Vec<FileData>>,
+        contents: &mut BTreeMap<String, Vec<u8>>,
+    ) -> Result<usize, CrashViolation> {
+        let bs = self.mount.block_size as u64;
+        for (path, (_, size)) in &seen.files {
+            let (ino, _) = model_view.files[path];
+            let empty = Vec::new();
+            let list = versions.get(&ino).unwrap_or(&empty);
+            if !list.iter().any(|v| v.size == *size) {
+                let mut allowed: Vec<u64> = list.iter().map(|v| v.size).collect();
+                allowed.dedup();
+                return Err(CrashViolation::Size { path: path.clone(), size: *size, allowed });
+            }
+            if !contents.contains_key(path) {
+                let bytes = read_whole(recovered, path, *size)?;
+                contents.insert(path.clone(), bytes);
+            }
+            let bytes = &contents[path];
+            let stale_ok = self.writeback_mode.get(&ino).copied().unwrap_or(false);
+            let mut off = 0;
+            while off < *size {
+                let len = SECTOR.min(size - off);
+                let got = &bytes[off as usize..(off + len) as usize];
+                let block = off / bs;
+                let stale_allowed = stale_ok && list.first().is_none_or(|v| v.blocks.get(block).is_none());
+                if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len, bs) == got) {
+                    return Err(CrashViolation::Data {
+                        path: path.clone(),
+                        offset: off,
+                        detail: format!("matches none of {} allowed versions", list.len()),
+                    });
+                }
+                off += len;
+            }
+        }
+        Ok(seen.files.len())
+    }
+}

@@ -1,0 +1,229 @@
+//! fallocate(2) as vfs_fallocate and ext4_fallocate (6.18) define it.
+//!
+//! - Default / KEEP_SIZE: holes in the range become unwritten; size grows to
+//!   the end of the range unless KEEP_SIZE.
+//! - PUNCH_HOLE needs KEEP_SIZE. It does nothing at or past EOF, ends at the
+//!   page holding EOF, frees whole blocks and zeroes partial edges.
+//! - ZERO_RANGE: whole blocks become unwritten, partial edges are allocated
+//!   and zeroed.
+//! - COLLAPSE_RANGE / INSERT_RANGE: block aligned, no KEEP_SIZE; collapse must
+//!   end before EOF, insert must start before it. Dirty data from the page
+//!   holding the offset onwards is written back first.
+//! - UNSHARE_RANGE and WRITE_ZEROES: EOPNOTSUPP (no shared extents; a loop
+//!   device does not unmap on write-zeroes).
+
+use crate::data::{block_span, Alloc};
+use crate::file_ops::LOFF_MAX;
+use crate::model::Model;
+use crate::op::FallocFlags;
+use crate::state::Ino;
+use crate::Errno;
+
+/// The operation a mode selects, once the VFS has accepted the bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Allocate { keep_size: bool },
+    Punch,
+    Zero { keep_size: bool },
+    Collapse,
+    Insert,
+}
+
+/// vfs_fallocate's checks of the mode bits and range.
+fn classify(mode: FallocFlags, offset: u64, len: u64) -> Result<Mode, Errno> {
+    if offset > LOFF_MAX || len == 0 || len > LOFF_MAX {
+        return Err(Errno::EINVAL);
+    }
+    let bits = mode.0;
+    if bits & !(FallocFlags::MODE_MASK | FallocFlags::KEEP_SIZE) != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let keep_size = mode.keep_size();
+    match bits & FallocFlags::MODE_MASK {
+        0 => Ok(Mode::Allocate { keep_size }),
+        FallocFlags::ZERO_RANGE => Ok(Mode::Zero { keep_size }),
+        FallocFlags::PUNCH_HOLE if keep_size => Ok(Mode::Punch),
+        FallocFlags::COLLAPSE_RANGE if !keep_size => Ok(Mode::Collapse),
+        FallocFlags::INSERT_RANGE if !keep_size => Ok(Mode::Insert),
+        // UNSHARE passes the VFS and ext4 refuses it; WRITE_ZEROES without
+        // KEEP_SIZE passes too and fails on a device without unmap.
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+impl Model {
+    pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
+        let ino = self.open_for_write(path)?;
+        let kind = classify(mode, offset, len)?;
+        if self.file(ino).is_none() {
+            return Err(Errno::EISDIR);
+        }
+        let end = offset.checked_add(len).filter(|e| *e <= LOFF_MAX).ok_or(Errno::EFBIG)?;
+        if end > self.mount.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        match kind {
+            Mode::Allocate { keep_size } => self.allocate(ino, offset, end, keep_size),
+            Mode::Punch => {
+                self.punch(ino, offset, end);
+                Ok(())
+            }
+            Mode::Zero { keep_size } => self.zero_range(ino, offset, end, keep_size),
+            Mode::Collapse => self.collapse(ino, offset, len),
+            Mode::Insert => self.insert(ino, offset, len),
+        }
+    }
+
+    fn allocate(&mut self, ino: Ino, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
+        let bs = self.bs();
+        let span = block_span(offset, end - offset, bs);
+        let file = self.file(ino).ok_or(Errno::EISDIR)?;
+        let new_blocks = file.holes_in(span.clone());
+        self.reserve_blocks(new_blocks)?;
+        let file = self.file_mut(ino);
+        let existing = file.blocks.overlapping(span.clone());
+        file.blocks.insert(span, Alloc::Unwritten);
+        for (r, a) in existing {
+            // Delayed data gets a real (unwritten) block; the page stays dirty.
+            let now = if a == Alloc::Delayed { Alloc::UnwrittenDirty } else { a };
+            file.blocks.insert(r, now);
+        }
+        let old_size = file.size;
+        if !keep_size && end > file.size {
+            file.size = end;
+        }
+        let grew = file.size != old_size;
+        self.st.used_blocks += new_blocks;
+        if grew || new_blocks > 0 {
+            self.touch_datasync(ino);
+        }
+        Ok(())
+    }
+
+    fn punch(&mut self, ino: Ino, offset: u64, end: u64) {
+        let bs = self.bs();
+        let ps = self.mount.page_size as u64;
+        let file = self.file_mut(ino);
+        if offset >= file.size {
+            return;
+        }
+        let end = if end > file.size { file.size.div_ceil(ps) * ps } else { end };
+        let first_full = offset.div_ceil(bs);
+        let last_full = end / bs;
+        let mut freed = 0;
+        if first_full < last_full {
+            freed = file.free_blocks(first_full..last_full);
+            file.zero_bytes(offset, (first_full * bs).min(end), bs);
+            file.zero_bytes((last_full * bs).max(offset), end, bs);
+        } else {
+            file.zero_bytes(offset, end, bs);
+        }
+        self.st.used_blocks -= freed;
+        if freed > 0 {
+            self.touch_datasync(ino);
+        }
+    }
+
+    fn zero_range(&mut self, ino: Ino, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
+        let bs = self.bs();
+        let span = block_span(offset, end - offset, bs);
+        let file = self.file(ino).ok_or(Errno::EISDIR)?;
+        let new_blocks = file.holes_in(span.clone());
+        self.reserve_blocks(new_blocks)?;
+        let first_full = offset.div_ceil(bs);
+        let last_full = end / bs;
+        let file = self.file_mut(ino);
+        // Edges keep their data outside the range and are dirtied by zeroing.
+        let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
+        for edge in edges.iter().filter(|e| !e.is_empty()) {
+            let existing = file.blocks.overlapping(edge.clone());
+            file.blocks.insert(edge.clone(), Alloc::UnwrittenDirty);
+            for (r, a) in existing {
+                if a == Alloc::Written {
+                    file.blocks.insert(r, a);
+                }
+            }
+        }
+        if first_full < last_full {
+            file.content.retain(|b, _| *b < first_full || *b >= last_full);
+            file.blocks.insert(first_full..last_full, Alloc::Unwritten);
+        }
+        file.zero_bytes(offset, end, bs);
+        if !keep_size && end > file.size {
+            file.size = end;
+        }
+        self.st.used_blocks += new_blocks;
+        self.touch_datasync(ino);
+        Ok(())
+    }
+
+    fn check_shift(&self, ino: Ino, offset: u64, len: u64) -> Result<u64, Errno> {
+        let bs = self.bs();
+        if offset % bs != 0 || len % bs != 0 {
+            return Err(Errno::EINVAL);
+        }
+        Ok(self.file(ino).ok_or(Errno::EISDIR)?.size)
+    }
+
+    /// Writes back dirty data from the page that holds `offset` to EOF, as
+    /// collapse and insert do before they move extents.
+    fn writeback_from(&mut self, ino: Ino, offset: u64) {
+        let ps = self.mount.page_size as u64;
+        let bs = self.bs();
+        let from = (offset / ps * ps) / bs;
+        self.file_mut(ino).settle_from(from);
+    }
+
+    fn collapse(&mut self, ino: Ino, offset: u64, len: u64) -> Result<(), Errno> {
+        let size = self.check_shift(ino, offset, len)?;
+        if offset + len >= size {
+            return Err(Errno::EINVAL);
+        }
+        self.writeback_from(ino, offset);
+        let bs = self.bs();
+        let (first, count) = (offset / bs, len / bs);
+        let file = self.file_mut(ino);
+        let freed = file.free_blocks(first..first + count);
+        file.shift_blocks(first + count, -(count as i64));
+        file.size -= len;
+        self.st.used_blocks -= freed;
+        self.touch_datasync(ino);
+        Ok(())
+    }
+
+    fn insert(&mut self, ino: Ino, offset: u64, len: u64) -> Result<(), Errno> {
+        let size = self.check_shift(ino, offset, len)?;
+        if offset >= size {
+            return Err(Errno::EINVAL);
+        }
+        if len > self.mount.max_file_size() - size {
+            return Err(Errno::EFBIG);
+        }
+        self.writeback_from(ino, offset);
+        let bs = self.bs();
+        let file = self.file_mut(ino);
+        file.shift_blocks(offset / bs, (len / bs) as i64);
+        file.size += len;
+        self.touch_datasync(ino);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vfs_mode_rules() {
+        let f = |bits| classify(FallocFlags(bits), 0, 4096);
+        assert_eq!(f(0), Ok(Mode::Allocate { keep_size: false }));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), Ok(Mode::Punch));
+        assert_eq!(f(FallocFlags::COLLAPSE_RANGE | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::ZERO_RANGE | 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::UNSHARE_RANGE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(0x100), Err(Errno::EOPNOTSUPP));
+        assert_eq!(classify(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
+        assert_eq!(classify(FallocFlags(0), u64::MAX, 1), Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,149 @@
+//! Data operations: write, read, truncate, the sync family, FIEMAP and the
+//! per-inode journaling flag.
+
+use crate::data::block_span;
+use crate::model::Model;
+use crate::op::{inode_flags, FiemapExtent};
+use crate::state::{Ino, Node};
+use crate::Errno;
+
+/// Largest offset a signed loff_t can hold; beyond it syscalls say EINVAL.
+pub(crate) const LOFF_MAX: u64 = i64::MAX as u64;
+
+impl Model {
+    pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let ino = self.open_for_write(path)?;
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let max = self.mount.max_file_size();
+        if offset >= max {
+            return Err(Errno::EFBIG);
+        }
+        let count = (data.len() as u64).min(max - offset) as usize;
+        let data = &data[..count];
+        let bs = self.bs();
+        let fill = self.write_fill(ino);
+        let span = block_span(offset, count as u64, bs);
+        let file = self.file(ino).ok_or(Errno::EINVAL)?;
+        let new_blocks = file.holes_in(span);
+        self.reserve_blocks(new_blocks)?;
+        let old_size = file.size;
+        let file = self.file_mut(ino);
+        file.write(offset, data, bs, fill);
+        let grew = file.size != old_size;
+        self.st.used_blocks += new_blocks;
+        if grew || new_blocks > 0 {
+            self.touch_datasync(ino);
+        }
+        Ok(count as u64)
+    }
+
+    pub(crate) fn do_read(&self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let ino = self.open_path(path)?;
+        let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        Ok(file.read(offset, len as u64, self.bs()))
+    }
+
+    pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        if size > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.open_path(path)?;
+        if self.st.is_dir(ino) {
+            return Err(Errno::EISDIR);
+        }
+        self.writable()?;
+        if size > self.mount.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        let bs = self.bs();
+        let file = self.file_mut(ino);
+        let old = file.size;
+        if size < old {
+            let keep = size.div_ceil(bs);
+            let freed = file.free_blocks(keep..u64::MAX);
+            file.zero_bytes(size, keep * bs, bs);
+            file.size = size;
+            self.st.used_blocks -= freed;
+        } else {
+            file.size = size;
+        }
+        if size != old {
+            self.touch_datasync(ino);
+        }
+        Ok(())
+    }
+
+    /// Writeback of one file: dirty blocks become written. Not durable by itself.
+    pub(crate) fn writeback(&mut self, ino: Ino) {
+        if let Node::File(f) = &mut self.st.inode_mut(ino).node {
+            f.settle_from(0);
+        }
+    }
+
+    pub(crate) fn do_fsync(&mut self, path: &str, datasync: bool) -> Result<(), Errno> {
+        let ino = self.open_path(path)?;
+        self.writeback(ino);
+        let seq = self.st.seq;
+        let marks = &mut self.st.inode_mut(ino).marks;
+        marks.durable_at = seq;
+        let committed = if datasync { marks.datasync_op } else { marks.meta_op };
+        self.st.namespace_floor = self.st.namespace_floor.max(committed);
+        Ok(())
+    }
+
+    pub(crate) fn do_sync(&mut self) {
+        let seq = self.st.seq;
+        let inos: Vec<Ino> = self.st.inodes.keys().copied().collect();
+        for ino in inos {
+            self.writeback(ino);
+            self.st.inode_mut(ino).marks.durable_at = seq;
+        }
+        self.st.namespace_floor = seq;
+        if let Some(log) = &mut self.log {
+            log.restart(self.st.clone());
+        }
+    }
+
+    pub(crate) fn do_fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
+        let ino = self.open_path(path)?;
+        if self.file(ino).is_none() {
+            return Err(Errno::EISDIR);
+        }
+        if sync {
+            self.writeback(ino);
+        }
+        let bs = self.bs();
+        Ok(self.file(ino).map(|f| f.fiemap(bs)).unwrap_or_default())
+    }
+
+    /// chattr +j/-j. The switch flushes the inode's data and commits through a
+    /// synchronous handle, so everything before it is durable. Without a journal
+    /// ext4 returns success and leaves the flag alone.
+    pub(crate) fn do_set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
+        let ino = self.open_path(path)?;
+        self.writable()?;
+        if self.st.inode(ino).journal_data() == enable || self.mount.data.is_none() {
+            return Ok(());
+        }
+        self.writeback(ino);
+        let seq = self.st.seq;
+        let inode = self.st.inode_mut(ino);
+        if enable {
+            inode.flags |= inode_flags::JOURNAL_DATA;
+        } else {
+            inode.flags &= !inode_flags::JOURNAL_DATA;
+        }
+        inode.marks.meta_op = seq;
+        inode.marks.durable_at = seq;
+        self.st.namespace_floor = seq;
+        Ok(())
+    }
+}

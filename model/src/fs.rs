@@ -1,0 +1,66 @@
+//! The interface model and engine both implement, and the one place an [`Op`]
+//! is turned into calls on it.
+
+use crate::op::{pattern, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, Reply, Stat, MAX_IO_LEN};
+use crate::Errno;
+
+/// A mounted filesystem, seen through path-based system calls.
+pub trait FileSystem {
+    fn create(&mut self, path: &str, perm: u16) -> Result<(), Errno>;
+    fn mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno>;
+    fn unlink(&mut self, path: &str) -> Result<(), Errno>;
+    fn rmdir(&mut self, path: &str) -> Result<(), Errno>;
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno>;
+    fn link(&mut self, from: &str, to: &str) -> Result<(), Errno>;
+    fn symlink(&mut self, target: &str, path: &str) -> Result<(), Errno>;
+    fn readlink(&mut self, path: &str) -> Result<String, Errno>;
+    fn readdir(&mut self, path: &str) -> Result<Vec<DirEntry>, Errno>;
+    fn stat(&mut self, path: &str) -> Result<Stat, Errno>;
+    /// Returns the number of bytes written (short at the file size limit).
+    fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno>;
+    fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno>;
+    fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno>;
+    fn fsync(&mut self, path: &str) -> Result<(), Errno>;
+    fn fdatasync(&mut self, path: &str) -> Result<(), Errno>;
+    fn sync(&mut self) -> Result<(), Errno>;
+    fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno>;
+    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno>;
+    fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno>;
+
+    /// Runs one op. I/O lengths above [`MAX_IO_LEN`] are refused here, once for
+    /// every implementation.
+    fn apply(&mut self, op: &Op) -> Outcome {
+        let done = |r: Result<(), Errno>| r.map(|()| Reply::Done);
+        match op {
+            Op::Create { path, perm } => done(self.create(path, *perm)),
+            Op::Mkdir { path, perm } => done(self.mkdir(path, *perm)),
+            Op::Unlink { path } => done(self.unlink(path)),
+            Op::Rmdir { path } => done(self.rmdir(path)),
+            Op::Rename { from, to } => done(self.rename(from, to)),
+            Op::Link { from, to } => done(self.link(from, to)),
+            Op::Symlink { target, path } => done(self.symlink(target, path)),
+            Op::Readlink { path } => self.readlink(path).map(Reply::Target),
+            Op::Readdir { path } => self.readdir(path).map(Reply::Entries),
+            Op::Stat { path } => self.stat(path).map(Reply::Stat),
+            Op::Write { path, offset, len, seed } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.write(path, *offset, &pattern(*seed, *len as usize)).map(Reply::Written)
+            }
+            Op::Read { path, offset, len } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.read(path, *offset, *len).map(Reply::Data)
+            }
+            Op::Truncate { path, size } => done(self.truncate(path, *size)),
+            Op::Fsync { path } => done(self.fsync(path)),
+            Op::Fdatasync { path } => done(self.fdatasync(path)),
+            Op::Sync => done(self.sync()),
+            Op::Fallocate { path, mode, offset, len } => done(self.fallocate(path, *mode, *offset, *len)),
+            Op::Fiemap { path, sync } => self.fiemap(path, *sync).map(Reply::Extents),
+            Op::SetJournalData { path, enable } => done(self.set_journal_data(path, *enable)),
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! The reference model: a [`FileSystem`] that is small, slow and obviously right.
+//! Its logical answers are the law the engine is held to.
+
+use std::sync::Arc;
+
+use crate::config::{ConfigError, EffectiveMount, InodeJournalMode, MountConfig};
+use crate::data::{Alloc, FileData};
+use crate::durability::CrashLog;
+use crate::fs::FileSystem;
+use crate::op::{inode_flags, DirEntry, FallocFlags, FiemapExtent, FileKind, Op, Stat};
+use crate::path::SplitPath;
+use crate::state::{Ino, Inode, Marks, Node, State, ROOT_INO};
+use crate::Errno;
+
+/// Space the model may use, so ENOSPC is deterministic. `None` is unbounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// Data blocks all files may hold together.
+    pub data_blocks: Option<u64>,
+    /// Inodes that may be created beyond root and lost+found.
+    pub inodes: Option<u64>,
+}
+
+/// A state-changing call as the crash log keeps it, replayable exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    Op(Op),
+    Write { path: String, offset: u64, data: Arc<[u8]> },
+}
+
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub(crate) mount: EffectiveMount,
+    pub(crate) limits: Limits,
+    pub(crate) st: State,
+    /// Everything since the last sync, for crash checks. None in replays.
+    pub(crate) log: Option<CrashLog>,
+}
+
+impl Model {
+    pub fn new(config: &MountConfig) -> Result<Model, ConfigError> {
+        Self::with_limits(config, Limits::default())
+    }
+
+    pub fn with_limits(config: &MountConfig, limits: Limits) -> Result<Model, ConfigError> {
+        let mount = config.validate()?;
+        let st = State::new();
+        let log = Some(CrashLog::new(st.clone()));
+        Ok(Model { mount, limits, st, log })
+    }
+
+    pub(crate) fn from_state(mount: EffectiveMount, limits: Limits, st: State, logged: bool) -> Model {
+        let log = logged.then(|| CrashLog::new(st.clone()));
+        Model { mount, limits, st, log }
+    }
+
+    pub fn mount(&self) -> &EffectiveMount {
+        &self.mount
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Sequence number of the last state-changing call.
+    pub fn seq(&self) -> u64 {
+        self.st.seq
+    }
+
+    pub fn used_blocks(&self) -> u64 {
+        self.st.used_blocks
+    }
+
+    pub fn inode_count(&self) -> usize {
+        self.st.inodes.len()
+    }
+
+    pub(crate) fn bs(&self) -> u64 {
+        self.mount.block_size as u64
+    }
+
+    /// Counts a state-changing call and logs it for crash checks.
+    pub(crate) fn record(&mut self, call: impl FnOnce() -> Call) {
+        self.st.seq += 1;
+        if let Some(log) = &mut self.log {
+            log.calls.push(call());
+        }
+    }
+
+    pub(crate) fn writable(&self) -> Result<(), Errno> {
+        if self.mount.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn journal_mode(&self, ino: Ino) -> InodeJournalMode {
+        let inode = self.st.inode(ino);
+        self.mount.inode_journal_mode(inode.kind() == FileKind::Regular, inode.journal_data())
+    }
+
+    /// How a hole that a buffered write fills is backed until writeback.
+    pub(crate) fn write_fill(&self, ino: Ino) -> Alloc {
+        let journaled = self.journal_mode(ino) == InodeJournalMode::Journal;
+        if self.mount.delalloc && !journaled {
+            Alloc::Delayed
+        } else if self.mount.dioread_nolock && !journaled {
+            Alloc::UnwrittenDirty
+        } else {
+            Alloc::Written
+        }
+    }
+
+    pub(crate) fn reserve_blocks(&self, blocks: u64) -> Result<(), Errno> {
+        match self.limits.data_blocks {
+            Some(cap) if self.st.used_blocks + blocks > cap => Err(Errno::ENOSPC),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn reserve_inode(&self) -> Result<(), Errno> {
+        match self.limits.inodes {
+            Some(cap) if self.st.inodes.len() as u64 - 2 >= cap => Err(Errno::ENOSPC),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn touch_meta(&mut self, ino: Ino) {
+        let seq = self.st.seq;
+        self.st.inode_mut(ino).marks.meta_op = seq;
+    }
+
+    pub(crate) fn touch_datasync(&mut self, ino: Ino) {
+        let seq = self.st.seq;
+        let marks = &mut self.st.inode_mut(ino).marks;
+        marks.meta_op = seq;
+        marks.datasync_op = seq;
+    }
+
+    /// Adds a new inode under `dir` with flags inherited from it.
+    pub(crate) fn add_inode(&mut self, dir: Ino, name: &str, node: Node, perm: u16) -> Ino {
+        let ino = self.st.next_ino;
+        self.st.next_ino += 1;
+        let inherited = self.st.inode(dir).flags & inode_flags::JOURNAL_DATA;
+        let flags = match &node {
+            Node::Symlink(t) if t.len() < FAST_SYMLINK_MAX => 0,
+            Node::Symlink(_) => inode_flags::EXTENTS,
+            _ => inode_flags::EXTENTS | inherited,
+        };
+        let seq = self.st.seq;
+        let links = if matches!(node, Node::Dir { .. }) { 0 } else { 1 };
+        let marks = Marks { meta_op: seq, datasync_op: 0, durable_at: seq };
+        self.st.inodes.insert(ino, Inode { node, perm: perm & 0o7777, links, flags, marks });
+        self.st.entries_mut(dir).insert(name.to_string(), ino);
+        self.touch_meta(dir);
+        ino
+    }
+
+    /// Drops a name's reference to `ino`, freeing the inode with its last name.
+    pub(crate) fn drop_link(&mut self, ino: Ino) {
+        let inode = self.st.inode_mut(ino);
+        let gone = match inode.node {
+            Node::Dir { .. } => true,
+            _ => {
+                inode.links -= 1;
+                inode.links == 0
+            }
+        };
+        if gone {
+            let removed = self.st.inodes.remove(&ino).expect("dropping a live inode");
+            self.st.used_blocks -= inode_blocks(&removed);
+        } else {
+            self.touch_meta(ino);
+        }
+    }
+
+    pub(crate) fn file(&self, ino: Ino) -> Option<&FileData> {
+        match &self.st.inode(ino).node {
+            Node::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn file_mut(&mut self, ino: Ino) -> &mut FileData {
+        match &mut self.st.inode_mut(ino).node {
+            Node::File(f) => f,
+            _ => panic!("model invariant: file_mut on a non-file"),
+        }
+    }
+
+    pub(crate) fn stat_of(&self, ino: Ino) -> Stat {
+        let inode = self.st.inode(ino);
+        let bs = self.bs();
+        let kind = inode.kind();
+        let size = match &inode.node {
+            Node::File(f) => f.size,
+            Node::Symlink(t) => t.len() as u64,
+            Node::Dir { .. } => bs,
+        };
+        Stat {
+            ino,
+            kind,
+            mode: kind.mode_bits() | inode.perm as u32,
+            nlink: self.st.nlink(ino),
+            size,
+            blocks: if kind == FileKind::Directory { 1 } else { inode_blocks(inode) } * (bs / 512),
+            flags: inode.flags,
+        }
+    }
+
+    /// Everything the model promises about itself, checked from scratch.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let st = &self.st;
+        let mut names: std::collections::BTreeMap<Ino, u32> = Default::default();
+        let mut reachable = std::collections::BTreeSet::from([ROOT_INO]);
+        st.visit(ROOT_INO, "", &mut |_, ino| {
+            *names.entry(ino).or_default() += 1;
+            reachable.insert(ino);
+        });
+        let bs = self.bs();
+        let mut used = 0;
+        for (ino, inode) in &st.inodes {
+            if !reachable.contains(ino) {
+                return Err(format!("inode {ino} is unreachable"));
+            }
+            match &inode.node {
+                Node::Dir { entries, parent } => {
+                    if names.get(ino).copied().unwrap_or(0) > 1 {
+                        return Err(format!("directory {ino} has more than one name"));
+                    }
+                    for child in entries.values() {
+                        if let Node::Dir { parent: p, .. } = &st.inode(*child).node {
+                            if p != ino {
+                                return Err(format!("directory {child} in {ino} names {p} as parent"));
+                            }
+                        }
+                    }
+                    if *ino != ROOT_INO && !st.entries(*parent).is_some_and(|e| e.values().any(|c| c == ino)) {
+                        return Err(format!("directory {ino} is not in its parent {parent}"));
+                    }
+                }
+                Node::File(f) => f.check(bs).map_err(|e| format!("inode {ino}: {e}"))?,
+                Node::Symlink(t) => {
+                    if t.is_empty() {
+                        return Err(format!("symlink {ino} has an empty target"));
+                    }
+                }
+            }
+            if !matches!(inode.node, Node::Dir { .. }) && names.get(ino).copied() != Some(inode.links) {
+                return Err(format!("inode {ino} has links {} but {:?} names", inode.links, names.get(ino)));
+            }
+            used += inode_blocks(inode);
+        }
+        if used != st.used_blocks {
+            return Err(format!("used_blocks {} but files hold {used}", st.used_blocks));
+        }
+        Ok(())
+    }
+}
+
+/// Symlink targets shorter than this live in the inode (i_block is 60 bytes).
+pub const FAST_SYMLINK_MAX: usize = 60;
+
+/// Data blocks an inode holds, as counted against [`Limits::data_blocks`].
+/// Directory blocks are layout, the engine's business, and are not counted.
+pub(crate) fn inode_blocks(inode: &Inode) -> u64 {
+    match &inode.node {
+        Node::File(f) => f.allocated_blocks(),
+        Node::Symlink(t) if t.len() >= FAST_SYMLINK_MAX => 1,
+        Node::Symlink(_) | Node::Dir { .. } => 0,
+    }
+}
+
+pub(crate) fn split(path: &str) -> Result<SplitPath<'_>, Errno> {
+    SplitPath::parse(path)
+}
+
+impl FileSystem for Model {
+    fn create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Create { path: path.into(), perm }));
+        self.do_create(path, perm)
+    }
+    fn mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Mkdir { path: path.into(), perm }));
+        self.do_mkdir(path, perm)
+    }
+    fn unlink(&mut self, path: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Unlink { path: path.into() }));
+        self.do_unlink(path)
+    }
+    fn rmdir(&mut self, path: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Rmdir { path: path.into() }));
+        self.do_rmdir(path)
+    }
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Rename { from: from.into(), to: to.into() }));
+        self.do_rename(from, to)
+    }
+    fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Link { from: from.into(), to: to.into() }));
+        self.do_link(from, to)
+    }
+    fn symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Symlink { target: target.into(), path: path.into() }));
+        self.do_symlink(target, path)
+    }
+    fn readlink(&mut self, path: &str) -> Result<String, Errno> {
+        self.do_readlink(path)
+    }
+    fn readdir(&mut self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        self.do_readdir(path)
+    }
+    fn stat(&mut self, path: &str) -> Result<Stat, Errno> {
+        let ino = self.st.resolve(&split(path)?, false)?;
+        Ok(self.stat_of(ino))
+    }
+    fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.record(|| Call::Write { path: path.into(), offset, data: data.into() });
+        self.do_write(path, offset, data)
+    }
+    fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        self.do_read(path, offset, len)
+    }
+    fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Truncate { path: path.into(), size }));
+        self.do_truncate(path, size)
+    }
+    fn fsync(&mut self, path: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Fsync { path: path.into() }));
+        self.do_fsync(path, false)
+    }
+    fn fdatasync(&mut self, path: &str) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Fdatasync { path: path.into() }));
+        self.do_fsync(path, true)
+    }
+    fn sync(&mut self) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Sync));
+        self.do_sync();
+        Ok(())
+    }
+    fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Fallocate { path: path.into(), mode, offset, len }));
+        self.do_fallocate(path, mode, offset, len)
+    }
+    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
+        if sync {
+            self.record(|| Call::Op(Op::Fiemap { path: path.into(), sync }));
+        }
+        self.do_fiemap(path, sync)
+    }
+    fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::SetJournalData { path: path.into(), enable }));
+        self.do_set_journal_data(path, enable)
+    }
+}

@@ -1,0 +1,216 @@
+//! Namespace operations, with errors in the order Linux's namei and ext4 check
+//! them: path resolution, then existence, then read-only, then type and
+//! emptiness, then space.
+
+use std::collections::BTreeMap;
+
+use crate::data::FileData;
+use crate::model::{split, Model};
+use crate::op::{DirEntry, LINK_MAX, PATH_MAX};
+use crate::path::Last;
+use crate::state::{Ino, Node};
+use crate::Errno;
+
+impl Model {
+    fn lookup_in(&self, dir: Ino, name: &str) -> Option<Ino> {
+        self.st.entries(dir).and_then(|e| e.get(name).copied())
+    }
+
+    /// Parent and new name for creating `path`: "." / ".." / "/" exist already.
+    fn new_name<'p>(&self, path: &'p str) -> Result<(Ino, &'p str, bool), Errno> {
+        let sp = split(path)?;
+        let (dir, last) = self.st.resolve_parent(&sp)?;
+        let Last::Normal(name) = last else { return Err(Errno::EEXIST) };
+        if self.lookup_in(dir, name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        Ok((dir, name, sp.trailing_slash))
+    }
+
+    pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        let (dir, name, slash) = self.new_name(path)?;
+        if slash {
+            return Err(Errno::EISDIR);
+        }
+        self.writable()?;
+        self.reserve_inode()?;
+        self.add_inode(dir, name, Node::File(FileData::default()), perm);
+        Ok(())
+    }
+
+    pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        let (dir, name, _) = self.new_name(path)?;
+        self.writable()?;
+        self.reserve_inode()?;
+        self.add_inode(dir, name, Node::Dir { entries: BTreeMap::new(), parent: dir }, perm);
+        Ok(())
+    }
+
+    pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if target.contains('\0') {
+            return Err(Errno::EINVAL);
+        }
+        let (dir, name, slash) = self.new_name(path)?;
+        if slash {
+            return Err(Errno::ENOENT);
+        }
+        self.writable()?;
+        // ext4 stores the target and its NUL in at most one block.
+        if target.len() as u64 + 1 > self.bs() {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.reserve_inode()?;
+        let slow = target.len() >= crate::model::FAST_SYMLINK_MAX;
+        if slow {
+            self.reserve_blocks(1)?;
+            self.st.used_blocks += 1;
+        }
+        self.add_inode(dir, name, Node::Symlink(target.to_string()), 0o777);
+        Ok(())
+    }
+
+    pub(crate) fn do_link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        let ino = self.st.resolve(&split(from)?, false)?;
+        let (dir, name, slash) = self.new_name(to)?;
+        if slash {
+            return Err(Errno::ENOENT);
+        }
+        self.writable()?;
+        if self.st.is_dir(ino) {
+            return Err(Errno::EPERM);
+        }
+        if self.st.inode(ino).links >= LINK_MAX {
+            return Err(Errno::EMLINK);
+        }
+        self.st.entries_mut(dir).insert(name.to_string(), ino);
+        self.st.inode_mut(ino).links += 1;
+        self.touch_meta(dir);
+        self.touch_meta(ino);
+        Ok(())
+    }
+
+    pub(crate) fn do_unlink(&mut self, path: &str) -> Result<(), Errno> {
+        let sp = split(path)?;
+        let (dir, last) = self.st.resolve_parent(&sp)?;
+        let Last::Normal(name) = last else { return Err(Errno::EISDIR) };
+        self.writable()?;
+        let ino = self.lookup_in(dir, name).ok_or(Errno::ENOENT)?;
+        if self.st.is_dir(ino) {
+            return Err(Errno::EISDIR);
+        }
+        if sp.trailing_slash {
+            return Err(Errno::ENOTDIR);
+        }
+        self.st.entries_mut(dir).remove(name);
+        self.touch_meta(dir);
+        self.drop_link(ino);
+        Ok(())
+    }
+
+    pub(crate) fn do_rmdir(&mut self, path: &str) -> Result<(), Errno> {
+        let sp = split(path)?;
+        let (dir, last) = self.st.resolve_parent(&sp)?;
+        let name = match last {
+            Last::Normal(name) => name,
+            Last::Dot => return Err(Errno::EINVAL),
+            Last::DotDot => return Err(Errno::ENOTEMPTY),
+            Last::Root => return Err(Errno::EBUSY),
+        };
+        self.writable()?;
+        let ino = self.lookup_in(dir, name).ok_or(Errno::ENOENT)?;
+        let Some(entries) = self.st.entries(ino) else { return Err(Errno::ENOTDIR) };
+        if !entries.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.st.entries_mut(dir).remove(name);
+        self.touch_meta(dir);
+        self.drop_link(ino);
+        Ok(())
+    }
+
+    pub(crate) fn do_rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        let osp = split(from)?;
+        let nsp = split(to)?;
+        let (odir, olast) = self.st.resolve_parent(&osp)?;
+        let (ndir, nlast) = self.st.resolve_parent(&nsp)?;
+        let (Last::Normal(oname), Last::Normal(nname)) = (olast, nlast) else { return Err(Errno::EBUSY) };
+        self.writable()?;
+        let old = self.lookup_in(odir, oname).ok_or(Errno::ENOENT)?;
+        let old_is_dir = self.st.is_dir(old);
+        if !old_is_dir && (osp.trailing_slash || nsp.trailing_slash) {
+            return Err(Errno::ENOTDIR);
+        }
+        let new = self.lookup_in(ndir, nname);
+        if odir != ndir {
+            // A directory cannot move into its own subtree...
+            if old_is_dir && self.st.is_ancestor(old, ndir) {
+                return Err(Errno::EINVAL);
+            }
+            // ...nor replace one of its own ancestors.
+            if let Some(n) = new.filter(|n| self.st.is_dir(*n)) {
+                if self.st.is_ancestor(n, odir) {
+                    return Err(Errno::ENOTEMPTY);
+                }
+            }
+        }
+        if new == Some(old) {
+            return Ok(());
+        }
+        if let Some(n) = new {
+            match (old_is_dir, self.st.entries(n)) {
+                (true, None) => return Err(Errno::ENOTDIR),
+                (true, Some(e)) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
+                (false, Some(_)) => return Err(Errno::EISDIR),
+                _ => {}
+            }
+        }
+        self.st.entries_mut(odir).remove(oname);
+        if let Some(n) = new {
+            self.st.entries_mut(ndir).remove(nname);
+            self.drop_link(n);
+        }
+        self.st.entries_mut(ndir).insert(nname.to_string(), old);
+        if let Node::Dir { parent, .. } = &mut self.st.inode_mut(old).node {
+            *parent = ndir;
+        }
+        self.touch_meta(odir);
+        self.touch_meta(ndir);
+        self.touch_meta(old);
+        Ok(())
+    }
+
+    pub(crate) fn do_readlink(&self, path: &str) -> Result<String, Errno> {
+        let ino = self.st.resolve(&split(path)?, false)?;
+        match &self.st.inode(ino).node {
+            Node::Symlink(t) => Ok(t.clone()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    pub(crate) fn do_readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        let ino = self.st.resolve(&split(path)?, true)?;
+        let entries = self.st.entries(ino).ok_or(Errno::ENOTDIR)?;
+        Ok(entries.iter().map(|(name, c)| DirEntry { name: name.clone(), kind: self.st.inode(*c).kind() }).collect())
+    }
+
+    /// Resolves a path the way open(2) does (following symlinks).
+    pub(crate) fn open_path(&self, path: &str) -> Result<Ino, Errno> {
+        self.st.resolve(&split(path)?, true)
+    }
+
+    /// open(O_WRONLY): directories refuse, then a read-only mount does.
+    pub(crate) fn open_for_write(&self, path: &str) -> Result<Ino, Errno> {
+        let ino = self.open_path(path)?;
+        if self.st.is_dir(ino) {
+            return Err(Errno::EISDIR);
+        }
+        self.writable()?;
+        Ok(ino)
+    }
+}

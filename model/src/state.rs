@@ -1,0 +1,239 @@
+//! The model's state: inodes in plain `BTreeMap`s, no physical blocks.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::data::FileData;
+use crate::op::{inode_flags, FileKind};
+use crate::path::{target_components, Last, SplitPath};
+use crate::Errno;
+
+/// The model's inode number; same numbers as ext4 for root and lost+found.
+pub type Ino = u64;
+pub const ROOT_INO: Ino = 2;
+pub const LOST_FOUND_INO: Ino = 11;
+pub const FIRST_FREE_INO: Ino = 12;
+
+/// Linux follows at most this many symlinks in one lookup (MAXSYMLINKS).
+pub const MAX_SYMLINKS: u32 = 40;
+
+/// dir_nlink: a directory whose link count would pass this reports 1.
+pub const DIR_NLINK_MAX: u32 = 65000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    Dir { entries: BTreeMap<String, Ino>, parent: Ino },
+    File(FileData),
+    Symlink(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inode {
+    pub node: Node,
+    pub perm: u16,
+    /// Names pointing at a non-directory. Directories derive nlink from subdirs.
+    pub links: u32,
+    pub flags: u32,
+    /// Durability bookkeeping, in op sequence numbers (see `durability`).
+    pub marks: Marks,
+}
+
+/// When an inode last changed in ways that matter after a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Marks {
+    /// Last op that changed its metadata (names, links, size, allocation, flags).
+    pub meta_op: u64,
+    /// Last op that changed what fdatasync must persist (size, allocation).
+    pub datasync_op: u64,
+    /// Last op after which its data and size were durable (fsync, fdatasync,
+    /// sync, a journal-flag switch), or its creation.
+    pub durable_at: u64,
+}
+
+impl Inode {
+    pub fn kind(&self) -> FileKind {
+        match self.node {
+            Node::Dir { .. } => FileKind::Directory,
+            Node::File(_) => FileKind::Regular,
+            Node::Symlink(_) => FileKind::Symlink,
+        }
+    }
+
+    pub fn journal_data(&self) -> bool {
+        self.flags & inode_flags::JOURNAL_DATA != 0
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct State {
+    pub inodes: BTreeMap<Ino, Inode>,
+    pub next_ino: Ino,
+    /// Sequence number of the last op that could change state.
+    pub seq: u64,
+    /// Every op with a sequence number <= this has committed.
+    pub namespace_floor: u64,
+    /// Data blocks in use by all files (allocated, unwritten or delayed).
+    pub used_blocks: u64,
+}
+
+impl State {
+    /// A freshly made filesystem: root and lost+found, as mke2fs leaves them.
+    pub fn new() -> State {
+        let mut inodes = BTreeMap::new();
+        let dir = |entries: BTreeMap<String, Ino>, parent, perm| Inode {
+            node: Node::Dir { entries, parent },
+            perm,
+            links: 0,
+            flags: inode_flags::EXTENTS,
+            marks: Marks::default(),
+        };
+        inodes.insert(ROOT_INO, dir(BTreeMap::from([("lost+found".to_string(), LOST_FOUND_INO)]), ROOT_INO, 0o755));
+        inodes.insert(LOST_FOUND_INO, dir(BTreeMap::new(), ROOT_INO, 0o700));
+        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, used_blocks: 0 }
+    }
+
+    pub fn inode(&self, ino: Ino) -> &Inode {
+        self.inodes.get(&ino).expect("model invariant: every entry names a live inode")
+    }
+
+    pub fn inode_mut(&mut self, ino: Ino) -> &mut Inode {
+        self.inodes.get_mut(&ino).expect("model invariant: every entry names a live inode")
+    }
+
+    pub fn entries(&self, dir: Ino) -> Option<&BTreeMap<String, Ino>> {
+        match &self.inode(dir).node {
+            Node::Dir { entries, .. } => Some(entries),
+            _ => None,
+        }
+    }
+
+    pub fn entries_mut(&mut self, dir: Ino) -> &mut BTreeMap<String, Ino> {
+        match &mut self.inode_mut(dir).node {
+            Node::Dir { entries, .. } => entries,
+            _ => panic!("model invariant: entries_mut on a non-directory"),
+        }
+    }
+
+    pub fn parent_of(&self, dir: Ino) -> Ino {
+        match &self.inode(dir).node {
+            Node::Dir { parent, .. } => *parent,
+            _ => panic!("model invariant: parent_of a non-directory"),
+        }
+    }
+
+    pub fn is_dir(&self, ino: Ino) -> bool {
+        matches!(self.inode(ino).node, Node::Dir { .. })
+    }
+
+    /// Link count as stat reports it.
+    pub fn nlink(&self, ino: Ino) -> u32 {
+        let inode = self.inode(ino);
+        match &inode.node {
+            Node::Dir { entries, .. } => {
+                let subdirs = entries.values().filter(|c| self.is_dir(**c)).count() as u64;
+                let n = 2 + subdirs;
+                if n > DIR_NLINK_MAX as u64 { 1 } else { n as u32 }
+            }
+            _ => inode.links,
+        }
+    }
+
+    /// True when `ancestor` is `ino` or one of its parents.
+    pub fn is_ancestor(&self, ancestor: Ino, mut ino: Ino) -> bool {
+        loop {
+            if ino == ancestor {
+                return true;
+            }
+            if ino == ROOT_INO {
+                return false;
+            }
+            ino = self.parent_of(ino);
+        }
+    }
+
+    /// Resolves a whole path. `follow_last` follows a symlink in the last
+    /// component; a trailing slash always does and demands a directory.
+    pub fn resolve(&self, path: &SplitPath, follow_last: bool) -> Result<Ino, Errno> {
+        let comps: VecDeque<String> = path.components.iter().map(|c| c.to_string()).collect();
+        let mut followed = 0;
+        let ino = self.walk(ROOT_INO, comps, follow_last || path.trailing_slash, &mut followed)?;
+        if path.trailing_slash && !self.is_dir(ino) {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(ino)
+    }
+
+    /// Resolves all but the last component, which must be a directory.
+    pub fn resolve_parent<'a>(&self, path: &SplitPath<'a>) -> Result<(Ino, Last<'a>), Errno> {
+        let (parent, last) = path.split_last();
+        let comps: VecDeque<String> = parent.iter().map(|c| c.to_string()).collect();
+        let mut followed = 0;
+        let dir = self.walk(ROOT_INO, comps, true, &mut followed)?;
+        if !self.is_dir(dir) {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok((dir, last))
+    }
+
+    fn walk(&self, start: Ino, mut comps: VecDeque<String>, follow_last: bool, followed: &mut u32) -> Result<Ino, Errno> {
+        let mut cur = start;
+        while let Some(name) = comps.pop_front() {
+            let Some(entries) = self.entries(cur) else { return Err(Errno::ENOTDIR) };
+            if name.len() > crate::op::NAME_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let next = match name.as_str() {
+                "." => cur,
+                ".." => self.parent_of(cur),
+                _ => *entries.get(&name).ok_or(Errno::ENOENT)?,
+            };
+            let is_last = comps.is_empty();
+            if let Node::Symlink(target) = &self.inode(next).node {
+                if !is_last || follow_last {
+                    *followed += 1;
+                    if *followed > MAX_SYMLINKS {
+                        return Err(Errno::ELOOP);
+                    }
+                    let (absolute, tcomps) = target_components(target);
+                    if absolute {
+                        cur = ROOT_INO;
+                    }
+                    for c in tcomps.into_iter().rev() {
+                        comps.push_front(c.to_string());
+                    }
+                    continue;
+                }
+            }
+            cur = next;
+        }
+        Ok(cur)
+    }
+
+    /// Every path naming `ino`, for reports.
+    pub fn paths_of(&self, ino: Ino) -> Vec<String> {
+        let mut out = Vec::new();
+        self.visit(ROOT_INO, "", &mut |path, child| {
+            if child == ino {
+                out.push(path.to_string());
+            }
+        });
+        out
+    }
+
+    /// Calls `f(path, ino)` for every name in the tree under `dir`, depth first, sorted.
+    pub fn visit(&self, dir: Ino, prefix: &str, f: &mut dyn FnMut(&str, Ino)) {
+        let Some(entries) = self.entries(dir) else { return };
+        for (name, child) in entries {
+            let path = format!("{prefix}/{name}");
+            f(&path, *child);
+            if self.is_dir(*child) {
+                self.visit(*child, &path, f);
+            }
+        }
+    }
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new()
+    }
+}

@@ -1,0 +1,89 @@
+//! proptest strategies for ops and mount configurations. Paths come from a
+//! small pool of names so that ops collide: renames over existing files,
+//! links to directories, writes through symlinks.
+
+use proptest::prelude::*;
+
+use crate::config::{AllocPolicy, DataMode, MountConfig};
+use crate::op::{FallocFlags, Op};
+
+/// Names ops draw from; short, so trees stay small and collisions common.
+pub const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+
+/// An absolute path of depth 1..=3 over [`NAMES`].
+pub fn path() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(&NAMES[..]), 1..=3).prop_map(|c| format!("/{}", c.join("/")))
+}
+
+/// A file offset that hits block boundaries, their neighbours and far ranges.
+pub fn offset() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => 0u64..20_000,
+        2 => (0u64..8).prop_map(|b| b * 4096),
+        1 => (0u64..64).prop_map(|b| b * 65536),
+        1 => Just(1u64 << 40),
+    ]
+}
+
+pub fn falloc_mode() -> impl Strategy<Value = FallocFlags> {
+    prop_oneof![
+        Just(FallocFlags::ALLOCATE),
+        Just(FallocFlags(FallocFlags::KEEP_SIZE)),
+        Just(FallocFlags(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE)),
+        Just(FallocFlags(FallocFlags::PUNCH_HOLE)),
+        Just(FallocFlags(FallocFlags::ZERO_RANGE)),
+        Just(FallocFlags(FallocFlags::ZERO_RANGE | FallocFlags::KEEP_SIZE)),
+        Just(FallocFlags(FallocFlags::COLLAPSE_RANGE)),
+        Just(FallocFlags(FallocFlags::INSERT_RANGE)),
+        any::<u32>().prop_map(FallocFlags),
+    ]
+}
+
+/// Any op, weighted toward the ones that change state.
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (path(), 0u16..0o1000).prop_map(|(path, perm)| Op::Create { path, perm }),
+        3 => (path(), 0u16..0o1000).prop_map(|(path, perm)| Op::Mkdir { path, perm }),
+        2 => path().prop_map(|path| Op::Unlink { path }),
+        2 => path().prop_map(|path| Op::Rmdir { path }),
+        3 => (path(), path()).prop_map(|(from, to)| Op::Rename { from, to }),
+        2 => (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
+        1 => (prop_oneof![path(), "[a-d./]{1,70}"], path()).prop_map(|(target, path)| Op::Symlink { target, path }),
+        1 => path().prop_map(|path| Op::Readlink { path }),
+        1 => path().prop_map(|path| Op::Readdir { path }),
+        2 => path().prop_map(|path| Op::Stat { path }),
+        6 => (path(), offset(), 0u32..20_000, any::<u64>()).prop_map(|(path, offset, len, seed)| Op::Write { path, offset, len, seed }),
+        3 => (path(), offset(), 0u32..20_000).prop_map(|(path, offset, len)| Op::Read { path, offset, len }),
+        2 => (path(), offset()).prop_map(|(path, size)| Op::Truncate { path, size }),
+        1 => path().prop_map(|path| Op::Fsync { path }),
+        1 => path().prop_map(|path| Op::Fdatasync { path }),
+        1 => Just(Op::Sync),
+        3 => (path(), falloc_mode(), offset(), 1u64..40_000).prop_map(|(path, mode, offset, len)| Op::Fallocate { path, mode, offset, len }),
+        1 => (path(), any::<bool>()).prop_map(|(path, sync)| Op::Fiemap { path, sync }),
+        1 => (path(), any::<bool>()).prop_map(|(path, enable)| Op::SetJournalData { path, enable }),
+    ]
+}
+
+pub fn data_mode() -> impl Strategy<Value = Option<DataMode>> {
+    prop_oneof![Just(None), Just(Some(DataMode::Ordered)), Just(Some(DataMode::Writeback)), Just(Some(DataMode::Journal))]
+}
+
+/// Mount configurations that ext4 accepts (with a journal).
+pub fn valid_mount_config() -> impl Strategy<Value = MountConfig> {
+    (
+        prop::sample::select(vec![1024u32, 2048, 4096, 8192, 16384, 65536]),
+        prop::sample::select(vec![4096u32, 16384, 65536]),
+        data_mode(),
+        prop_oneof![Just(None), Just(Some(false))],
+        any::<bool>(),
+    )
+        .prop_map(|(block_size, page_size, data, delalloc, dioread)| MountConfig {
+            block_size,
+            page_size,
+            data,
+            delalloc: if data == Some(DataMode::Journal) { delalloc } else { delalloc.or(Some(true)) },
+            dioread_nolock: Some(dioread),
+            alloc: AllocPolicy::default(),
+            ..MountConfig::default()
+        })
+}
