@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::config::MountConfig;
 use crate::data::{Alloc, FileData};
-use crate::durability::{read_whole, view_tree, CrashViolation};
+use crate::durability::{data_ranges, read_range, view_tree, CrashViolation, MAX_CHECKED_BYTES};
 use crate::fs::FileSystem;
 use crate::model::{inode_blocks, Limits, Model};
 use crate::op::{fiemap_flags, FileKind};
@@ -88,7 +88,6 @@ impl Model {
 }
 
 fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result<FileData, CrashViolation> {
-    let bytes = read_whole(fs, path, size)?;
     let extents = fs.fiemap(path, false).map_err(|errno| CrashViolation::Unreadable { call: format!("fiemap {path}"), errno })?;
     let mut file = FileData { size, ..FileData::default() };
     for e in &extents {
@@ -104,20 +103,25 @@ fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result
         };
         file.blocks.insert(e.logical / bs..(e.logical + e.length) / bs, alloc);
     }
-    for (b, chunk) in bytes.chunks(bs as usize).enumerate() {
-        if chunk.iter().all(|&x| x == 0) {
-            continue;
-        }
-        let b = b as u64;
-        match file.blocks.get(b) {
-            Some(Alloc::Written | Alloc::Delayed | Alloc::UnwrittenDirty) => {
-                let mut block = chunk.to_vec();
-                block.resize(bs as usize, 0);
+    let ranges = data_ranges(fs, path, size)?;
+    let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    if total > MAX_CHECKED_BYTES {
+        return Err(inconsistent(path, format!("{total} bytes of data is more than adoption reads")));
+    }
+    for range in ranges {
+        let bytes = read_range(fs, path, range.clone())?;
+        let mut off = range.start;
+        while off < range.end {
+            let b = off / bs;
+            let take = ((b + 1) * bs).min(range.end) - off;
+            let piece = &bytes[(off - range.start) as usize..(off - range.start + take) as usize];
+            if piece.iter().any(|&x| x != 0) {
+                let mut block = file.block_bytes(b, bs as usize);
+                let within = (off % bs) as usize;
+                block[within..within + take as usize].copy_from_slice(piece);
                 file.content.insert(b, block.into());
             }
-            other => {
-                return Err(inconsistent(path, format!("block {b} reads non-zero data but is mapped as {other:?}")));
-            }
+            off += take;
         }
     }
     Ok(file)

@@ -22,12 +22,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 use crate::config::{EffectiveMount, InodeJournalMode};
 use crate::data::FileData;
 use crate::fs::FileSystem;
 use crate::model::{Call, Limits, Model};
-use crate::op::{FileKind, Op, MAX_IO_LEN};
+use crate::op::{fiemap_flags, FileKind, Op, MAX_IO_LEN};
 use crate::state::{Ino, Node, State};
 use crate::Errno;
 
@@ -202,14 +203,43 @@ pub fn view_tree(fs: &mut dyn FileSystem) -> Result<TreeView, CrashViolation> {
     Ok(view)
 }
 
-/// Reads a whole file in bounded chunks.
-pub fn read_whole(fs: &mut dyn FileSystem, path: &str, size: u64) -> Result<Vec<u8>, CrashViolation> {
-    let mut out = Vec::with_capacity(size as usize);
-    while (out.len() as u64) < size {
-        let chunk = (size - out.len() as u64).min(MAX_IO_LEN as u64) as u32;
-        let got = fs.read(path, out.len() as u64, chunk).map_err(unreadable(format!("read {path}")))?;
+/// The most file data one crash check or adoption reads per file.
+pub const MAX_CHECKED_BYTES: u64 = 1 << 30;
+
+/// Byte ranges FIEMAP reports as holding data (written or delayed), clipped to
+/// `size`. Holes and unwritten extents read as zeros and are taken on trust.
+pub fn data_ranges(fs: &mut dyn FileSystem, path: &str, size: u64) -> Result<Vec<Range<u64>>, CrashViolation> {
+    let extents = fs.fiemap(path, false).map_err(unreadable(format!("fiemap {path}")))?;
+    Ok(extents
+        .iter()
+        .filter(|e| e.flags & fiemap_flags::UNWRITTEN == 0)
+        .map(|e| e.logical.min(size)..e.logical.saturating_add(e.length).min(size))
+        .filter(|r| !r.is_empty())
+        .collect())
+}
+
+/// Sorts and merges ranges.
+pub fn merge_ranges(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Reads `range` of a file in bounded chunks.
+pub fn read_range(fs: &mut dyn FileSystem, path: &str, range: Range<u64>) -> Result<Vec<u8>, CrashViolation> {
+    let mut out = Vec::with_capacity((range.end - range.start) as usize);
+    while (out.len() as u64) < range.end - range.start {
+        let at = range.start + out.len() as u64;
+        let chunk = (range.end - at).min(MAX_IO_LEN as u64) as u32;
+        let got = fs.read(path, at, chunk).map_err(unreadable(format!("read {path} at {at}")))?;
         if got.is_empty() {
-            return Err(CrashViolation::Size { path: path.into(), size: out.len() as u64, allowed: vec![size] });
+            return Err(CrashViolation::Inconsistent { path: path.into(), detail: format!("read at {at} hit EOF inside the file") });
         }
         out.extend_from_slice(&got);
     }
@@ -297,9 +327,8 @@ impl CrashEnvelope {
             });
         }
         let mut first_error = None;
-        let mut contents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         for (prefix, view) in candidates.iter().rev() {
-            match self.check_files(recovered, &seen, view, &versions, &mut contents) {
+            match self.check_files(recovered, &seen, view, &versions) {
                 Ok(n) => return Ok(CrashVerdict { prefix: Some(*prefix), files_checked: n }),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -315,7 +344,6 @@ impl CrashEnvelope {
         seen: &TreeView,
         model_view: &TreeView,
         versions: &BTreeMap<Ino, Vec<FileData>>,
-        contents: &mut BTreeMap<String, Vec<u8>>,
     ) -> Result<usize, CrashViolation> {
         let bs = self.mount.block_size as u64;
         for (path, (_, size)) in &seen.files {
@@ -327,26 +355,36 @@ impl CrashEnvelope {
                 allowed.dedup();
                 return Err(CrashViolation::Size { path: path.clone(), size: *size, allowed });
             }
-            if !contents.contains_key(path) {
-                let bytes = read_whole(recovered, path, *size)?;
-                contents.insert(path.clone(), bytes);
+            // Outside these ranges both sides read zeros.
+            let mut ranges = data_ranges(recovered, path, *size)?;
+            for v in list {
+                ranges.extend(v.content.keys().map(|b| (b * bs).min(*size)..((b + 1) * bs).min(*size)));
             }
-            let bytes = &contents[path];
+            let ranges = merge_ranges(ranges);
+            let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+            if total > MAX_CHECKED_BYTES {
+                return Err(CrashViolation::Inconsistent { path: path.clone(), detail: format!("{total} bytes of data is more than a crash check reads") });
+            }
             let stale_ok = self.writeback_mode.get(&ino).copied().unwrap_or(false);
-            let mut off = 0;
-            while off < *size {
-                let len = SECTOR.min(size - off);
-                let got = &bytes[off as usize..(off + len) as usize];
-                let block = off / bs;
-                let stale_allowed = stale_ok && list.first().is_none_or(|v| v.blocks.get(block).is_none());
-                if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len, bs) == got) {
-                    return Err(CrashViolation::Data {
-                        path: path.clone(),
-                        offset: off,
-                        detail: format!("matches none of {} allowed versions", list.len()),
-                    });
+            for range in ranges {
+                let bytes = read_range(recovered, path, range.clone())?;
+                let mut off = range.start;
+                while off < range.end {
+                    // Sectors are aligned to the file, so a range start mid-sector is split.
+                    let len = (SECTOR - off % SECTOR).min(range.end - off);
+                    let at = (off - range.start) as usize;
+                    let got = &bytes[at..at + len as usize];
+                    let block = off / bs;
+                    let stale_allowed = stale_ok && list.first().is_none_or(|v| v.blocks.get(block).is_none());
+                    if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len, bs) == got) {
+                        return Err(CrashViolation::Data {
+                            path: path.clone(),
+                            offset: off,
+                            detail: format!("matches none of {} allowed versions", list.len()),
+                        });
+                    }
+                    off += len;
                 }
-                off += len;
             }
         }
         Ok(seen.files.len())
