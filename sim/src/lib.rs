@@ -1,1 +1,10 @@
-//! placeholder
+//! The simulator: a seeded disk, the workload generator, the lockstep runner
+//! that holds the engine to the model, shrinking and trace files, and the
+//! `ext4sim` command line.
+
+pub mod disk;
+pub mod lockstep;
+pub mod mount_opts;
+pub mod shrink;
+pub mod trace;
+pub mod workload;

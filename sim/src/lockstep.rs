@@ -1,0 +1,179 @@
+//! The lockstep runner: every op goes to the model and to the target; their
+//! answers must agree ([`ext4_model::agree`]). Cheap invariants run after every
+//! op, the target's own fsck every N ops and at the end, and crashes at seeded
+//! moments are judged against the model's crash envelope.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ext4_model::agree::agrees;
+use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
+
+use crate::trace::format_op;
+
+/// Incremental FNV-1a 64: stable across runs and platforms, unlike std's hasher.
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv64(u64);
+
+impl Fnv64 {
+    pub fn new() -> Self {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+    pub fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= *b as u64;
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    pub fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the runner needs of an implementation beyond [`FileSystem`].
+pub trait Target: FileSystem {
+    /// Full check of the implementation's own on-disk structures.
+    fn fsck(&mut self) -> Result<(), String>;
+    /// Crashes the device under the filesystem and mounts it again (journal
+    /// replay included). `seed` drives which unflushed writes survive.
+    fn crash_and_remount(&mut self, seed: u64) -> Result<(), String>;
+    /// A digest of the durable image, for determinism checks.
+    fn image_hash(&mut self) -> u64;
+    /// Labelled figures for the summary: simulated time, I/O, layout.
+    fn report(&mut self) -> Vec<(String, String)>;
+}
+
+/// Why a run stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    Divergence { index: u64, op: Op, model: Outcome, actual: Outcome, why: String },
+    ModelInvariant { index: u64, what: String },
+    TargetFsck { index: u64, what: String },
+    Crash { index: u64, what: String },
+}
+
+impl Failure {
+    pub fn index(&self) -> u64 {
+        match self {
+            Failure::Divergence { index, .. }
+            | Failure::ModelInvariant { index, .. }
+            | Failure::TargetFsck { index, .. }
+            | Failure::Crash { index, .. } => *index,
+        }
+    }
+
+    /// A failure's kind, so shrinking keeps the same bug rather than any bug.
+    pub fn same_kind(&self, other: &Failure) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+fn brief(o: &Outcome) -> String {
+    match o {
+        Ok(Reply::Data(d)) => format!("Ok({} bytes)", d.len()),
+        Ok(r) => {
+            let s = format!("Ok({r:?})");
+            if s.len() > 300 { format!("{}...", &s[..300]) } else { s }
+        }
+        Err(e) => format!("Err({e:?})"),
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Divergence { index, op, model, actual, why } => write!(
+                f,
+                "divergence at op {index}: {}\n  model:  {}\n  target: {}\n  why:    {why}",
+                format_op(op),
+                brief(model),
+                brief(actual)
+            ),
+            Failure::ModelInvariant { index, what } => write!(f, "model invariant broken after op {index}: {what}"),
+            Failure::TargetFsck { index, what } => write!(f, "target fsck failed after op {index}: {what}"),
+            Failure::Crash { index, what } => write!(f, "crash after op {index}: {what}"),
+        }
+    }
+}
+
+/// Counts per op kind and errno, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpStats {
+    pub ok: BTreeMap<OpKind, u64>,
+    pub errors: BTreeMap<Errno, u64>,
+    pub ops: u64,
+    pub fscks: u64,
+    pub crashes: u64,
+}
+
+/// A model and a target in lockstep.
+pub struct Lockstep<T: Target> {
+    pub model: Model,
+    pub target: T,
+    config: MountConfig,
+    /// Ops run so far; the index of the next op.
+    pub index: u64,
+    pub stats: OpStats,
+    trace: Fnv64,
+}
+
+impl<T: Target> Lockstep<T> {
+    pub fn new(config: MountConfig, model: Model, target: T) -> Self {
+        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new() }
+    }
+
+    /// Hash of every op and the model's answer so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.trace.finish()
+    }
+
+    pub fn step(&mut self, op: &Op) -> Result<Outcome, Failure> {
+        let index = self.index;
+        self.index += 1;
+        let expected = self.model.apply(op);
+        let actual = self.target.apply(op);
+        self.trace.write(format_op(op).as_bytes());
+        self.trace.write(format!("{expected:?}").as_bytes());
+        self.stats.ops += 1;
+        match &expected {
+            Ok(_) => *self.stats.ok.entry(op.kind()).or_default() += 1,
+            Err(e) => *self.stats.errors.entry(*e).or_default() += 1,
+        }
+        if let Err(d) = agrees(&expected, &actual) {
+            return Err(Failure::Divergence { index, op: op.clone(), model: expected, actual, why: d.0 });
+        }
+        Ok(expected)
+    }
+
+    /// Cheap invariants after an op.
+    pub fn check_model(&self) -> Result<(), Failure> {
+        self.model.check_invariants().map_err(|what| Failure::ModelInvariant { index: self.index, what })
+    }
+
+    /// The expensive checks: the model from scratch and the target's fsck.
+    pub fn full_check(&mut self) -> Result<(), Failure> {
+        self.check_model()?;
+        self.stats.fscks += 1;
+        self.target.fsck().map_err(|what| Failure::TargetFsck { index: self.index, what })
+    }
+
+    /// Crashes the target, checks the recovered state is one the model
+    /// allows, and continues from it.
+    pub fn crash(&mut self, seed: u64) -> Result<(), Failure> {
+        let index = self.index;
+        let envelope = self.model.crash_envelope();
+        self.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })?;
+        self.stats.crashes += 1;
+        self.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
+        envelope.check(&mut self.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
+        let limits = self.model.limits();
+        self.model = Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,79 @@
+//! Shrinking a failing op sequence to a small one that still fails the same
+//! way: delta debugging (drop chunks, halving their size), then single ops,
+//! then simpler arguments. Every step re-runs from a fresh model and target.
+
+use ext4_model::Op;
+
+/// Upper bound on re-runs one shrink may spend.
+pub const MAX_SHRINK_RUNS: usize = 4000;
+
+/// Returns a subsequence of `ops` for which `fails` still holds, and the
+/// number of runs spent. `fails(ops)` must be true on entry.
+pub fn shrink(ops: &[Op], mut fails: impl FnMut(&[Op]) -> bool) -> (Vec<Op>, usize) {
+    let mut current = ops.to_vec();
+    let mut runs = 0;
+    let mut chunk = current.len().div_ceil(2).max(1);
+    while chunk >= 1 && runs < MAX_SHRINK_RUNS {
+        let mut removed_any = false;
+        let mut start = 0;
+        while start < current.len() && runs < MAX_SHRINK_RUNS {
+            let end = (start + chunk).min(current.len());
+            let mut candidate = current[..start].to_vec();
+            candidate.extend_from_slice(&current[end..]);
+            runs += 1;
+            if fails(&candidate) {
+                current = candidate;
+                removed_any = true;
+            } else {
+                start = end;
+            }
+        }
+        if chunk == 1 && !removed_any {
+            break;
+        }
+        if !removed_any {
+            chunk /= 2;
+        }
+    }
+    // Smaller writes and reads make a trace easier to read.
+    for i in 0..current.len() {
+        if runs >= MAX_SHRINK_RUNS {
+            break;
+        }
+        let simpler = match &current[i] {
+            Op::Write { path, offset, len, seed } if *len > 1 => Some(Op::Write { path: path.clone(), offset: *offset, len: len / 2, seed: *seed }),
+            Op::Read { path, offset, len } if *len > 1 => Some(Op::Read { path: path.clone(), offset: *offset, len: len / 2 }),
+            _ => None,
+        };
+        if let Some(op) = simpler {
+            let mut candidate = current.clone();
+            candidate[i] = op;
+            runs += 1;
+            if fails(&candidate) {
+                current = candidate;
+            }
+        }
+    }
+    (current, runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_two_ops_that_matter() {
+        let ops: Vec<Op> = (0..200).map(|i| Op::Stat { path: format!("/{i}") }).collect();
+        let needs = |o: &[Op]| o.contains(&ops[37]) && o.contains(&ops[150]);
+        let (small, runs) = shrink(&ops, needs);
+        assert_eq!(small, vec![ops[37].clone(), ops[150].clone()]);
+        assert!(runs < 200, "{runs} runs");
+    }
+
+    #[test]
+    fn halves_write_lengths_while_failing() {
+        let ops = vec![Op::Write { path: "/a".into(), offset: 0, len: 1000, seed: 1 }];
+        let (small, _) = shrink(&ops, |o| matches!(o.first(), Some(Op::Write { len, .. }) if *len >= 100));
+        assert_eq!(small, vec![Op::Write { path: "/a".into(), offset: 0, len: 500, seed: 1 }]);
+    }
+}
