@@ -8,3 +8,5 @@ pub mod mount_opts;
 pub mod shrink;
 pub mod trace;
 pub mod workload;
+pub mod driver;
+pub mod report;

@@ -1,0 +1,162 @@
+//! One simulation run from its spec: build model and target, generate (or
+//! replay) ops, check, crash, and on failure shrink to a trace that replays.
+
+use ext4_model::{Model, MountConfig, Op, OpKind};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::lockstep::{Failure, Lockstep, OpStats, Target};
+use crate::mount_opts::format_mount_opts;
+use crate::shrink::shrink;
+use crate::trace::Trace;
+use crate::workload::{Workload, WorkloadConfig};
+
+/// Everything that fixes a run. Same spec, same binary: same result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunSpec {
+    pub seed: u64,
+    /// Ops to generate. Default: 1000.
+    pub ops: u64,
+    pub mount: MountConfig,
+    /// Disk profile name (see `disk::profile`). Default: "ram".
+    pub profile: String,
+    /// Full checks (model from scratch + target fsck) every this many ops; 0 = only at the end. Default: 500.
+    pub fsck_every: u64,
+    /// Mean ops between crashes; 0 = no crashes. Default: 0.
+    pub crash_every: u64,
+    /// Swarm testing in the workload. Default: true.
+    pub swarm: bool,
+}
+
+impl RunSpec {
+    pub fn new(seed: u64, ops: u64, mount: MountConfig) -> Self {
+        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true }
+    }
+
+    /// The command that repeats this run.
+    pub fn command(&self) -> String {
+        let mut cmd = format!("ext4sim run --seed {} --ops {}", self.seed, self.ops);
+        let mount = format_mount_opts(&self.mount);
+        if !mount.is_empty() {
+            cmd.push_str(&format!(" --mount {mount}"));
+        }
+        if self.profile != "ram" {
+            cmd.push_str(&format!(" --profile {}", self.profile));
+        }
+        if self.crash_every > 0 {
+            cmd.push_str(&format!(" --crash-every {}", self.crash_every));
+        }
+        if self.fsck_every != 500 {
+            cmd.push_str(&format!(" --fsck-every {}", self.fsck_every));
+        }
+        if !self.swarm {
+            cmd.push_str(" --no-swarm");
+        }
+        cmd
+    }
+}
+
+/// Builds fresh targets for a spec (the engine, or a test double).
+pub trait TargetFactory {
+    type Target: Target;
+    fn make(&self, spec: &RunSpec) -> Result<Self::Target, String>;
+}
+
+#[derive(Debug)]
+pub struct RunResult {
+    pub spec: RunSpec,
+    /// Ops actually run (up to and including a failing one).
+    pub ops: Vec<Op>,
+    pub stats: OpStats,
+    pub failure: Option<Failure>,
+    pub trace_hash: u64,
+    pub image_hash: u64,
+    pub report: Vec<(String, String)>,
+    pub enabled_kinds: Vec<OpKind>,
+}
+
+/// Where ops come from: the seeded generator, or a fixed list.
+enum Source<'a> {
+    Generated(Box<Workload>),
+    Fixed(std::slice::Iter<'a, Op>),
+}
+
+fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) -> Result<RunResult, String> {
+    let model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
+    let target = factory.make(spec)?;
+    let mut ls = Lockstep::new(spec.mount, model, target);
+    let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    crash_rng.set_stream(0x6372_6173_68); // "crash"
+    let workload = Workload::new(spec.seed, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+    let enabled_kinds = workload.enabled_kinds();
+    let mut source = match fixed {
+        Some(ops) => Source::Fixed(ops.iter()),
+        None => Source::Generated(Box::new(workload)),
+    };
+    let limit = fixed.map_or(spec.ops, |o| o.len() as u64);
+    let mut ran = Vec::new();
+    let mut failure = None;
+    for i in 0..limit {
+        let op = match &mut source {
+            Source::Generated(w) => w.next_op(),
+            Source::Fixed(it) => match it.next() {
+                Some(op) => op.clone(),
+                None => break,
+            },
+        };
+        ran.push(op.clone());
+        let outcome = match ls.step(&op) {
+            Ok(o) => o,
+            Err(f) => {
+                failure = Some(f);
+                break;
+            }
+        };
+        if let Source::Generated(w) = &mut source {
+            w.observe(&op, &outcome);
+        }
+        let mut checks = || -> Result<(), Failure> {
+            ls.check_model()?;
+            if spec.fsck_every > 0 && (i + 1) % spec.fsck_every == 0 {
+                ls.full_check()?;
+            }
+            if spec.crash_every > 0 && crash_rng.random_range(0..spec.crash_every) == 0 {
+                ls.crash(crash_rng.random())?;
+            }
+            Ok(())
+        };
+        if let Err(f) = checks() {
+            failure = Some(f);
+            break;
+        }
+    }
+    if failure.is_none() {
+        failure = ls.full_check().err();
+    }
+    let trace_hash = ls.trace_hash();
+    let image_hash = ls.target.image_hash();
+    let report = ls.target.report();
+    Ok(RunResult { spec: spec.clone(), ops: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds })
+}
+
+/// Runs a spec with generated ops.
+pub fn run_seed<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<RunResult, String> {
+    execute(factory, spec, None)
+}
+
+/// Runs a fixed op list (a replayed trace).
+pub fn run_ops<F: TargetFactory>(factory: &F, spec: &RunSpec, ops: &[Op]) -> Result<RunResult, String> {
+    execute(factory, spec, Some(ops))
+}
+
+/// Shrinks a failing run to a minimal trace that fails the same way.
+pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Option<(Trace, usize)> {
+    let failure = result.failure.as_ref()?;
+    let (ops, runs) = shrink(&result.ops, |candidate| {
+        run_ops(factory, &result.spec, candidate)
+            .ok()
+            .and_then(|r| r.failure)
+            .is_some_and(|f| f.same_kind(failure))
+    });
+    Some((Trace { seed: result.spec.seed, mount: format_mount_opts(&result.spec.mount), ops }, runs))
+}
