@@ -1,4 +1,21 @@
 //! An ext4 implementation over a [`device::BlockDevice`], held to `ext4-model`
 //! in lockstep by the simulator.
+//!
+//! Layers so far:
+//! - [`device`], [`device_mem`], [`device_file`]: where bytes live.
+//! - [`format`]: ext4's on-disk structures, parsed and written, with checksums.
+//! - [`mkfs`]: builds a fresh filesystem, byte-identical for identical options.
+//! - [`image`]: opens an existing image read-only and validates it.
 
 pub mod device;
+pub mod device_file;
+pub mod device_mem;
+pub mod error;
+pub mod format;
+pub mod image;
+pub mod mkfs;
+pub mod range_set;
+
+pub use error::{Corrupt, Error, Result};
+pub mod check;
+pub mod fs;

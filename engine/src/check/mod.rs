@@ -1,0 +1,1 @@
+//! Engine fsck: checks an image for everything e2fsck would object to (in progress).

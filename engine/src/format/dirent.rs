@@ -1,0 +1,230 @@
+//! Linear directory blocks: a chain of variable-length entries that exactly
+//! covers the block, ending (with metadata_csum) in a fake 12-byte entry that
+//! holds the block's checksum.
+//!
+//! Entry layout: 0x0 inode u32, 0x4 rec_len u16, 0x6 name_len u8, 0x7 file_type
+//! u8, 0x8 name. rec_len >= round4(8 + name_len). With 64 KiB blocks a rec_len
+//! of 65536 does not fit in 16 bits: it is stored as 65535 (or 0), and larger
+//! lengths keep bits 16-17 in the two low bits, which are otherwise always 0.
+
+use crate::format::bytes::*;
+use crate::format::checksum::crc32c_raw;
+
+/// Size of the checksum tail: {inode 0, rec_len 12, name_len 0, type 0xDE, crc u32}.
+pub const TAIL_LEN: usize = 12;
+/// `file_type` of the tail entry.
+pub const TAIL_FILE_TYPE: u8 = 0xDE;
+/// Bytes before the name.
+pub const ENTRY_HEADER_LEN: usize = 8;
+/// Longest name.
+pub const MAX_NAME_LEN: usize = 255;
+
+const DE_INODE: usize = 0x0;
+const DE_REC_LEN: usize = 0x4;
+const DE_NAME_LEN: usize = 0x6;
+const DE_FILE_TYPE: usize = 0x7;
+const TAIL_CSUM: usize = 0x8;
+
+/// `file_type` values.
+pub const FT_UNKNOWN: u8 = 0;
+pub const FT_REG_FILE: u8 = 1;
+pub const FT_DIR: u8 = 2;
+pub const FT_CHRDEV: u8 = 3;
+pub const FT_BLKDEV: u8 = 4;
+pub const FT_FIFO: u8 = 5;
+pub const FT_SOCK: u8 = 6;
+pub const FT_SYMLINK: u8 = 7;
+
+/// One live entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub inode: u32,
+    pub file_type: u8,
+    pub name: Vec<u8>,
+}
+
+/// Smallest rec_len an entry with this name needs.
+pub fn min_rec_len(name_len: usize) -> usize {
+    (ENTRY_HEADER_LEN + name_len + 3) & !3
+}
+
+/// Decodes a stored rec_len for a block of `block_size` bytes.
+pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
+    let raw = usize::from(raw);
+    if block_size < 65536 {
+        raw
+    } else if raw == 65535 || raw == 0 {
+        block_size
+    } else {
+        (raw & 65532) | ((raw & 3) << 16)
+    }
+}
+
+/// Encodes a rec_len (at most 65536) for storage.
+pub fn rec_len_to_disk(len: usize) -> u16 {
+    if len < 65536 {
+        len as u16
+    } else {
+        65535
+    }
+}
+
+/// Why a block is not a valid linear directory block (a message naming the field).
+pub type DirBlockError = String;
+
+/// A parsed block: live entries plus the stored tail checksum, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirBlock {
+    pub entries: Vec<DirEntry>,
+    pub stored_checksum: Option<u32>,
+}
+
+/// Parses a linear directory block. With `has_tail`, the last 12 bytes must be the
+/// checksum tail and the entries must end exactly where it begins.
+pub fn parse_block(b: &[u8], has_tail: bool) -> Result<DirBlock, DirBlockError> {
+    let bs = b.len();
+    let limit = if has_tail {
+        bs.checked_sub(TAIL_LEN).ok_or_else(|| format!("block of {bs} bytes has no room for a tail"))?
+    } else {
+        bs
+    };
+    let mut entries = Vec::new();
+    let mut off = 0usize;
+    while off < limit {
+        if off + ENTRY_HEADER_LEN > limit {
+            return Err(format!("entry at {off} has no room for its 8-byte header"));
+        }
+        let rec_len = rec_len_from_disk(le16(b, off + DE_REC_LEN), bs);
+        let name_len = usize::from(u8_at(b, off + DE_NAME_LEN));
+        let inode = le32(b, off + DE_INODE);
+        if rec_len % 4 != 0 || rec_len < ENTRY_HEADER_LEN {
+            return Err(format!("entry at {off}: rec_len {rec_len} is not a multiple of 4 >= 8"));
+        }
+        if off + rec_len > limit {
+            return Err(format!("entry at {off}: rec_len {rec_len} runs past {limit}"));
+        }
+        if inode != 0 && rec_len < min_rec_len(name_len) {
+            return Err(format!("entry at {off}: rec_len {rec_len} too short for name_len {name_len}"));
+        }
+        if inode != 0 {
+            if name_len == 0 {
+                return Err(format!("entry at {off}: inode {inode} with an empty name"));
+            }
+            let name = b[off + ENTRY_HEADER_LEN..off + ENTRY_HEADER_LEN + name_len].to_vec();
+            entries.push(DirEntry { inode, file_type: u8_at(b, off + DE_FILE_TYPE), name });
+        }
+        off += rec_len;
+    }
+    let stored_checksum = if has_tail {
+        let t = &b[limit..];
+        let ok = le32(t, DE_INODE) == 0
+            && le16(t, DE_REC_LEN) as usize == TAIL_LEN
+            && u8_at(t, DE_NAME_LEN) == 0
+            && u8_at(t, DE_FILE_TYPE) == TAIL_FILE_TYPE;
+        if !ok {
+            return Err(format!("no checksum tail at {limit}"));
+        }
+        Some(le32(t, TAIL_CSUM))
+    } else {
+        None
+    };
+    Ok(DirBlock { entries, stored_checksum })
+}
+
+/// Checksum of a directory leaf block: raw crc32c from the inode seed over
+/// everything before the tail.
+pub fn block_checksum(b: &[u8], ino_seed: u32) -> u32 {
+    crc32c_raw(ino_seed, &b[..b.len().saturating_sub(TAIL_LEN)])
+}
+
+/// Builds a directory block holding `entries` in order; the last entry's
+/// rec_len runs to the tail (or the end). An empty list gives one empty entry
+/// spanning the block, as in lost+found's spare blocks. Returns `None` if the
+/// entries do not fit.
+pub fn build_block(block_size: usize, entries: &[DirEntry], csum_seed: Option<u32>) -> Option<Vec<u8>> {
+    let mut b = vec![0u8; block_size];
+    let limit = if csum_seed.is_some() { block_size.checked_sub(TAIL_LEN)? } else { block_size };
+    let mut off = 0usize;
+    if entries.is_empty() {
+        put_le16(&mut b, DE_REC_LEN, rec_len_to_disk(limit));
+    }
+    for (i, e) in entries.iter().enumerate() {
+        if e.name.is_empty() || e.name.len() > MAX_NAME_LEN {
+            return None;
+        }
+        let need = min_rec_len(e.name.len());
+        let rec_len = if i + 1 == entries.len() { limit.checked_sub(off)? } else { need };
+        if rec_len < need || off + rec_len > limit {
+            return None;
+        }
+        put_le32(&mut b, off + DE_INODE, e.inode);
+        put_le16(&mut b, off + DE_REC_LEN, rec_len_to_disk(rec_len));
+        put_u8(&mut b, off + DE_NAME_LEN, e.name.len() as u8);
+        put_u8(&mut b, off + DE_FILE_TYPE, e.file_type);
+        put_bytes(&mut b, off + ENTRY_HEADER_LEN, &e.name);
+        off += rec_len;
+    }
+    if let Some(seed) = csum_seed {
+        put_le16(&mut b, limit + DE_REC_LEN, TAIL_LEN as u16);
+        put_u8(&mut b, limit + DE_FILE_TYPE, TAIL_FILE_TYPE);
+        let c = block_checksum(&b, seed);
+        put_le32(&mut b, limit + TAIL_CSUM, c);
+    }
+    Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::checksum::{fs_seed_from_uuid, inode_seed};
+
+    const UUID: [u8; 16] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00];
+    const ROOT: &[u8; 4096] = include_bytes!("../../tests/fixtures/mke2fs_4k_8m.root_dir");
+    const LPF: &[u8; 4096] = include_bytes!("../../tests/fixtures/mke2fs_4k_8m.lpf_dir");
+
+    fn entry(inode: u32, ft: u8, name: &str) -> DirEntry {
+        DirEntry { inode, file_type: ft, name: name.as_bytes().to_vec() }
+    }
+
+    #[test]
+    fn parses_mke2fs_root_and_checks_its_tail() {
+        let d = parse_block(ROOT, true).unwrap();
+        assert_eq!(d.entries, vec![entry(2, FT_DIR, "."), entry(2, FT_DIR, ".."), entry(11, FT_DIR, "lost+found")]);
+        let seed = inode_seed(fs_seed_from_uuid(&UUID), 2, 0);
+        assert_eq!(d.stored_checksum, Some(block_checksum(ROOT, seed)));
+    }
+
+    #[test]
+    fn builds_the_same_bytes_mke2fs_does() {
+        let fs = fs_seed_from_uuid(&UUID);
+        let root = build_block(4096, &[entry(2, FT_DIR, "."), entry(2, FT_DIR, ".."), entry(11, FT_DIR, "lost+found")], Some(inode_seed(fs, 2, 0)));
+        assert_eq!(root.as_deref(), Some(&ROOT[..]));
+        let lpf = build_block(4096, &[entry(11, FT_DIR, "."), entry(2, FT_DIR, "..")], Some(inode_seed(fs, 11, 0)));
+        assert_eq!(lpf.as_deref(), Some(&LPF[..]));
+    }
+
+    #[test]
+    fn sixty_four_k_blocks_encode_a_full_block_rec_len() {
+        let b = build_block(65536, &[], None).unwrap();
+        assert_eq!(le16(&b, DE_REC_LEN), 65535);
+        assert_eq!(parse_block(&b, false).unwrap().entries, vec![]);
+        assert_eq!(rec_len_from_disk(0, 65536), 65536);
+        assert_eq!(rec_len_from_disk(65535, 4096), 65535, "only 64K blocks use the escape");
+        let with_tail = build_block(65536, &[entry(5, FT_REG_FILE, "x")], Some(1)).unwrap();
+        assert_eq!(parse_block(&with_tail, true).unwrap().entries, vec![entry(5, FT_REG_FILE, "x")]);
+    }
+
+    #[test]
+    fn malformed_blocks_name_the_problem() {
+        let mut b = ROOT.to_vec();
+        b[DE_REC_LEN] = 10; // rec_len 10 for "."
+        assert!(parse_block(&b, true).unwrap_err().contains("rec_len 10"));
+        let mut b = ROOT.to_vec();
+        b[4096 - 12 + DE_FILE_TYPE] = 0;
+        assert_eq!(parse_block(&b, true).unwrap_err(), "no checksum tail at 4084");
+        let mut b = ROOT.to_vec();
+        b[24 + DE_REC_LEN..24 + DE_REC_LEN + 2].copy_from_slice(&4072u16.to_le_bytes());
+        assert!(parse_block(&b, true).unwrap_err().contains("runs past 4084"));
+        assert!(build_block(64, &[entry(1, 1, &"n".repeat(60))], None).is_none(), "too long for the block");
+    }
+}

@@ -1,0 +1,1 @@
+//! The mounted filesystem: caches, allocator, extent mapping, directories (in progress).
