@@ -29,6 +29,20 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// The spec a trace file describes.
+    pub fn from_trace(t: &Trace) -> Result<RunSpec, String> {
+        let mount = crate::mount_opts::parse_mount_opts(&t.mount, MountConfig::default()).map_err(|e| e.to_string())?;
+        Ok(RunSpec {
+            seed: t.seed,
+            ops: t.ops.len() as u64,
+            mount,
+            profile: t.profile.clone(),
+            fsck_every: t.fsck_every,
+            crash_every: t.crash_every,
+            swarm: true,
+        })
+    }
+
     pub fn new(seed: u64, ops: u64, mount: MountConfig) -> Self {
         RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true }
     }
@@ -158,5 +172,14 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
             .and_then(|r| r.failure)
             .is_some_and(|f| f.same_kind(failure))
     });
-    Some((Trace { seed: result.spec.seed, mount: format_mount_opts(&result.spec.mount), ops }, runs))
+    let spec = &result.spec;
+    let trace = Trace {
+        seed: spec.seed,
+        mount: format_mount_opts(&spec.mount),
+        profile: spec.profile.clone(),
+        crash_every: spec.crash_every,
+        fsck_every: spec.fsck_every,
+        ops,
+    };
+    Some((trace, runs))
 }

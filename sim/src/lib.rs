@@ -10,3 +10,4 @@ pub mod trace;
 pub mod workload;
 pub mod driver;
 pub mod report;
+pub mod cli;

@@ -5,6 +5,9 @@
 //! # ext4sim trace v1
 //! seed 42
 //! mount data=journal,nodelalloc
+//! profile ram
+//! crash_every 0
+//! fsck_every 500
 //! op write path="/a/b" offset=4096 len=100 seed=7
 //! op rename from="/a" to="/c"
 //! ```
@@ -29,6 +32,12 @@ pub struct Trace {
     pub seed: u64,
     /// As given to `--mount`.
     pub mount: String,
+    /// Disk profile name. Default: "ram".
+    pub profile: String,
+    /// Mean ops between crashes; 0 = none. Default: 0.
+    pub crash_every: u64,
+    /// Full checks every N ops. Default: 500.
+    pub fsck_every: u64,
     pub ops: Vec<Op>,
 }
 
@@ -190,7 +199,10 @@ pub fn parse_op(text: &str) -> Result<Op, String> {
 
 impl Trace {
     pub fn to_text(&self) -> String {
-        let mut out = format!("{TRACE_HEADER}\nseed {}\nmount {}\n", self.seed, self.mount);
+        let mut out = format!(
+            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\n",
+            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every
+        );
         for op in &self.ops {
             out.push_str("op ");
             out.push_str(&format_op(op));
@@ -202,6 +214,9 @@ impl Trace {
     pub fn parse(text: &str) -> Result<Trace, TraceError> {
         let mut seed = None;
         let mut mount = String::new();
+        let mut profile = "ram".to_string();
+        let mut crash_every = 0;
+        let mut fsck_every = 500;
         let mut ops = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -213,11 +228,14 @@ impl Trace {
             match word {
                 "seed" => seed = Some(rest.trim().parse().map_err(|_| err(format!("bad seed `{rest}`")))?),
                 "mount" => mount = rest.trim().to_string(),
+                "profile" => profile = rest.trim().to_string(),
+                "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
+                "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
                 "op" => ops.push(parse_op(rest).map_err(err)?),
                 other => return Err(err(format!("unknown line kind `{other}`"))),
             }
         }
-        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, ops })
+        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, ops })
     }
 }
 
@@ -237,7 +255,14 @@ mod tests {
 
     #[test]
     fn traces_round_trip_and_report_bad_lines() {
-        let t = Trace { seed: 9, mount: "data=journal".into(), ops: vec![Op::Sync, Op::Stat { path: "/a".into() }] };
+        let t = Trace {
+            seed: 9,
+            mount: "data=journal".into(),
+            profile: "hdd-5400".into(),
+            crash_every: 50,
+            fsck_every: 7,
+            ops: vec![Op::Sync, Op::Stat { path: "/a".into() }],
+        };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
         assert_eq!(Trace::parse("op sync\n"), Err(TraceError::NoSeed));
         assert!(matches!(Trace::parse("seed 1\nop frobnicate\n"), Err(TraceError::Parse { line: 2, .. })));

@@ -1,0 +1,254 @@
+//! The `ext4sim` command line: run, swarm, replay, shrink, export, bench.
+//! Exit status is 0 only when every run passed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use clap::{Args, Parser, Subcommand};
+use ext4_model::MountConfig;
+
+use crate::driver::{run_ops, run_seed, shrink_failure, RunResult, RunSpec, TargetFactory};
+use crate::mount_opts::parse_mount_opts;
+use crate::report::{json, summary};
+use crate::trace::Trace;
+
+#[derive(Parser, Debug)]
+#[command(name = "ext4sim", about = "Seeded lockstep simulation of the ext4 reference model and engine")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Ops to generate per run.
+    #[arg(long, default_value_t = 1000)]
+    pub ops: u64,
+    /// Disk profile: hdd-5400, hdd-7200, ssd, nvme, ram, or a profile file.
+    #[arg(long, default_value = "ram")]
+    pub profile: String,
+    /// Mount options, e.g. "data=journal,nodelalloc,bs=16k,ps=4k".
+    #[arg(long, default_value = "")]
+    pub mount: String,
+    /// Full checks (model + engine fsck) every N ops; 0 = only at the end.
+    #[arg(long, default_value_t = 500)]
+    pub fsck_every: u64,
+    /// Mean ops between crashes; 0 = no crashes.
+    #[arg(long, default_value_t = 0)]
+    pub crash_every: u64,
+    /// Run every op kind at base weights instead of swarm testing.
+    #[arg(long)]
+    pub no_swarm: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+    /// Where failing traces are written.
+    #[arg(long, default_value = ".")]
+    pub trace_dir: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One seeded lockstep run with a readable summary.
+    Run {
+        #[arg(long)]
+        seed: u64,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Many seeds; a summary table at the end.
+    Swarm {
+        /// Seed range A..B (B exclusive).
+        #[arg(long)]
+        seeds: String,
+        /// Run only shard i of n (i in 0..n), for CI matrices.
+        #[arg(long)]
+        shard: Option<String>,
+        /// Worker threads; each seed is still one deterministic run.
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Re-run a trace file.
+    Replay {
+        trace: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shrink a failing trace file further and write the result beside it.
+    Shrink { trace: PathBuf },
+}
+
+fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
+    let mount = parse_mount_opts(&args.mount, MountConfig::default()).map_err(|e| e.to_string())?;
+    mount.validate().map_err(|e| format!("mount options refused (EINVAL): {e}"))?;
+    Ok(RunSpec {
+        seed,
+        ops: args.ops,
+        mount,
+        profile: args.profile.clone(),
+        fsck_every: args.fsck_every,
+        crash_every: args.crash_every,
+        swarm: !args.no_swarm,
+    })
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text.split_once("..").ok_or(format!("`{text}` is not a range A..B"))?;
+    let a: u64 = a.parse().map_err(|_| format!("bad range start `{a}`"))?;
+    let b: u64 = b.parse().map_err(|_| format!("bad range end `{b}`"))?;
+    if a >= b {
+        return Err(format!("empty seed range {a}..{b}"));
+    }
+    Ok((a, b))
+}
+
+fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let (i, n) = text.split_once('/').ok_or(format!("`{text}` is not a shard i/n"))?;
+    let i: u64 = i.parse().map_err(|_| format!("bad shard index `{i}`"))?;
+    let n: u64 = n.parse().map_err(|_| format!("bad shard count `{n}`"))?;
+    if n == 0 || i >= n {
+        return Err(format!("shard {i}/{n} needs 0 <= i < n"));
+    }
+    Ok((i, n))
+}
+
+/// Shrinks a failure, writes its trace, and prints how to reproduce it.
+fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    if let Some((trace, runs)) = shrink_failure(factory, r) {
+        let path = dir.join(format!("ext4sim-seed{}.trace", r.spec.seed));
+        match std::fs::write(&path, trace.to_text()) {
+            Ok(()) => {
+                out.push_str(&format!("  shrunk      {} ops -> {} ops in {runs} runs\n", r.ops.len(), trace.ops.len()));
+                for op in &trace.ops {
+                    out.push_str(&format!("    {}\n", crate::trace::format_op(op)));
+                }
+                out.push_str(&format!("  replay      ext4sim replay {}\n", path.display()));
+            }
+            Err(e) => out.push_str(&format!("  could not write trace {}: {e}\n", path.display())),
+        }
+    }
+    out.push_str(&format!("  rerun       {}\n", r.spec.command()));
+    out
+}
+
+pub fn main_with<F: TargetFactory + Sync>(factory: F) -> ExitCode {
+    let cli = Cli::parse();
+    match run_cli(&factory, cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("ext4sim: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, String> {
+    match cli.command {
+        Command::Run { seed, args } => {
+            let spec = spec_from(seed, &args)?;
+            let r = run_seed(factory, &spec)?;
+            if args.json {
+                println!("{}", json(&r));
+            } else {
+                print!("{}", summary(&r));
+            }
+            if r.failure.is_some() {
+                eprint!("{}", report_failure(factory, &r, &args.trace_dir));
+            }
+            Ok(r.failure.is_none())
+        }
+        Command::Swarm { seeds, shard, jobs, args } => {
+            let (a, b) = parse_range(&seeds)?;
+            let (si, sn) = shard.as_deref().map(parse_shard).transpose()?.unwrap_or((0, 1));
+            let mine: Vec<u64> = (a..b).filter(|s| s % sn == si).collect();
+            let next = AtomicU64::new(0);
+            let results: Mutex<Vec<(u64, Result<RunResult, String>)>> = Mutex::new(Vec::new());
+            let done = AtomicU64::new(0);
+            std::thread::scope(|scope| {
+                for _ in 0..jobs.max(1) {
+                    scope.spawn(|| loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst) as usize;
+                        let Some(&seed) = mine.get(i) else { break };
+                        let r = spec_from(seed, &args).and_then(|spec| run_seed(factory, &spec));
+                        results.lock().expect("no panics hold the lock").push((seed, r));
+                        let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                        if !args.json {
+                            let width = 40;
+                            let filled = (n as usize * width) / mine.len().max(1);
+                            eprint!("\r[{}{}] {n}/{}", "#".repeat(filled), ".".repeat(width - filled), mine.len());
+                        }
+                    });
+                }
+            });
+            if !args.json {
+                eprintln!();
+            }
+            let mut results = results.into_inner().expect("no panics hold the lock");
+            results.sort_by_key(|(s, _)| *s);
+            let mut passed = 0;
+            let mut failed = Vec::new();
+            let mut total_ops = 0;
+            for (seed, r) in &results {
+                match r {
+                    Ok(r) if r.failure.is_none() => {
+                        passed += 1;
+                        total_ops += r.stats.ops;
+                        if args.json {
+                            println!("{}", json(r));
+                        }
+                    }
+                    Ok(r) => {
+                        total_ops += r.stats.ops;
+                        if args.json {
+                            println!("{}", json(r));
+                        }
+                        failed.push((*seed, r.failure.as_ref().map(|f| f.to_string()).unwrap_or_default()));
+                        eprint!("{}", report_failure(factory, r, &args.trace_dir));
+                    }
+                    Err(e) => failed.push((*seed, e.clone())),
+                }
+            }
+            if !args.json {
+                println!("ext4sim swarm: seeds {a}..{b} shard {si}/{sn}: {} runs, {} ops", results.len(), total_ops);
+                println!("  {:<8} {:>6}", "result", "seeds");
+                println!("  {:<8} {:>6}", "pass", passed);
+                println!("  {:<8} {:>6}", "fail", failed.len());
+                for (seed, why) in &failed {
+                    println!("  seed {seed}: {}", why.lines().next().unwrap_or(""));
+                }
+            }
+            Ok(failed.is_empty())
+        }
+        Command::Replay { trace, json: as_json } => {
+            let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+            let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;
+            let spec = RunSpec::from_trace(&t)?;
+            let r = run_ops(factory, &spec, &t.ops)?;
+            if as_json {
+                println!("{}", json(&r));
+            } else {
+                print!("{}", summary(&r));
+            }
+            Ok(r.failure.is_none())
+        }
+        Command::Shrink { trace } => {
+            let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+            let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;
+            let spec = RunSpec::from_trace(&t)?;
+            let r = run_ops(factory, &spec, &t.ops)?;
+            if r.failure.is_none() {
+                println!("trace passes; nothing to shrink");
+                return Ok(true);
+            }
+            let dir = trace.parent().map(|p| p.to_path_buf()).unwrap_or_else(|| ".".into());
+            print!("{}", report_failure(factory, &r, &dir));
+            Ok(false)
+        }
+    }
+}
