@@ -11,3 +11,4 @@ pub mod workload;
 pub mod driver;
 pub mod report;
 pub mod cli;
+pub mod fuzz_body;

@@ -1,0 +1,4 @@
+//! Arbitrary mount configs and op sequences against the reference model.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ext4_sim::fuzz_body::model_ops(data));

@@ -1,0 +1,58 @@
+//! Bodies of the cargo-fuzz targets, kept in the library so that a plain
+//! `cargo test` replays every corpus file the same way the fuzzer decodes it.
+
+use arbitrary::{Arbitrary, Unstructured};
+use ext4_model::{DataMode, FileSystem, Model, MountConfig, Op};
+
+/// Cap on ops one input runs, so a single input stays fast.
+pub const MAX_FUZZ_OPS: usize = 64;
+/// Cap on one write's length, so an input cannot ask for gigabytes.
+pub const MAX_FUZZ_WRITE: u32 = 1 << 20;
+
+/// The model under arbitrary mount configs and ops: a refused config is a
+/// typed error, no op panics, invariants hold after every op, and a crash
+/// right now may recover to the current state.
+/// Mostly configurations ext4 accepts (so ops get exercised), sometimes raw
+/// arbitrary ones (so refusal is exercised).
+fn mount_config(u: &mut Unstructured) -> arbitrary::Result<MountConfig> {
+    if u.ratio(1, 16)? {
+        return MountConfig::arbitrary(u);
+    }
+    let mut c = MountConfig {
+        block_size: *u.choose(&[1024, 2048, 4096, 8192, 16384, 32768, 65536])?,
+        page_size: *u.choose(&[4096, 16384, 65536])?,
+        has_journal: !u.ratio(1, 8)?,
+        data: *u.choose(&[None, Some(DataMode::Ordered), Some(DataMode::Writeback), Some(DataMode::Journal)])?,
+        delalloc: *u.choose(&[None, Some(false), Some(true)])?,
+        dioread_nolock: *u.choose(&[None, Some(false), Some(true)])?,
+        ..MountConfig::default()
+    };
+    c.read_only = u.ratio(1, 16)?;
+    Ok(c)
+}
+
+pub fn model_ops(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let Ok(config) = mount_config(&mut u) else { return };
+    let mut model = match Model::new(&config) {
+        Ok(m) => m,
+        Err(e) => {
+            assert!(config.validate().is_err(), "Model::new refused a config validate accepts: {e}");
+            return;
+        }
+    };
+    for _ in 0..MAX_FUZZ_OPS {
+        let Ok(mut op) = Op::arbitrary(&mut u) else { break };
+        if let Op::Write { len, .. } = &mut op {
+            *len %= MAX_FUZZ_WRITE;
+        }
+        let _ = model.apply(&op);
+        if let Err(e) = model.check_invariants() {
+            panic!("model invariant broken after {op:?}: {e}");
+        }
+    }
+    let envelope = model.crash_envelope();
+    if let Err(v) = envelope.check(&mut model.clone()) {
+        panic!("the current state must be an allowed crash state: {v}");
+    }
+}
