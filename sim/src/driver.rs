@@ -100,7 +100,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) 
     let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
     let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
-    crash_rng.set_stream(0x6372_6173_68); // "crash"
+    crash_rng.set_stream(0x0063_7261_7368); // "crash"
     let workload = Workload::new(spec.seed, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
     let enabled_kinds = workload.enabled_kinds();
     let mut source = match fixed {

@@ -49,10 +49,20 @@ pub trait Target: FileSystem {
     fn report(&mut self) -> Vec<(String, String)>;
 }
 
+/// The model and the target answered one op differently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    pub index: u64,
+    pub op: Op,
+    pub model: Outcome,
+    pub actual: Outcome,
+    pub why: String,
+}
+
 /// Why a run stopped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
-    Divergence { index: u64, op: Op, model: Outcome, actual: Outcome, why: String },
+    Divergence(Box<Divergence>),
     ModelInvariant { index: u64, what: String },
     TargetFsck { index: u64, what: String },
     Crash { index: u64, what: String },
@@ -61,8 +71,8 @@ pub enum Failure {
 impl Failure {
     pub fn index(&self) -> u64 {
         match self {
-            Failure::Divergence { index, .. }
-            | Failure::ModelInvariant { index, .. }
+            Failure::Divergence(d) => d.index,
+            Failure::ModelInvariant { index, .. }
             | Failure::TargetFsck { index, .. }
             | Failure::Crash { index, .. } => *index,
         }
@@ -88,12 +98,14 @@ fn brief(o: &Outcome) -> String {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Divergence { index, op, model, actual, why } => write!(
+            Failure::Divergence(d) => write!(
                 f,
-                "divergence at op {index}: {}\n  model:  {}\n  target: {}\n  why:    {why}",
-                format_op(op),
-                brief(model),
-                brief(actual)
+                "divergence at op {}: {}\n  model:  {}\n  target: {}\n  why:    {}",
+                d.index,
+                format_op(&d.op),
+                brief(&d.model),
+                brief(&d.actual),
+                d.why
             ),
             Failure::ModelInvariant { index, what } => write!(f, "model invariant broken after op {index}: {what}"),
             Failure::TargetFsck { index, what } => write!(f, "target fsck failed after op {index}: {what}"),
@@ -146,7 +158,7 @@ impl<T: Target> Lockstep<T> {
             Err(e) => *self.stats.errors.entry(*e).or_default() += 1,
         }
         if let Err(d) = agrees(&expected, &actual) {
-            return Err(Failure::Divergence { index, op: op.clone(), model: expected, actual, why: d.0 });
+            return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0 })));
         }
         Ok(expected)
     }

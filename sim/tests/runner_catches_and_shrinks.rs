@@ -77,7 +77,7 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
         .map(|s| run_seed(&factory, &spec(s)).unwrap())
         .find(|r| r.failure.is_some())
         .expect("some seed trips the injected bug");
-    assert!(matches!(failing.failure, Some(Failure::Divergence { op: Op::Read { .. }, .. })));
+    assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, Op::Read { .. })));
     let (trace, runs) = shrink_failure(&factory, &failing).unwrap();
     assert!(trace.ops.len() <= 4, "shrunk to {} ops after {runs} runs: {:?}", trace.ops.len(), trace.ops);
     // The trace file is the whole repro.
