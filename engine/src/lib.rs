@@ -17,5 +17,11 @@ pub mod mkfs;
 pub mod range_set;
 
 pub use error::{Corrupt, Error, Result};
+pub mod alloc;
+pub mod cache;
 pub mod check;
+pub mod dir;
+pub mod extent_tree;
 pub mod fs;
+
+pub use fs::{Ext4, LayoutReport};

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use ext4_model::MountConfig;
 
 use crate::driver::{run_ops, run_seed, shrink_failure, RunResult, RunSpec, TargetFactory};
+use crate::lockstep::Target as _;
 use crate::mount_opts::parse_mount_opts;
 use crate::report::{json, summary};
 use crate::trace::Trace;
@@ -80,6 +81,29 @@ pub enum Command {
     },
     /// Shrink a failing trace file further and write the result beside it.
     Shrink { trace: PathBuf },
+    /// Run a seed and write the engine's image for e2fsprogs.
+    Export {
+        #[arg(long)]
+        seed: u64,
+        image: PathBuf,
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Benchmarks: engine vs e2fsprogs (mkfs, populate, fsck) and lockstep throughput.
+    Bench {
+        /// Which: e2fsprogs, lockstep, or all.
+        #[arg(long, default_value = "all")]
+        what: String,
+        /// Runs per figure (median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Ops in the long lockstep run.
+        #[arg(long, default_value_t = 200_000)]
+        lockstep_ops: u64,
+        /// 1,000-op seeds for the seeds-per-minute figure.
+        #[arg(long, default_value_t = 60)]
+        seeds: u64,
+    },
 }
 
 fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
@@ -236,6 +260,41 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
                 print!("{}", summary(&r));
             }
             Ok(r.failure.is_none())
+        }
+        Command::Export { seed, image, args } => {
+            let spec = spec_from(seed, &args)?;
+            let (r, mut target) = crate::driver::run_seed_keeping_target(factory, &spec)?;
+            print!("{}", summary(&r));
+            target.export_image(&image)?;
+            println!("  image       {}", image.display());
+            Ok(r.failure.is_none())
+        }
+        Command::Bench { what, runs, lockstep_ops, seeds } => {
+            let mut ok = true;
+            if what == "all" || what == "e2fsprogs" {
+                println!("engine vs e2fsprogs (host time, median of {runs})");
+                match crate::bench::bench_e2fsprogs(runs.max(1), &crate::bench::default_work_dir()) {
+                    Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
+                    Err(e) => {
+                        println!("  failed: {e}");
+                        ok = false;
+                    }
+                }
+            }
+            if what == "all" || what == "lockstep" {
+                println!("lockstep throughput (ram profile, host time)");
+                match crate::bench::bench_lockstep(factory, lockstep_ops, seeds) {
+                    Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
+                    Err(e) => {
+                        println!("  failed: {e}");
+                        ok = false;
+                    }
+                }
+            }
+            if !["all", "e2fsprogs", "lockstep"].contains(&what.as_str()) {
+                return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep or all"));
+            }
+            Ok(ok)
         }
         Command::Shrink { trace } => {
             let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;

@@ -95,7 +95,7 @@ enum Source<'a> {
     Fixed(std::slice::Iter<'a, Op>),
 }
 
-fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) -> Result<RunResult, String> {
+fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) -> Result<(RunResult, F::Target), String> {
     let model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
     let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
@@ -150,17 +150,23 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) 
     let trace_hash = ls.trace_hash();
     let image_hash = ls.target.image_hash();
     let report = ls.target.report();
-    Ok(RunResult { spec: spec.clone(), ops: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds })
+    let result = RunResult { spec: spec.clone(), ops: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds };
+    Ok((result, ls.target))
 }
 
 /// Runs a spec with generated ops.
 pub fn run_seed<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<RunResult, String> {
+    execute(factory, spec, None).map(|(r, _)| r)
+}
+
+/// Runs a spec and hands back the target too (to export its image).
+pub fn run_seed_keeping_target<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<(RunResult, F::Target), String> {
     execute(factory, spec, None)
 }
 
 /// Runs a fixed op list (a replayed trace).
 pub fn run_ops<F: TargetFactory>(factory: &F, spec: &RunSpec, ops: &[Op]) -> Result<RunResult, String> {
-    execute(factory, spec, Some(ops))
+    execute(factory, spec, Some(ops)).map(|(r, _)| r)
 }
 
 /// Shrinks a failing run to a minimal trace that fails the same way.

@@ -12,3 +12,5 @@ pub mod driver;
 pub mod report;
 pub mod cli;
 pub mod fuzz_body;
+pub mod bench;
+pub mod engine_target;

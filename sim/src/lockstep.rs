@@ -47,6 +47,8 @@ pub trait Target: FileSystem {
     fn image_hash(&mut self) -> u64;
     /// Labelled figures for the summary: simulated time, I/O, layout.
     fn report(&mut self) -> Vec<(String, String)>;
+    /// Writes everything back and stores the image at `path` for e2fsprogs.
+    fn export_image(&mut self, path: &std::path::Path) -> Result<(), String>;
 }
 
 /// The model and the target answered one op differently.

@@ -53,6 +53,7 @@ impl Target for Buggy {
     fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
     fn image_hash(&mut self) -> u64 { self.inner.seq() }
     fn report(&mut self) -> Vec<(String, String)> { vec![("double".into(), "model with an injected bug".into())] }
+    fn export_image(&mut self, _path: &std::path::Path) -> Result<(), String> { Err("a test double has no image".into()) }
 }
 
 struct Factory {

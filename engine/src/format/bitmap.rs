@@ -66,6 +66,70 @@ impl Bitmap {
         }
     }
 
+    pub fn clear(&mut self, i: usize) {
+        if let Some(byte) = self.bytes.get_mut(i / 8) {
+            *byte &= !(1 << (i % 8));
+        }
+    }
+
+    /// Clears bits `start..end` (clamped to the bitmap).
+    pub fn clear_range(&mut self, start: usize, end: usize) {
+        let end = end.min(self.bit_len());
+        let mut i = start;
+        while i < end && i % 8 != 0 {
+            self.clear(i);
+            i += 1;
+        }
+        let full_end = end - end % 8;
+        if i < full_end {
+            self.bytes[i / 8..full_end / 8].fill(0);
+            i = full_end;
+        }
+        while i < end {
+            self.clear(i);
+            i += 1;
+        }
+    }
+
+    /// Whether every bit of `start..end` is clear (bits past the end count as set).
+    pub fn range_is_clear(&self, start: usize, end: usize) -> bool {
+        (start..end).all(|i| !self.get(i))
+    }
+
+    /// First clear bit in `from..limit`, skipping whole 0xFF bytes.
+    pub fn next_zero(&self, from: usize, limit: usize) -> Option<usize> {
+        let limit = limit.min(self.bit_len());
+        let mut i = from;
+        while i < limit {
+            if i % 8 == 0 && self.bytes[i / 8] == 0xFF {
+                i += 8;
+                continue;
+            }
+            if !self.get(i) {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// First set bit in `from..limit` (or `limit`), skipping whole 0x00 bytes.
+    pub fn next_one(&self, from: usize, limit: usize) -> usize {
+        let limit = limit.min(self.bit_len());
+        let mut i = from;
+        while i < limit {
+            if i % 8 == 0 && self.bytes[i / 8] == 0 {
+                i += 8;
+                continue;
+            }
+            if self.get(i) {
+                return i;
+            }
+            i += 1;
+        }
+        limit
+    }
+
     /// Number of clear bits among the first `n`.
     pub fn count_zeros(&self, n: usize) -> usize {
         let n = n.min(self.bit_len());
@@ -139,6 +203,21 @@ mod tests {
         assert!(b.get(3) && b.get(20) && !b.get(2) && !b.get(21));
         b.set_range(0, 100_000);
         assert_eq!(b.count_zeros(8192), 0);
+    }
+
+    #[test]
+    fn clear_and_scans() {
+        let mut b = Bitmap::new_padded(64, 500);
+        b.set_range(0, 500);
+        b.clear_range(5, 70);
+        assert!(b.get(4) && !b.get(5) && !b.get(69) && b.get(70));
+        assert!(b.range_is_clear(5, 70) && !b.range_is_clear(4, 70));
+        assert_eq!(b.next_zero(0, 500), Some(5));
+        assert_eq!(b.next_zero(70, 500), None);
+        assert_eq!(b.next_one(5, 500), 70);
+        b.clear(200);
+        assert_eq!(b.next_zero(70, 500), Some(200));
+        assert_eq!(b.next_one(200, 201), 201);
     }
 
     #[test]

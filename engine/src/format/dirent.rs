@@ -173,6 +173,125 @@ pub fn build_block(block_size: usize, entries: &[DirEntry], csum_seed: Option<u3
     Some(b)
 }
 
+/// Where entries may live in a block: everything, or everything before the tail.
+fn entry_limit(b: &[u8], has_tail: bool) -> usize {
+    if has_tail {
+        b.len().saturating_sub(TAIL_LEN)
+    } else {
+        b.len()
+    }
+}
+
+/// (offset, rec_len) of every record of an already validated block, stopping
+/// at the first record that does not fit (so a bad block cannot loop).
+fn records(b: &[u8], has_tail: bool) -> Vec<(usize, usize)> {
+    let limit = entry_limit(b, has_tail);
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    while off + ENTRY_HEADER_LEN <= limit {
+        let rec_len = rec_len_from_disk(le16(b, off + DE_REC_LEN), b.len());
+        if rec_len < ENTRY_HEADER_LEN || rec_len % 4 != 0 || off + rec_len > limit {
+            break;
+        }
+        out.push((off, rec_len));
+        off += rec_len;
+    }
+    out
+}
+
+/// Bytes a record really uses: nothing for a dead (inode 0) record.
+fn used_len(b: &[u8], off: usize) -> usize {
+    if le32(b, off + DE_INODE) == 0 {
+        0
+    } else {
+        min_rec_len(usize::from(u8_at(b, off + DE_NAME_LEN)))
+    }
+}
+
+fn name_at(b: &[u8], off: usize) -> &[u8] {
+    let len = usize::from(u8_at(b, off + DE_NAME_LEN));
+    b.get(off + ENTRY_HEADER_LEN..off + ENTRY_HEADER_LEN + len).unwrap_or(&[])
+}
+
+fn put_entry(b: &mut [u8], off: usize, rec_len: usize, e: &DirEntry) {
+    put_le32(b, off + DE_INODE, e.inode);
+    put_le16(b, off + DE_REC_LEN, rec_len_to_disk(rec_len));
+    put_u8(b, off + DE_NAME_LEN, e.name.len() as u8);
+    put_u8(b, off + DE_FILE_TYPE, e.file_type);
+    put_bytes(b, off + ENTRY_HEADER_LEN, &e.name);
+}
+
+/// Longest name-bearing record that [`insert_entry`] could place in this block,
+/// as a rec_len (0 when nothing fits).
+pub fn largest_free(b: &[u8], has_tail: bool) -> usize {
+    records(b, has_tail).iter().map(|&(off, rec)| rec - used_len(b, off)).max().unwrap_or(0)
+}
+
+/// Inserts `e` in place, the way ext4 does: into a dead record big enough, or
+/// by splitting the slack off the end of a live one. Returns false if no
+/// record has room (the caller then appends a block).
+pub fn insert_entry(b: &mut [u8], has_tail: bool, e: &DirEntry) -> bool {
+    if e.name.is_empty() || e.name.len() > MAX_NAME_LEN {
+        return false;
+    }
+    let need = min_rec_len(e.name.len());
+    for (off, rec) in records(b, has_tail) {
+        let used = used_len(b, off);
+        if rec - used < need {
+            continue;
+        }
+        if used == 0 {
+            put_entry(b, off, rec, e);
+        } else {
+            put_le16(b, off + DE_REC_LEN, rec_len_to_disk(used));
+            put_entry(b, off + used, rec - used, e);
+        }
+        return true;
+    }
+    false
+}
+
+/// Removes the live entry named `name`: its record merges into the one before
+/// it, or (first in the block) becomes a dead record. Returns its inode.
+pub fn remove_entry(b: &mut [u8], has_tail: bool, name: &[u8]) -> Option<u32> {
+    let recs = records(b, has_tail);
+    for (i, &(off, rec)) in recs.iter().enumerate() {
+        let ino = le32(b, off + DE_INODE);
+        if ino == 0 || name_at(b, off) != name {
+            continue;
+        }
+        match i.checked_sub(1).map(|p| recs[p]) {
+            Some((prev_off, prev_rec)) => put_le16(b, prev_off + DE_REC_LEN, rec_len_to_disk(prev_rec + rec)),
+            None => put_le32(b, off + DE_INODE, 0),
+        }
+        return Some(ino);
+    }
+    None
+}
+
+/// Points the live entry named `name` at another inode (".." on a directory move).
+pub fn set_entry_inode(b: &mut [u8], has_tail: bool, name: &[u8], ino: u32, file_type: u8) -> bool {
+    for (off, _) in records(b, has_tail) {
+        if le32(b, off + DE_INODE) != 0 && name_at(b, off) == name {
+            put_le32(b, off + DE_INODE, ino);
+            put_u8(b, off + DE_FILE_TYPE, file_type);
+            return true;
+        }
+    }
+    false
+}
+
+/// Recomputes the checksum stored in the tail of a block that has one.
+pub fn set_tail_checksum(b: &mut [u8], ino_seed: u32) {
+    let Some(limit) = b.len().checked_sub(TAIL_LEN) else { return };
+    put_le32(b, limit + DE_INODE, 0);
+    put_le16(b, limit + DE_REC_LEN, TAIL_LEN as u16);
+    put_u8(b, limit + DE_NAME_LEN, 0);
+    put_u8(b, limit + DE_FILE_TYPE, TAIL_FILE_TYPE);
+    let c = block_checksum(b, ino_seed);
+    put_le32(b, limit + TAIL_CSUM, c);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,6 +331,36 @@ mod tests {
         assert_eq!(rec_len_from_disk(65535, 4096), 65535, "only 64K blocks use the escape");
         let with_tail = build_block(65536, &[entry(5, FT_REG_FILE, "x")], Some(1)).unwrap();
         assert_eq!(parse_block(&with_tail, true).unwrap().entries, vec![entry(5, FT_REG_FILE, "x")]);
+    }
+
+    #[test]
+    fn in_place_insert_and_remove_merge_records() {
+        let seed = 77;
+        let mut b = build_block(1024, &[entry(2, FT_DIR, "."), entry(2, FT_DIR, "..")], Some(seed)).unwrap();
+        let big = largest_free(&b, true);
+        assert_eq!(big, 1024 - 12 - 12 - 12);
+        assert!(insert_entry(&mut b, true, &entry(20, FT_REG_FILE, "alpha")));
+        assert!(insert_entry(&mut b, true, &entry(21, FT_REG_FILE, "beta")));
+        set_tail_checksum(&mut b, seed);
+        let parsed = parse_block(&b, true).unwrap();
+        assert_eq!(parsed.entries.len(), 4);
+        assert_eq!(parsed.stored_checksum, Some(block_checksum(&b, seed)));
+        assert_eq!(remove_entry(&mut b, true, b"alpha"), Some(20));
+        assert_eq!(remove_entry(&mut b, true, b"alpha"), None);
+        let names: Vec<Vec<u8>> = parse_block(&b, true).unwrap().entries.into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"beta".to_vec()]);
+        assert!(set_entry_inode(&mut b, true, b"..", 99, FT_DIR));
+        assert_eq!(parse_block(&b, true).unwrap().entries[1].inode, 99);
+        assert_eq!(remove_entry(&mut b, true, b"beta"), Some(21));
+        assert_eq!(largest_free(&b, true), big, "deleting merged the space back");
+        // A first record removed becomes dead and is reused.
+        let mut e = build_block(1024, &[entry(5, FT_REG_FILE, "x")], None).unwrap();
+        assert_eq!(remove_entry(&mut e, false, b"x"), Some(5));
+        assert!(parse_block(&e, false).unwrap().entries.is_empty());
+        assert!(insert_entry(&mut e, false, &entry(6, FT_REG_FILE, "y")));
+        assert_eq!(parse_block(&e, false).unwrap().entries, vec![entry(6, FT_REG_FILE, "y")]);
+        let mut full = build_block(64, &[entry(5, FT_REG_FILE, &"n".repeat(40))], None).unwrap();
+        assert!(!insert_entry(&mut full, false, &entry(6, FT_REG_FILE, &"m".repeat(20))));
     }
 
     #[test]

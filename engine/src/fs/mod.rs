@@ -1,1 +1,179 @@
-//! The mounted filesystem: caches, allocator, extent mapping, directories (in progress).
+//! The mounted, writable filesystem: [`Ext4`] implements the model's
+//! [`ext4_model::FileSystem`] over a [`BlockDevice`].
+//!
+//! Contract:
+//! - **Answers are the model's.** Every op checks its errors in the model's
+//!   order (see `ext4_model`'s namespace and data modules) and gives the same
+//!   bytes, stat, listings and FIEMAP coverage.
+//! - **Everything is cached.** Inodes, extent mappings, directories (with a
+//!   name index), bitmaps and descriptors live in memory once touched; file
+//!   data goes straight to the device (there is no page cache yet), metadata
+//!   waits in the buffer cache until fsync/fdatasync/sync/unmount writes it
+//!   back in order: extent trees and inodes, then bitmaps and descriptors,
+//!   then the superblock, then a flush.
+//! - **Deterministic.** Timestamps come from the superblock's last write time
+//!   plus an op counter in the nanoseconds, never from the wall clock.
+//! - **Bad disk data is EIO, never a panic.** Device errors map to EIO (EROFS
+//!   for a read-only device, ENOSPC for a full backing store).
+//! - Not yet: jbd2 transactions (the journal is left clean and untouched),
+//!   htree directories (refused with EIO), block-mapped files.
+
+mod data;
+mod fallocate;
+mod layout;
+mod lifecycle;
+mod namespace;
+mod node;
+mod resolve;
+mod syscalls;
+mod writeback;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ext4_model::{EffectiveMount, Errno, MountConfig};
+
+use crate::alloc::Allocator;
+use crate::cache::BufferCache;
+use crate::device::{BlockDevice, DeviceError};
+use crate::error::{Error, Result, Unsupported};
+use crate::format::geometry::Geometry;
+use crate::format::group_desc::DescChecksum;
+use crate::format::inode::Timestamp;
+use crate::format::superblock::{feature, Superblock};
+use crate::format::InodeNumber;
+use crate::image::Image;
+
+pub use layout::LayoutReport;
+use node::Node;
+
+/// What the engine's data structures share, apart from the inode table.
+pub(crate) struct Ctx<D: BlockDevice> {
+    pub dev: D,
+    pub mount: EffectiveMount,
+    pub sb: Superblock,
+    pub geo: Geometry,
+    pub alloc: Allocator,
+    pub cache: BufferCache,
+    /// Seed of metadata checksums (metadata_csum), else None.
+    pub csum_seed: Option<u32>,
+    clock_secs: i64,
+    clock_ticks: u32,
+    next_generation: u32,
+}
+
+impl<D: BlockDevice> Ctx<D> {
+    /// The time stamped on this op's changes: fixed seconds, a counter in the
+    /// nanoseconds, so later changes sort later and runs stay byte-identical.
+    pub fn now(&mut self) -> Timestamp {
+        self.clock_ticks = (self.clock_ticks + 1) % 1_000_000_000;
+        Timestamp { secs: self.clock_secs, nsec: self.clock_ticks }
+    }
+
+    pub fn generation(&mut self) -> u32 {
+        self.next_generation = self.next_generation.wrapping_add(1);
+        self.next_generation
+    }
+
+    pub fn bs(&self) -> u64 {
+        u64::from(self.geo.block_size)
+    }
+
+    pub fn writable(&self) -> std::result::Result<(), Errno> {
+        if self.mount.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A mounted ext4 filesystem.
+pub struct Ext4<D: BlockDevice> {
+    ctx: Ctx<D>,
+    /// Inodes read so far, by number.
+    nodes: BTreeMap<InodeNumber, Node>,
+    /// Inodes whose on-disk copy (or extent tree) is stale.
+    dirty: BTreeSet<InodeNumber>,
+}
+
+/// How an engine error looks to a user.
+impl From<Error> for Errno {
+    fn from(e: Error) -> Errno {
+        match e {
+            Error::Device(DeviceError::ReadOnly) => Errno::EROFS,
+            Error::Device(DeviceError::NoSpace) => Errno::ENOSPC,
+            _ => Errno::EIO,
+        }
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// Validates `config`, reads and checks the superblock and descriptors,
+    /// and takes over the device.
+    pub fn mount(dev: D, config: &MountConfig) -> Result<Self> {
+        let mount = config.validate().map_err(|e| Error::InvalidArgument(format!("mount options: {e}")))?;
+        let img = Image::open(dev)?;
+        let sb = img.superblock().clone();
+        let geo = img.geometry().clone();
+        let descs = img.group_descs().to_vec();
+        let dev = img.into_device();
+        if sb.block_size() != mount.block_size {
+            return Err(Error::InvalidArgument(format!(
+                "mount options: block size {} but the image has {}-byte blocks",
+                mount.block_size,
+                sb.block_size()
+            )));
+        }
+        for (bit, name) in [(feature::INCOMPAT_EXTENTS, "extent"), (feature::INCOMPAT_FILETYPE, "filetype")] {
+            if sb.feature_incompat & bit == 0 {
+                return Err(Unsupported::Construct(format!("images without {name}")).into());
+            }
+        }
+        if sb.feature_incompat & feature::INCOMPAT_RECOVER != 0 {
+            return Err(Unsupported::Construct("a journal that needs recovery".into()).into());
+        }
+        let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+        let desc_csum = match csum_seed {
+            Some(fs_seed) => DescChecksum::Crc32c { fs_seed },
+            None if sb.has_gdt_csum() => DescChecksum::Crc16 { uuid: sb.uuid },
+            None => DescChecksum::None,
+        };
+        let alloc = Allocator::new(geo.clone(), descs, desc_csum, csum_seed, sb.first_ino(), sb.hash_seed, mount.alloc);
+        let cache = BufferCache::new(geo.block_size, geo.blocks_count);
+        let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
+        let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, clock_secs, clock_ticks: 0, next_generation: 0 };
+        Ok(Ext4 { ctx, nodes: BTreeMap::new(), dirty: BTreeSet::new() })
+    }
+
+    /// Writes back everything dirty, flushes, and returns the device.
+    pub fn unmount(mut self) -> Result<D> {
+        if !self.ctx.mount.read_only {
+            self.write_back_all()?;
+        }
+        Ok(self.ctx.dev)
+    }
+
+    /// Drops every cache without writing anything (a crash).
+    pub fn into_device_dropping_caches(mut self) -> D {
+        self.ctx.cache.drop_all();
+        self.ctx.dev
+    }
+
+    pub fn device(&self) -> &D {
+        &self.ctx.dev
+    }
+
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.ctx.dev
+    }
+
+    /// The mount options in force.
+    pub fn mount_options(&self) -> &EffectiveMount {
+        &self.ctx.mount
+    }
+
+    /// Checks the allocator's running counts against descriptors and bitmaps.
+    pub fn check_allocator(&self) -> std::result::Result<(), String> {
+        self.ctx.alloc.check_counts()
+    }
+}

@@ -1,0 +1,298 @@
+//! Block and inode allocation over the group descriptors and bitmaps.
+//!
+//! - Descriptors are all in memory from mount; bitmaps are read (checksum
+//!   verified) on first use, or synthesised for UNINIT groups, and stay.
+//! - Free counts are kept exact at every step: per group in the descriptors
+//!   and in running totals the superblock is written from.
+//! - Nothing reaches the device here: [`Allocator::write_back`] stores dirty
+//!   bitmaps (with checksums and padding) and descriptors into the buffer cache.
+//! - Policies: [`block`] (goal group, contiguous runs, the skip_block_uninit
+//!   knob), [`inode`] (first use of a group, itable_unused), [`orlov`] (which
+//!   group a new inode goes to).
+
+pub mod block;
+pub mod inode;
+pub mod orlov;
+
+use std::collections::BTreeSet;
+
+use ext4_model::AllocPolicy;
+
+use crate::cache::BufferCache;
+use crate::device::{BlockDevice, IoClass};
+use crate::error::{ChecksumObject, Corrupt, Error, Result};
+use crate::format::bitmap::{stored_bitmap_csum_matches, Bitmap};
+use crate::format::geometry::Geometry;
+use crate::format::group_desc::{DescChecksum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
+use crate::format::GroupIndex;
+
+pub use inode::InodeGrant;
+
+/// Allocation state of a mounted filesystem.
+#[derive(Debug)]
+pub struct Allocator {
+    geo: Geometry,
+    descs: Vec<GroupDesc>,
+    block_bitmaps: Vec<Option<Bitmap>>,
+    inode_bitmaps: Vec<Option<Bitmap>>,
+    /// Lowest block of each group that may be free: scans start here.
+    block_hint: Vec<u32>,
+    dirty_descs: BTreeSet<GroupIndex>,
+    dirty_block_bitmaps: BTreeSet<GroupIndex>,
+    dirty_inode_bitmaps: BTreeSet<GroupIndex>,
+    free_blocks: u64,
+    free_inodes: u64,
+    used_dirs: u64,
+    /// UNINIT flags and itable_unused mean something (metadata_csum or uninit_bg).
+    lazy_groups: bool,
+    desc_csum: DescChecksum,
+    bitmap_seed: Option<u32>,
+    first_ino: u32,
+    hash_seed: [u8; 16],
+    policy: AllocPolicy,
+}
+
+/// What the superblock needs after writeback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+}
+
+impl Allocator {
+    /// Takes over the descriptors of a validated image.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        geo: Geometry,
+        descs: Vec<GroupDesc>,
+        desc_csum: DescChecksum,
+        bitmap_seed: Option<u32>,
+        first_ino: u32,
+        hash_seed: [u8; 16],
+        policy: AllocPolicy,
+    ) -> Self {
+        let n = descs.len();
+        let free_blocks = descs.iter().map(|d| u64::from(d.free_blocks)).sum();
+        let free_inodes = descs.iter().map(|d| u64::from(d.free_inodes)).sum();
+        let used_dirs = descs.iter().map(|d| u64::from(d.used_dirs)).sum();
+        let lazy_groups = desc_csum != DescChecksum::None;
+        Allocator {
+            geo,
+            descs,
+            block_bitmaps: vec![None; n],
+            inode_bitmaps: vec![None; n],
+            block_hint: vec![0; n],
+            dirty_descs: BTreeSet::new(),
+            dirty_block_bitmaps: BTreeSet::new(),
+            dirty_inode_bitmaps: BTreeSet::new(),
+            free_blocks,
+            free_inodes,
+            used_dirs,
+            lazy_groups,
+            desc_csum,
+            bitmap_seed,
+            first_ino,
+            hash_seed,
+            policy,
+        }
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub fn descs(&self) -> &[GroupDesc] {
+        &self.descs
+    }
+
+    pub fn totals(&self) -> Totals {
+        Totals { free_blocks: self.free_blocks, free_inodes: self.free_inodes }
+    }
+
+    fn has_flag(&self, g: GroupIndex, flag: u16) -> bool {
+        self.lazy_groups && self.descs[g as usize].has_flag(flag)
+    }
+
+    fn read_block<D: BlockDevice + ?Sized>(&self, dev: &mut D, block: u64) -> Result<Vec<u8>> {
+        let bs = u64::from(self.geo.block_size);
+        if block == 0 || block >= self.geo.blocks_count {
+            return Err(Error::Corrupt(Corrupt::Bitmap { group: 0, what: format!("bitmap block {block} outside the filesystem") }));
+        }
+        let mut b = vec![0u8; bs as usize];
+        dev.read(block * bs, &mut b, IoClass::Metadata)?;
+        Ok(b)
+    }
+
+    /// The block bitmap of a BLOCK_UNINIT group as the kernel synthesises it:
+    /// backup superblock and GDT, metadata of the flex's groups that lies in
+    /// this group, padding past the group's end.
+    fn synthesise_block_bitmap(&self, g: GroupIndex) -> Result<Bitmap> {
+        let geo = &self.geo;
+        let start = geo.group_first_block(g);
+        let len = u64::from(geo.group_len(g));
+        let mut bm = Bitmap::new_padded(geo.block_size as usize, len as usize);
+        bm.set_range(0, geo.base_meta_blocks(g) as usize);
+        let flex = geo.flex_size();
+        let first = g - g % flex;
+        let last = first.saturating_add(flex).min(geo.group_count);
+        let itb = u64::from(geo.inode_table_blocks);
+        for h in first..last {
+            let d = &self.descs[h as usize];
+            for (at, n) in [(d.block_bitmap, 1), (d.inode_bitmap, 1), (d.inode_table, itb)] {
+                let lo = at.max(start);
+                let hi = at.saturating_add(n).min(start + len);
+                if lo < hi {
+                    bm.set_range((lo - start) as usize, (hi - start) as usize);
+                }
+            }
+        }
+        let free = bm.count_zeros(len as usize) as u64;
+        let want = u64::from(self.descs[g as usize].free_blocks);
+        if free != want {
+            return Err(Error::Corrupt(Corrupt::GroupDescriptor {
+                group: g,
+                what: format!("BLOCK_UNINIT group has {want} free blocks but its synthesised bitmap {free}"),
+            }));
+        }
+        Ok(bm)
+    }
+
+    /// Loads group `g`'s block bitmap if needed.
+    fn load_block_bitmap<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, g: GroupIndex) -> Result<()> {
+        if self.block_bitmaps[g as usize].is_some() {
+            return Ok(());
+        }
+        let bm = if self.has_flag(g, BG_BLOCK_UNINIT) {
+            self.synthesise_block_bitmap(g)?
+        } else {
+            let d = self.descs[g as usize];
+            let bm = Bitmap::from_bytes(self.read_block(dev, d.block_bitmap)?);
+            if let Some(s) = self.bitmap_seed {
+                let computed = bm.checksum(s, self.geo.blocks_per_group);
+                if !stored_bitmap_csum_matches(d.block_bitmap_csum, computed, self.geo.desc_size) {
+                    return Err(Error::Corrupt(Corrupt::Checksum { object: ChecksumObject::BlockBitmap { group: g }, stored: d.block_bitmap_csum, computed }));
+                }
+            }
+            bm
+        };
+        self.block_bitmaps[g as usize] = Some(bm);
+        Ok(())
+    }
+
+    /// Loads group `g`'s inode bitmap if needed.
+    fn load_inode_bitmap<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, g: GroupIndex) -> Result<()> {
+        if self.inode_bitmaps[g as usize].is_some() {
+            return Ok(());
+        }
+        let ipg = self.geo.inodes_per_group as usize;
+        let bm = if self.has_flag(g, BG_INODE_UNINIT) {
+            Bitmap::new_padded(self.geo.block_size as usize, ipg)
+        } else {
+            let d = self.descs[g as usize];
+            let bm = Bitmap::from_bytes(self.read_block(dev, d.inode_bitmap)?);
+            if let Some(s) = self.bitmap_seed {
+                let computed = bm.checksum(s, self.geo.inodes_per_group);
+                if !stored_bitmap_csum_matches(d.inode_bitmap_csum, computed, self.geo.desc_size) {
+                    return Err(Error::Corrupt(Corrupt::Checksum { object: ChecksumObject::InodeBitmap { group: g }, stored: d.inode_bitmap_csum, computed }));
+                }
+            }
+            bm
+        };
+        self.inode_bitmaps[g as usize] = Some(bm);
+        Ok(())
+    }
+
+    fn block_bitmap(&self, g: GroupIndex) -> Result<&Bitmap> {
+        self.block_bitmaps[g as usize].as_ref().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))
+    }
+
+    /// Whether block `b` is in use (loads its bitmap).
+    pub fn block_in_use<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, b: u64) -> Result<bool> {
+        let g = self.geo.group_of_block(b).ok_or_else(|| Error::InvalidArgument(format!("block {b} outside the groups")))?;
+        self.load_block_bitmap(dev, g)?;
+        Ok(self.block_bitmap(g)?.get((b - self.geo.group_first_block(g)) as usize))
+    }
+
+    /// Stores dirty bitmaps and descriptors into `cache` with fresh checksums.
+    pub fn write_back<D: BlockDevice + ?Sized>(&mut self, cache: &mut BufferCache, dev: &mut D) -> Result<Totals> {
+        for g in std::mem::take(&mut self.dirty_block_bitmaps) {
+            let Some(bm) = &self.block_bitmaps[g as usize] else { continue };
+            let d = &mut self.descs[g as usize];
+            if let Some(s) = self.bitmap_seed {
+                d.block_bitmap_csum = bm.checksum(s, self.geo.blocks_per_group);
+            }
+            cache.put(d.block_bitmap, bm.as_bytes())?;
+            self.dirty_descs.insert(g);
+        }
+        for g in std::mem::take(&mut self.dirty_inode_bitmaps) {
+            let Some(bm) = &self.inode_bitmaps[g as usize] else { continue };
+            let d = &mut self.descs[g as usize];
+            if let Some(s) = self.bitmap_seed {
+                d.inode_bitmap_csum = bm.checksum(s, self.geo.inodes_per_group);
+            }
+            cache.put(d.inode_bitmap, bm.as_bytes())?;
+            self.dirty_descs.insert(g);
+        }
+        let bs = u64::from(self.geo.block_size);
+        let ds = u64::from(self.geo.desc_size);
+        let gdt_start = u64::from(self.geo.first_data_block) + 1;
+        for g in std::mem::take(&mut self.dirty_descs) {
+            let byte = u64::from(g) * ds;
+            let block = cache.get_mut(dev, gdt_start + byte / bs)?;
+            let at = (byte % bs) as usize;
+            let slot = block.get_mut(at..at + ds as usize).ok_or_else(|| Error::InvalidArgument(format!("descriptor {g} past its GDT block")))?;
+            self.descs[g as usize].write(slot, g, self.desc_csum);
+        }
+        Ok(self.totals())
+    }
+
+    /// Checks the running totals against the descriptors and loaded bitmaps.
+    pub fn check_counts(&self) -> std::result::Result<(), String> {
+        let fb: u64 = self.descs.iter().map(|d| u64::from(d.free_blocks)).sum();
+        let fi: u64 = self.descs.iter().map(|d| u64::from(d.free_inodes)).sum();
+        let ud: u64 = self.descs.iter().map(|d| u64::from(d.used_dirs)).sum();
+        if (fb, fi, ud) != (self.free_blocks, self.free_inodes, self.used_dirs) {
+            return Err(format!("totals {:?} vs descriptors {:?}", (self.free_blocks, self.free_inodes, self.used_dirs), (fb, fi, ud)));
+        }
+        for (g, bm) in self.block_bitmaps.iter().enumerate() {
+            if let Some(bm) = bm {
+                let free = bm.count_zeros(self.geo.group_len(g as u32) as usize) as u32;
+                if free != self.descs[g].free_blocks {
+                    return Err(format!("group {g}: bitmap has {free} free blocks, descriptor {}", self.descs[g].free_blocks));
+                }
+            }
+        }
+        for (g, bm) in self.inode_bitmaps.iter().enumerate() {
+            if let Some(bm) = bm {
+                let free = bm.count_zeros(self.geo.inodes_per_group as usize) as u32;
+                if free != self.descs[g].free_inodes {
+                    return Err(format!("group {g}: bitmap has {free} free inodes, descriptor {}", self.descs[g].free_inodes));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+    use crate::device_mem::MemDevice;
+    use crate::image::Image;
+    use crate::mkfs::{mkfs, MkfsOptions};
+
+    /// A fresh filesystem and an allocator over it.
+    pub fn fresh(size: u64, block_size: u32, policy: AllocPolicy) -> (MemDevice, Allocator) {
+        let mut dev = MemDevice::new(size);
+        let mut o = MkfsOptions::new(size, [7; 16], [3; 16], 1_700_000_000);
+        o.block_size = block_size;
+        mkfs(&mut dev, &o).unwrap();
+        let img = Image::open(dev).unwrap();
+        let sb = img.superblock().clone();
+        let geo = img.geometry().clone();
+        let descs = img.group_descs().to_vec();
+        let seed = sb.csum_seed();
+        let alloc = Allocator::new(geo, descs, DescChecksum::Crc32c { fs_seed: seed }, Some(seed), sb.first_ino(), sb.hash_seed, policy);
+        (img.into_device(), alloc)
+    }
+}

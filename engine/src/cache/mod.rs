@@ -1,0 +1,199 @@
+//! The buffer cache: metadata blocks (inode tables, bitmaps, descriptors,
+//! extent-tree and directory blocks) held in memory with dirty tracking.
+//!
+//! Contract:
+//! - A block is read from the device at most once; afterwards the cached copy
+//!   is the truth. File data never passes through here.
+//! - Nothing is written until [`BufferCache::write_back`], which sends every
+//!   dirty block in ascending block order (adjacent blocks coalesced), so
+//!   writeback is deterministic and seek-friendly.
+//! - A freed block must be [`BufferCache::forget`]-ten: a stale dirty copy
+//!   written later would overwrite whatever data the block holds by then.
+//! - [`BufferCache::drop_all`] loses everything, as a crash does.
+
+use std::collections::BTreeMap;
+
+use crate::device::{BlockDevice, IoClass, WriteFlags};
+use crate::error::{Error, Result};
+use crate::format::BlockNumber;
+
+/// Largest single coalesced write: bounds the staging buffer.
+const MAX_WRITE_BYTES: usize = 1 << 20;
+
+#[derive(Debug)]
+struct Buf {
+    data: Box<[u8]>,
+    dirty: bool,
+}
+
+/// Cached metadata blocks of one filesystem.
+#[derive(Debug)]
+pub struct BufferCache {
+    block_size: usize,
+    blocks_count: u64,
+    bufs: BTreeMap<BlockNumber, Buf>,
+    dirty_count: usize,
+}
+
+impl BufferCache {
+    pub fn new(block_size: u32, blocks_count: u64) -> Self {
+        BufferCache { block_size: block_size as usize, blocks_count, bufs: BTreeMap::new(), dirty_count: 0 }
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// Number of dirty blocks waiting for writeback.
+    pub fn dirty_count(&self) -> usize {
+        self.dirty_count
+    }
+
+    fn check(&self, block: BlockNumber) -> Result<()> {
+        if block == 0 || block >= self.blocks_count {
+            // Block 0 holds the boot sectors and (bs > 1 KiB) the primary superblock.
+            return Err(Error::InvalidArgument(format!("metadata block {block} outside 1..{}", self.blocks_count)));
+        }
+        Ok(())
+    }
+
+    fn load<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut Buf> {
+        self.check(block)?;
+        if !self.bufs.contains_key(&block) {
+            let mut data = vec![0u8; self.block_size].into_boxed_slice();
+            dev.read(block * self.block_size as u64, &mut data, IoClass::Metadata)?;
+            self.bufs.insert(block, Buf { data, dirty: false });
+        }
+        self.bufs.get_mut(&block).ok_or_else(|| Error::InvalidArgument(format!("block {block} vanished from the cache")))
+    }
+
+    /// The block's bytes, read through on a miss.
+    pub fn get<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&[u8]> {
+        Ok(&self.load(dev, block)?.data)
+    }
+
+    /// The block's bytes for modification; the block becomes dirty.
+    pub fn get_mut<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut [u8]> {
+        let newly_dirty = !std::mem::replace(&mut self.load(dev, block)?.dirty, true);
+        if newly_dirty {
+            self.dirty_count += 1;
+        }
+        let buf = self.bufs.get_mut(&block).ok_or_else(|| Error::InvalidArgument(format!("block {block} vanished from the cache")))?;
+        Ok(&mut buf.data)
+    }
+
+    /// Replaces the block's contents without reading it (a block just
+    /// allocated, or one whose every byte is rewritten).
+    pub fn put(&mut self, block: BlockNumber, data: &[u8]) -> Result<()> {
+        self.check(block)?;
+        debug_assert_eq!(data.len(), self.block_size);
+        match self.bufs.get_mut(&block) {
+            Some(buf) => {
+                buf.data.copy_from_slice(data);
+                if !buf.dirty {
+                    buf.dirty = true;
+                    self.dirty_count += 1;
+                }
+            }
+            None => {
+                self.bufs.insert(block, Buf { data: data.to_vec().into_boxed_slice(), dirty: true });
+                self.dirty_count += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops cached copies of blocks `start..start + len` without writing them.
+    pub fn forget(&mut self, start: BlockNumber, len: u64) {
+        let end = start.saturating_add(len);
+        let doomed: Vec<BlockNumber> = self.bufs.range(start..end).map(|(b, _)| *b).collect();
+        for b in doomed {
+            if let Some(buf) = self.bufs.remove(&b) {
+                if buf.dirty {
+                    self.dirty_count -= 1;
+                }
+            }
+        }
+    }
+
+    /// Writes every dirty block in ascending order, coalescing neighbours.
+    pub fn write_back<D: BlockDevice + ?Sized>(&mut self, dev: &mut D) -> Result<()> {
+        let bs = self.block_size;
+        let mut run_start: Option<BlockNumber> = None;
+        let mut staged: Vec<u8> = Vec::new();
+        let emit = |dev: &mut D, start: BlockNumber, staged: &mut Vec<u8>| -> Result<()> {
+            if !staged.is_empty() {
+                dev.write(start * bs as u64, staged, WriteFlags::METADATA)?;
+                staged.clear();
+            }
+            Ok(())
+        };
+        for (&b, buf) in self.bufs.iter_mut().filter(|(_, buf)| buf.dirty) {
+            let contiguous = run_start.is_some_and(|s| s + (staged.len() / bs) as u64 == b);
+            if !contiguous || staged.len() + bs > MAX_WRITE_BYTES {
+                if let Some(s) = run_start {
+                    emit(dev, s, &mut staged)?;
+                }
+                run_start = Some(b);
+            }
+            staged.extend_from_slice(&buf.data);
+            buf.dirty = false;
+        }
+        if let Some(s) = run_start {
+            emit(dev, s, &mut staged)?;
+        }
+        self.dirty_count = 0;
+        Ok(())
+    }
+
+    /// Forgets everything, dirty or not (a crash).
+    pub fn drop_all(&mut self) {
+        self.bufs.clear();
+        self.dirty_count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device_mem::MemDevice;
+
+    fn read(dev: &mut MemDevice, block: u64) -> Vec<u8> {
+        let mut b = vec![0u8; 1024];
+        dev.read(block * 1024, &mut b, IoClass::Metadata).unwrap();
+        b
+    }
+
+    #[test]
+    fn nothing_reaches_the_device_before_write_back() {
+        let mut dev = MemDevice::new(1 << 20);
+        let mut c = BufferCache::new(1024, 1024);
+        c.get_mut(&mut dev, 5).unwrap()[0] = 7;
+        c.put(6, &[9u8; 1024]).unwrap();
+        assert_eq!(c.dirty_count(), 2);
+        assert_eq!(read(&mut dev, 5)[0], 0);
+        c.write_back(&mut dev).unwrap();
+        assert_eq!(c.dirty_count(), 0);
+        assert_eq!(read(&mut dev, 5)[0], 7);
+        assert_eq!(read(&mut dev, 6), vec![9u8; 1024]);
+        assert_eq!(c.get(&mut dev, 5).unwrap()[0], 7, "the cached copy stays");
+    }
+
+    #[test]
+    fn forgotten_blocks_are_never_written() {
+        let mut dev = MemDevice::new(1 << 20);
+        let mut c = BufferCache::new(1024, 1024);
+        c.put(10, &[1u8; 1024]).unwrap();
+        c.put(11, &[2u8; 1024]).unwrap();
+        c.forget(10, 1);
+        assert_eq!(c.dirty_count(), 1);
+        c.write_back(&mut dev).unwrap();
+        assert_eq!(read(&mut dev, 10), vec![0u8; 1024]);
+        assert_eq!(read(&mut dev, 11), vec![2u8; 1024]);
+        c.put(12, &[3u8; 1024]).unwrap();
+        c.drop_all();
+        c.write_back(&mut dev).unwrap();
+        assert_eq!(read(&mut dev, 12), vec![0u8; 1024]);
+        assert!(c.get(&mut dev, 1024).is_err(), "past the filesystem");
+    }
+}

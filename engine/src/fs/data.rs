@@ -1,0 +1,228 @@
+//! File data: mapping and unmapping block ranges, write, read, truncate, and
+//! zeroing byte ranges, following the model's file_ops.rs.
+//!
+//! Data goes straight to the device (no page cache yet), so every block a
+//! write touches is written and marked written at once: where the model still
+//! has the data dirty (delalloc, unwritten-with-dirty-pages) it marks the
+//! range `writeback_pending`, which allows exactly this answer.
+//! Invariant: bytes of a written block past EOF are zero on disk, so growing
+//! a file never shows old data; shrinking zeroes the partial tail block.
+
+use std::ops::Range;
+
+use ext4_model::{Errno, FileKind};
+
+use crate::device::{BlockDevice, IoClass, WriteFlags};
+use crate::error::Error;
+use crate::format::InodeNumber;
+
+use super::node::Node;
+use super::{Ctx, Ext4};
+
+/// Largest offset a signed loff_t can hold.
+pub(crate) const LOFF_MAX: u64 = i64::MAX as u64;
+
+/// Logical blocks touched by `[offset, offset + len)`.
+pub(crate) fn block_span(offset: u64, len: u64, bs: u64) -> Range<u64> {
+    if len == 0 {
+        return offset / bs..offset / bs;
+    }
+    offset / bs..(offset + len).div_ceil(bs)
+}
+
+impl<D: BlockDevice> Ctx<D> {
+    /// Allocates every hole of `range`, as unwritten or written extents.
+    pub fn map_range(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>, unwritten: bool) -> Result<(), Errno> {
+        let holes = node.map.holes(range);
+        let need: u64 = holes.iter().map(|h| h.end - h.start).sum();
+        if need == 0 {
+            return Ok(());
+        }
+        if need > self.alloc.totals().free_blocks {
+            return Err(Errno::ENOSPC);
+        }
+        let regular = node.disk.is_reg();
+        for hole in holes {
+            let mut l = hole.start;
+            while l < hole.end {
+                let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
+                let (p, got) = self.alloc.alloc_blocks(&mut self.dev, goal, hole.end - l)?.ok_or(Errno::ENOSPC)?;
+                debug_assert!(got > 0 && got <= hole.end - l);
+                self.cache.forget(p, got);
+                node.map.insert(l, got, p, unwritten);
+                l += got;
+            }
+        }
+        node.map_dirty = true;
+        Ok(())
+    }
+
+    /// Frees every mapped block of `range`; returns how many.
+    pub fn unmap_range(&mut self, node: &mut Node, range: Range<u64>) -> Result<u64, Errno> {
+        let freed = node.map.remove(range);
+        let mut n = 0;
+        for (p, l) in freed {
+            self.alloc.free_blocks(&mut self.dev, p, l)?;
+            self.cache.forget(p, l);
+            n += l;
+        }
+        if n > 0 {
+            node.map_dirty = true;
+        }
+        Ok(n)
+    }
+
+    fn read_blocks(&mut self, physical: u64, buf: &mut [u8]) -> Result<(), Errno> {
+        self.dev.read(physical * self.bs(), buf, IoClass::Data).map_err(Error::from)?;
+        Ok(())
+    }
+
+    fn write_blocks(&mut self, physical: u64, buf: &[u8]) -> Result<(), Errno> {
+        self.dev.write(physical * self.bs(), buf, WriteFlags::DATA).map_err(Error::from)?;
+        Ok(())
+    }
+
+    /// Zeroes bytes `[from, to)` of the file on disk where blocks are written;
+    /// holes and unwritten blocks read as zero already.
+    pub fn zero_bytes(&mut self, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
+        let bs = self.bs();
+        let mut pos = from;
+        let mut block = vec![0u8; bs as usize];
+        while pos < to {
+            let b = pos / bs;
+            let within = (pos % bs) as usize;
+            let take = (bs - pos % bs).min(to - pos) as usize;
+            if let Some(p) = node.map.lookup(b).filter(|p| !p.unwritten) {
+                if take as u64 == bs {
+                    block.fill(0);
+                } else {
+                    self.read_blocks(p.physical, &mut block)?;
+                    block[within..within + take].fill(0);
+                }
+                self.write_blocks(p.physical, &block)?;
+            }
+            pos += take as u64;
+        }
+        Ok(())
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let ino = self.open_for_write(path)?;
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let max = self.ctx.mount.max_file_size();
+        if offset >= max {
+            return Err(Errno::EFBIG);
+        }
+        let count = (data.len() as u64).min(max - offset) as usize;
+        let data = &data[..count];
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EINVAL);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let bs = ctx.bs();
+        let span = block_span(offset, count as u64, bs);
+        let written_before = |node: &Node, b: u64| node.map.lookup(b).is_some_and(|p| !p.unwritten);
+        let head_keep = offset % bs != 0 && written_before(node, span.start);
+        let end = offset + count as u64;
+        let tail_keep = end % bs != 0 && written_before(node, span.end - 1);
+        ctx.map_range(ino, node, span.clone(), false)?;
+        if node.map.pieces(span.clone()).iter().any(|p| p.unwritten) {
+            node.map.set_state(span.clone(), false);
+            node.map_dirty = true;
+        }
+        // One block-aligned buffer for the span, edges read back where written.
+        let span_len = ((span.end - span.start) * bs) as usize;
+        let mut buf = vec![0u8; span_len];
+        let last_at = span_len - bs as usize;
+        if head_keep {
+            let p = node.map.lookup(span.start).ok_or(Errno::EIO)?;
+            ctx.read_blocks(p.physical, &mut buf[..bs as usize])?;
+        }
+        if tail_keep && (span.end - 1 != span.start || !head_keep) {
+            let p = node.map.lookup(span.end - 1).ok_or(Errno::EIO)?;
+            ctx.read_blocks(p.physical, &mut buf[last_at..])?;
+        }
+        let at = (offset % bs) as usize;
+        buf[at..at + count].copy_from_slice(data);
+        for p in node.map.pieces(span.clone()) {
+            let from = ((p.logical - span.start) * bs) as usize;
+            let len = (p.len * bs) as usize;
+            ctx.write_blocks(p.physical, &buf[from..from + len])?;
+        }
+        if end > node.disk.size {
+            node.disk.size = end;
+        }
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(ino);
+        Ok(count as u64)
+    }
+
+    pub(crate) fn do_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let ino = self.open_path(path)?;
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EISDIR);
+        }
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let size = node.disk.size;
+        if offset >= size {
+            return Ok(Vec::new());
+        }
+        let end = size.min(offset.saturating_add(u64::from(len)));
+        let bs = ctx.bs();
+        let mut out = vec![0u8; (end - offset) as usize];
+        for p in node.map.pieces(block_span(offset, end - offset, bs)) {
+            if p.unwritten {
+                continue;
+            }
+            let mut blocks = vec![0u8; (p.len * bs) as usize];
+            ctx.read_blocks(p.physical, &mut blocks)?;
+            let piece_start = p.logical * bs;
+            let lo = piece_start.max(offset);
+            let hi = (piece_start + p.len * bs).min(end);
+            out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&blocks[(lo - piece_start) as usize..(hi - piece_start) as usize]);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        if size > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.open_path(path)?;
+        if self.kind_of(ino)? == FileKind::Directory {
+            return Err(Errno::EISDIR);
+        }
+        self.ctx.writable()?;
+        if size > self.ctx.mount.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let bs = ctx.bs();
+        let old = node.disk.size;
+        // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
+        if size <= old {
+            let keep = size.div_ceil(bs);
+            let end = node.map.end().max(keep);
+            ctx.unmap_range(node, keep..end)?;
+            ctx.zero_bytes(node, size, keep * bs)?;
+        }
+        node.disk.size = size;
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(ino);
+        Ok(())
+    }
+}

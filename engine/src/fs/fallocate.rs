@@ -1,0 +1,241 @@
+//! fallocate(2), mode by mode as the model's fallocate.rs defines it.
+//!
+//! - Default / KEEP_SIZE: holes become unwritten extents.
+//! - PUNCH_HOLE (with KEEP_SIZE): nothing at or past EOF; the end is clipped
+//!   to the page holding EOF; whole blocks are freed, partial edges zeroed.
+//! - ZERO_RANGE: whole blocks become unwritten (written ones are converted),
+//!   holes are allocated unwritten, partial edges are zeroed on disk.
+//! - COLLAPSE / INSERT: block aligned; extents move by whole blocks.
+//! - UNSHARE, WRITE_ZEROES and unknown bits: EOPNOTSUPP.
+
+use ext4_model::{Errno, FallocFlags, FileKind};
+
+use crate::device::BlockDevice;
+use crate::format::InodeNumber;
+
+use super::data::{block_span, LOFF_MAX};
+use super::Ext4;
+
+/// The operation a mode selects once the VFS has accepted its bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Allocate { keep_size: bool },
+    Punch,
+    Zero { keep_size: bool },
+    Collapse,
+    Insert,
+}
+
+/// vfs_fallocate's checks of the mode bits and range.
+fn classify(mode: FallocFlags, offset: u64, len: u64) -> Result<Mode, Errno> {
+    if offset > LOFF_MAX || len == 0 || len > LOFF_MAX {
+        return Err(Errno::EINVAL);
+    }
+    let bits = mode.0;
+    if bits & !(FallocFlags::MODE_MASK | FallocFlags::KEEP_SIZE) != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let keep_size = mode.keep_size();
+    match bits & FallocFlags::MODE_MASK {
+        0 => Ok(Mode::Allocate { keep_size }),
+        FallocFlags::ZERO_RANGE => Ok(Mode::Zero { keep_size }),
+        FallocFlags::PUNCH_HOLE if keep_size => Ok(Mode::Punch),
+        FallocFlags::COLLAPSE_RANGE if !keep_size => Ok(Mode::Collapse),
+        FallocFlags::INSERT_RANGE if !keep_size => Ok(Mode::Insert),
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
+        let ino = self.open_for_write(path)?;
+        let kind = classify(mode, offset, len)?;
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EISDIR);
+        }
+        let end = offset.checked_add(len).filter(|e| *e <= LOFF_MAX).ok_or(Errno::EFBIG)?;
+        if end > self.ctx.mount.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        match kind {
+            Mode::Allocate { keep_size } => self.allocate(ino, offset, end, keep_size)?,
+            Mode::Punch => self.punch(ino, offset, end)?,
+            Mode::Zero { keep_size } => self.zero_range(ino, offset, end, keep_size)?,
+            Mode::Collapse => self.collapse(ino, offset, len)?,
+            Mode::Insert => self.insert(ino, offset, len)?,
+        }
+        let (ctx, node) = self.split(ino)?;
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(ino);
+        Ok(())
+    }
+
+    fn allocate(&mut self, ino: InodeNumber, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
+        let (ctx, node) = self.split(ino)?;
+        let span = block_span(offset, end - offset, ctx.bs());
+        ctx.map_range(ino, node, span, true)?;
+        if !keep_size && end > node.disk.size {
+            node.disk.size = end;
+        }
+        Ok(())
+    }
+
+    fn punch(&mut self, ino: InodeNumber, offset: u64, end: u64) -> Result<(), Errno> {
+        let (ctx, node) = self.split(ino)?;
+        let bs = ctx.bs();
+        let ps = u64::from(ctx.mount.page_size);
+        let size = node.disk.size;
+        if offset >= size {
+            return Ok(());
+        }
+        let end = if end > size { size.div_ceil(ps) * ps } else { end };
+        let first_full = offset.div_ceil(bs);
+        let last_full = end / bs;
+        if first_full < last_full {
+            ctx.unmap_range(node, first_full..last_full)?;
+            ctx.zero_bytes(node, offset, (first_full * bs).min(end))?;
+            ctx.zero_bytes(node, (last_full * bs).max(offset), end)?;
+        } else {
+            ctx.zero_bytes(node, offset, end)?;
+        }
+        Ok(())
+    }
+
+    fn zero_range(&mut self, ino: InodeNumber, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
+        let (ctx, node) = self.split(ino)?;
+        let bs = ctx.bs();
+        let span = block_span(offset, end - offset, bs);
+        let first_full = offset.div_ceil(bs);
+        let last_full = end / bs;
+        // Partial edges are zeroed through the page cache in ext4, so after
+        // writeback they are written blocks of zeros (with their old bytes
+        // outside the range); whole blocks become unwritten extents.
+        let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
+        for edge in edges.into_iter().filter(|e| !e.is_empty()) {
+            let fresh: Vec<u64> = edge.clone().filter(|&b| node.map.lookup(b).is_none_or(|p| p.unwritten)).collect();
+            ctx.map_range(ino, node, edge.clone(), false)?;
+            if !fresh.is_empty() {
+                node.map.set_state(edge.clone(), false);
+                node.map_dirty = true;
+                let zeros = vec![0u8; bs as usize];
+                for b in fresh {
+                    let p = node.map.lookup(b).ok_or(Errno::EIO)?;
+                    ctx.dev.write(p.physical * bs, &zeros, crate::device::WriteFlags::DATA).map_err(crate::error::Error::from)?;
+                }
+            }
+        }
+        if first_full < last_full {
+            ctx.map_range(ino, node, first_full..last_full, true)?;
+            node.map.set_state(first_full..last_full, true);
+            node.map_dirty = true;
+        }
+        ctx.zero_bytes(node, offset, end)?;
+        if !keep_size && end > node.disk.size {
+            node.disk.size = end;
+        }
+        Ok(())
+    }
+
+    /// Block alignment, then the file's size.
+    fn check_shift(&mut self, ino: InodeNumber, offset: u64, len: u64) -> Result<u64, Errno> {
+        let bs = self.ctx.bs();
+        if offset % bs != 0 || len % bs != 0 {
+            return Err(Errno::EINVAL);
+        }
+        Ok(self.node(ino)?.disk.size)
+    }
+
+    fn collapse(&mut self, ino: InodeNumber, offset: u64, len: u64) -> Result<(), Errno> {
+        let size = self.check_shift(ino, offset, len)?;
+        if offset + len >= size {
+            return Err(Errno::EINVAL);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let bs = ctx.bs();
+        let (first, count) = (offset / bs, len / bs);
+        ctx.unmap_range(node, first..first + count)?;
+        let delta = i64::try_from(count).map_err(|_| Errno::EFBIG)?;
+        node.map.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
+        node.map_dirty = true;
+        node.disk.size = size - len;
+        Ok(())
+    }
+
+    fn insert(&mut self, ino: InodeNumber, offset: u64, len: u64) -> Result<(), Errno> {
+        let size = self.check_shift(ino, offset, len)?;
+        if offset >= size {
+            return Err(Errno::EINVAL);
+        }
+        if len > self.ctx.mount.max_file_size() - size {
+            return Err(Errno::EFBIG);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let bs = ctx.bs();
+        let delta = i64::try_from(len / bs).map_err(|_| Errno::EFBIG)?;
+        node.map.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
+        node.map_dirty = true;
+        node.disk.size = size + len;
+        Ok(())
+    }
+
+    pub(crate) fn do_fiemap(&mut self, path: &str) -> Result<Vec<ext4_model::FiemapExtent>, Errno> {
+        use ext4_model::op::fiemap_flags;
+        let ino = self.open_path(path)?;
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EISDIR);
+        }
+        let bs = self.ctx.bs();
+        let node = self.node(ino)?;
+        let mut out: Vec<ext4_model::FiemapExtent> = node
+            .map
+            .iter()
+            .map(|p| ext4_model::FiemapExtent {
+                logical: p.logical * bs,
+                length: p.len * bs,
+                flags: if p.unwritten { fiemap_flags::UNWRITTEN } else { 0 },
+                writeback_pending: false,
+            })
+            .collect();
+        if let Some(last) = out.last_mut() {
+            last.flags |= fiemap_flags::LAST;
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn do_set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
+        use ext4_model::op::inode_flags::JOURNAL_DATA;
+        let ino = self.open_path(path)?;
+        self.ctx.writable()?;
+        let no_journal = self.ctx.mount.data.is_none();
+        let (ctx, node) = self.split(ino)?;
+        if node.disk.has_flag(JOURNAL_DATA) == enable || no_journal {
+            return Ok(());
+        }
+        if enable {
+            node.disk.flags |= JOURNAL_DATA;
+        } else {
+            node.disk.flags &= !JOURNAL_DATA;
+        }
+        node.disk.ctime = ctx.now();
+        self.mark_dirty(ino);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vfs_mode_rules_match_the_model() {
+        let f = |bits| classify(FallocFlags(bits), 0, 4096);
+        assert_eq!(f(0), Ok(Mode::Allocate { keep_size: false }));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), Ok(Mode::Punch));
+        assert_eq!(f(FallocFlags::INSERT_RANGE | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::WRITE_ZEROES), Err(Errno::EOPNOTSUPP));
+        assert_eq!(classify(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,155 @@
+//! Inodes coming and going: allocating and initialising one, adding and
+//! removing directory entries (growing a directory by a block when full),
+//! dropping a link and freeing an inode with all its blocks.
+
+use ext4_model::op::inode_flags;
+use ext4_model::{Errno, FileKind};
+
+use crate::device::BlockDevice;
+use crate::dir::{Directory, Slot};
+use crate::format::dirent::{FT_DIR, FT_REG_FILE, FT_SYMLINK};
+use crate::format::extent::{self, ExtentNode};
+use crate::format::inode::{Inode, FL_EXTENTS, FL_TOPDIR, ROOT_INO, S_IFDIR, S_IFLNK, S_IFREG};
+use crate::format::InodeNumber;
+
+use super::node::Node;
+use super::Ext4;
+
+/// The directory-entry type of a kind.
+pub fn file_type(kind: FileKind) -> u8 {
+    match kind {
+        FileKind::Regular => FT_REG_FILE,
+        FileKind::Directory => FT_DIR,
+        FileKind::Symlink => FT_SYMLINK,
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// Allocates inode for a new `kind` named `name` in `dir`, initialised
+    /// (not yet linked). Directories get their first block with "." and "..".
+    pub(crate) fn new_inode(&mut self, dir: InodeNumber, name: &str, kind: FileKind, perm: u16) -> Result<InodeNumber, Errno> {
+        let parent_flags = self.node(dir)?.disk.flags;
+        let top = dir == ROOT_INO || parent_flags & FL_TOPDIR != 0;
+        let is_dir = kind == FileKind::Directory;
+        let ctx = &mut self.ctx;
+        let grant = ctx.alloc.alloc_inode(&mut ctx.dev, dir, is_dir, top, name.as_bytes())?.ok_or(Errno::ENOSPC)?;
+        if !grant.table_zeroed && !grant.fresh_slots.is_empty() {
+            ctx.zero_slots(grant.group, grant.fresh_slots.clone())?;
+        }
+        let ino = grant.ino;
+        let type_bits = match kind {
+            FileKind::Regular => S_IFREG,
+            FileKind::Directory => S_IFDIR,
+            FileKind::Symlink => S_IFLNK,
+        };
+        let now = ctx.now();
+        let mut disk = Inode::new(ctx.geo.inode_size, type_bits | (perm & 0o7777), now);
+        disk.generation = ctx.generation();
+        disk.links_count = 1;
+        if kind != FileKind::Symlink {
+            disk.flags = FL_EXTENTS | (parent_flags & inode_flags::JOURNAL_DATA);
+            extent::write_node(&mut disk.block, &ExtentNode::Leaf(Vec::new()), 0)?;
+        }
+        let mut node = Node { disk, map: Default::default(), tree_blocks: Vec::new(), dir: None, map_dirty: true };
+        if is_dir {
+            let goal = ctx.alloc.goal_for_inode(ino, false);
+            let got = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?;
+            let Some((block, _)) = got else {
+                ctx.alloc.free_inode(&mut ctx.dev, ino, true)?;
+                return Err(Errno::ENOSPC);
+            };
+            let seed = ctx.ino_seed(ino, node.disk.generation);
+            node.dir = Some(Directory::create(&mut ctx.cache, ino, dir, seed, block)?);
+            node.map.insert(0, 1, block, false);
+            node.disk.size = ctx.bs();
+            node.disk.links_count = Node::dir_links(0);
+        }
+        self.nodes.insert(ino, node);
+        self.mark_dirty(ino);
+        Ok(ino)
+    }
+
+    /// Adds `name -> ino` to `dir`, growing the directory when no block has room.
+    pub(crate) fn add_entry(&mut self, dir: InodeNumber, name: &str, ino: InodeNumber, ft: u8) -> Result<(), Errno> {
+        self.dir_node(dir)?;
+        let (ctx, node) = self.split(dir)?;
+        loop {
+            let d = node.dir.as_mut().ok_or(Errno::EIO)?;
+            if d.insert(&mut ctx.cache, &mut ctx.dev, name.as_bytes(), ino, ft)? {
+                break;
+            }
+            let lblk = d.blocks().len() as u64;
+            let goal = d.blocks().last().map_or_else(|| ctx.alloc.goal_for_inode(dir, false), |b| b + 1);
+            let (block, _) = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?.ok_or(Errno::ENOSPC)?;
+            ctx.cache.forget(block, 1);
+            d.append_block(&mut ctx.cache, block)?;
+            node.map.insert(lblk, 1, block, false);
+            node.map_dirty = true;
+            node.disk.size = (lblk + 1) * ctx.bs();
+        }
+        let now = ctx.now();
+        let d = node.dir.as_ref().ok_or(Errno::EIO)?;
+        node.disk.links_count = Node::dir_links(d.subdirs());
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(dir);
+        Ok(())
+    }
+
+    /// Removes `name` from `dir`.
+    pub(crate) fn remove_entry(&mut self, dir: InodeNumber, name: &str) -> Result<Slot, Errno> {
+        self.dir_node(dir)?;
+        let (ctx, node) = self.split(dir)?;
+        let d = node.dir.as_mut().ok_or(Errno::EIO)?;
+        let slot = d.remove(&mut ctx.cache, &mut ctx.dev, name.as_bytes())?.ok_or(Errno::EIO)?;
+        node.disk.links_count = Node::dir_links(d.subdirs());
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(dir);
+        Ok(slot)
+    }
+
+    /// Drops one name's reference to `ino`, freeing it with its last name.
+    pub(crate) fn drop_link(&mut self, ino: InodeNumber) -> Result<(), Errno> {
+        let (ctx, node) = self.split(ino)?;
+        let gone = node.disk.is_dir() || node.disk.links_count <= 1;
+        if gone {
+            return self.free_inode(ino);
+        }
+        node.disk.links_count -= 1;
+        node.disk.ctime = ctx.now();
+        self.mark_dirty(ino);
+        Ok(())
+    }
+
+    /// Frees inode `ino`: its blocks, its tree, its bitmap bit; the slot is
+    /// rewritten as a deleted inode (links 0, dtime set).
+    pub(crate) fn free_inode(&mut self, ino: InodeNumber) -> Result<(), Errno> {
+        self.node(ino)?;
+        let mut node = self.nodes.remove(&ino).ok_or(Errno::EIO)?;
+        self.dirty.remove(&ino);
+        let ctx = &mut self.ctx;
+        let all = node.map.end();
+        ctx.unmap_range(&mut node, 0..all)?;
+        for b in std::mem::take(&mut node.tree_blocks) {
+            ctx.alloc.free_blocks(&mut ctx.dev, b, 1)?;
+            ctx.cache.forget(b, 1);
+        }
+        let was_dir = node.disk.is_dir();
+        ctx.alloc.free_inode(&mut ctx.dev, ino, was_dir)?;
+        let now = ctx.now();
+        let disk = &mut node.disk;
+        disk.links_count = 0;
+        disk.dtime = u32::try_from(now.secs).unwrap_or(u32::MAX);
+        disk.ctime = now;
+        disk.size = 0;
+        disk.blocks = 0;
+        if disk.has_flag(FL_EXTENTS) {
+            disk.block = [0; 60];
+            extent::write_node(&mut disk.block, &ExtentNode::Leaf(Vec::new()), 0)?;
+        }
+        ctx.store_inode(ino, disk)?;
+        Ok(())
+    }
+}

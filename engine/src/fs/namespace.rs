@@ -1,0 +1,299 @@
+//! Namespace operations, with errors in the model's order (namespace.rs there):
+//! path resolution, then existence, then read-only, then type and emptiness,
+//! then space.
+
+use ext4_model::op::{DirEntry, LINK_MAX, PATH_MAX};
+use ext4_model::path::{Last, SplitPath};
+use ext4_model::{Errno, FileKind, Stat};
+
+use crate::device::{BlockDevice, WriteFlags};
+use crate::format::dirent::{FT_DIR, FT_SYMLINK};
+use crate::format::inode::{FL_EXTENTS, I_BLOCK_LEN, ROOT_INO};
+use crate::format::InodeNumber;
+
+use super::lifecycle::file_type;
+use super::Ext4;
+
+pub(crate) fn split(path: &str) -> Result<SplitPath<'_>, Errno> {
+    SplitPath::parse(path)
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    fn is_dir(&mut self, ino: InodeNumber) -> Result<bool, Errno> {
+        Ok(self.kind_of(ino)? == FileKind::Directory)
+    }
+
+    /// Parent and new name for creating `path`.
+    fn new_name<'p>(&mut self, path: &'p str) -> Result<(InodeNumber, &'p str, bool), Errno> {
+        let sp = split(path)?;
+        let (dir, last) = self.resolve_parent(&sp)?;
+        let Last::Normal(name) = last else { return Err(Errno::EEXIST) };
+        if self.lookup_in(dir, name)?.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        Ok((dir, name, sp.trailing_slash))
+    }
+
+    /// Creates and links a new inode of `kind` at `dir/name`.
+    fn make(&mut self, dir: InodeNumber, name: &str, kind: FileKind, perm: u16) -> Result<InodeNumber, Errno> {
+        let ino = self.new_inode(dir, name, kind, perm)?;
+        if let Err(e) = self.add_entry(dir, name, ino, file_type(kind)) {
+            // No room for the name: give the inode back.
+            let _ = self.free_inode(ino);
+            return Err(e);
+        }
+        Ok(ino)
+    }
+
+    pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        let (dir, name, slash) = self.new_name(path)?;
+        if slash {
+            return Err(Errno::EISDIR);
+        }
+        self.ctx.writable()?;
+        self.make(dir, name, FileKind::Regular, perm)?;
+        Ok(())
+    }
+
+    pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        let (dir, name, _) = self.new_name(path)?;
+        self.ctx.writable()?;
+        self.make(dir, name, FileKind::Directory, perm)?;
+        Ok(())
+    }
+
+    pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        if target.contains('\0') {
+            return Err(Errno::EINVAL);
+        }
+        let (dir, name, slash) = self.new_name(path)?;
+        if slash {
+            return Err(Errno::ENOENT);
+        }
+        self.ctx.writable()?;
+        let bs = self.ctx.bs();
+        if target.len() as u64 + 1 > bs {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let ino = self.new_inode(dir, name, FileKind::Symlink, 0o777)?;
+        let stored = self.store_link_target(ino, target);
+        if let Err(e) = stored.and_then(|()| self.add_entry(dir, name, ino, FT_SYMLINK)) {
+            let _ = self.free_inode(ino);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Puts a symlink's target in `i_block` (short) or in one data block.
+    fn store_link_target(&mut self, ino: InodeNumber, target: &str) -> Result<(), Errno> {
+        let (ctx, node) = self.split(ino)?;
+        node.disk.size = target.len() as u64;
+        if target.len() < I_BLOCK_LEN {
+            node.disk.block = [0; I_BLOCK_LEN];
+            node.disk.block[..target.len()].copy_from_slice(target.as_bytes());
+            return Ok(());
+        }
+        node.disk.flags |= FL_EXTENTS;
+        crate::format::extent::write_node(&mut node.disk.block, &crate::format::extent::ExtentNode::Leaf(Vec::new()), 0)?;
+        ctx.map_range(ino, node, 0..1, false)?;
+        let p = node.map.lookup(0).ok_or(Errno::EIO)?;
+        let bs = ctx.bs();
+        let mut b = vec![0u8; bs as usize];
+        b[..target.len()].copy_from_slice(target.as_bytes());
+        ctx.dev.write(p.physical * bs, &b, WriteFlags::DATA).map_err(crate::error::Error::from)?;
+        Ok(())
+    }
+
+    pub(crate) fn do_link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        let ino = self.resolve(&split(from)?, false)?;
+        let (dir, name, slash) = self.new_name(to)?;
+        if slash {
+            return Err(Errno::ENOENT);
+        }
+        self.ctx.writable()?;
+        let kind = self.kind_of(ino)?;
+        if kind == FileKind::Directory {
+            return Err(Errno::EPERM);
+        }
+        if u32::from(self.node(ino)?.disk.links_count) >= LINK_MAX {
+            return Err(Errno::EMLINK);
+        }
+        self.add_entry(dir, name, ino, file_type(kind))?;
+        let (ctx, node) = self.split(ino)?;
+        node.disk.links_count += 1;
+        node.disk.ctime = ctx.now();
+        self.mark_dirty(ino);
+        Ok(())
+    }
+
+    pub(crate) fn do_unlink(&mut self, path: &str) -> Result<(), Errno> {
+        let sp = split(path)?;
+        let (dir, last) = self.resolve_parent(&sp)?;
+        let Last::Normal(name) = last else { return Err(Errno::EISDIR) };
+        self.ctx.writable()?;
+        let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
+        if self.is_dir(slot.ino)? {
+            return Err(Errno::EISDIR);
+        }
+        if sp.trailing_slash {
+            return Err(Errno::ENOTDIR);
+        }
+        self.remove_entry(dir, name)?;
+        self.drop_link(slot.ino)
+    }
+
+    pub(crate) fn do_rmdir(&mut self, path: &str) -> Result<(), Errno> {
+        let sp = split(path)?;
+        let (dir, last) = self.resolve_parent(&sp)?;
+        let name = match last {
+            Last::Normal(name) => name,
+            Last::Dot => return Err(Errno::EINVAL),
+            Last::DotDot => return Err(Errno::ENOTEMPTY),
+            Last::Root => return Err(Errno::EBUSY),
+        };
+        self.ctx.writable()?;
+        let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
+        if !self.is_dir(slot.ino)? {
+            return Err(Errno::ENOTDIR);
+        }
+        if !self.dir_node(slot.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.remove_entry(dir, name)?;
+        self.drop_link(slot.ino)
+    }
+
+    /// True when `ancestor` is `ino` or one of its parents.
+    fn is_ancestor(&mut self, ancestor: InodeNumber, mut ino: InodeNumber) -> Result<bool, Errno> {
+        // A parent chain longer than the inode count means a loop on disk.
+        let limit = self.ctx.geo.inodes_count();
+        for _ in 0..=limit {
+            if ino == ancestor {
+                return Ok(true);
+            }
+            if ino == ROOT_INO {
+                return Ok(false);
+            }
+            ino = self.dir_node(ino)?.dir.as_ref().ok_or(Errno::EIO)?.parent();
+        }
+        Err(Errno::EIO)
+    }
+
+    pub(crate) fn do_rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        let osp = split(from)?;
+        let nsp = split(to)?;
+        let (odir, olast) = self.resolve_parent(&osp)?;
+        let (ndir, nlast) = self.resolve_parent(&nsp)?;
+        let (Last::Normal(oname), Last::Normal(nname)) = (olast, nlast) else { return Err(Errno::EBUSY) };
+        self.ctx.writable()?;
+        let old = self.lookup_in(odir, oname)?.ok_or(Errno::ENOENT)?;
+        let old_is_dir = old.file_type == FT_DIR;
+        if !old_is_dir && (osp.trailing_slash || nsp.trailing_slash) {
+            return Err(Errno::ENOTDIR);
+        }
+        let new = self.lookup_in(ndir, nname)?;
+        if odir != ndir {
+            if old_is_dir && self.is_ancestor(old.ino, ndir)? {
+                return Err(Errno::EINVAL);
+            }
+            if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
+                if self.is_ancestor(n.ino, odir)? {
+                    return Err(Errno::ENOTEMPTY);
+                }
+            }
+        }
+        if new.map(|n| n.ino) == Some(old.ino) {
+            return Ok(());
+        }
+        if let Some(n) = new {
+            let new_is_dir = n.file_type == FT_DIR;
+            match (old_is_dir, new_is_dir) {
+                (true, false) => return Err(Errno::ENOTDIR),
+                (true, true) if !self.dir_node(n.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() => return Err(Errno::ENOTEMPTY),
+                (false, true) => return Err(Errno::EISDIR),
+                _ => {}
+            }
+        }
+        self.remove_entry(odir, oname)?;
+        if let Some(n) = new {
+            self.remove_entry(ndir, nname)?;
+            self.drop_link(n.ino)?;
+        }
+        self.add_entry(ndir, nname, old.ino, old.file_type)?;
+        if old_is_dir && odir != ndir {
+            self.dir_node(old.ino)?;
+            let (ctx, node) = self.split(old.ino)?;
+            node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, ndir)?;
+        }
+        let (ctx, node) = self.split(old.ino)?;
+        node.disk.ctime = ctx.now();
+        self.mark_dirty(old.ino);
+        Ok(())
+    }
+
+    pub(crate) fn do_readlink(&mut self, path: &str) -> Result<String, Errno> {
+        let ino = self.resolve(&split(path)?, false)?;
+        self.link_target(ino)
+    }
+
+    pub(crate) fn do_readdir(&mut self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        let ino = self.resolve(&split(path)?, true)?;
+        if !self.is_dir(ino)? {
+            return Err(Errno::ENOTDIR);
+        }
+        let node = self.dir_node(ino)?;
+        let d = node.dir.as_ref().ok_or(Errno::EIO)?;
+        let kind = |ft: u8| match ft {
+            FT_DIR => FileKind::Directory,
+            FT_SYMLINK => FileKind::Symlink,
+            _ => FileKind::Regular,
+        };
+        d.entries()
+            .map(|(name, slot)| {
+                let name = String::from_utf8(name.to_vec()).map_err(|_| Errno::EIO)?;
+                Ok(DirEntry { name, kind: kind(slot.file_type) })
+            })
+            .collect()
+    }
+
+    pub(crate) fn stat_of(&mut self, ino: InodeNumber) -> Result<Stat, Errno> {
+        let sectors = self.ctx.bs() / 512;
+        let node = self.node(ino)?;
+        let kind = node.kind().ok_or(Errno::EIO)?;
+        Ok(Stat {
+            ino: u64::from(ino),
+            kind,
+            mode: u32::from(node.disk.mode),
+            nlink: u32::from(node.disk.links_count),
+            size: node.disk.size,
+            blocks: node.map.blocks() * sectors,
+            flags: node.visible_flags(),
+        })
+    }
+
+    pub(crate) fn do_stat(&mut self, path: &str) -> Result<Stat, Errno> {
+        let ino = self.resolve(&split(path)?, false)?;
+        self.stat_of(ino)
+    }
+
+    /// Resolves a path the way open(2) does (following symlinks).
+    pub(crate) fn open_path(&mut self, path: &str) -> Result<InodeNumber, Errno> {
+        self.resolve(&split(path)?, true)
+    }
+
+    /// open(O_WRONLY): directories refuse, then a read-only mount does.
+    pub(crate) fn open_for_write(&mut self, path: &str) -> Result<InodeNumber, Errno> {
+        let ino = self.open_path(path)?;
+        if self.is_dir(ino)? {
+            return Err(Errno::EISDIR);
+        }
+        self.ctx.writable()?;
+        Ok(ino)
+    }
+}

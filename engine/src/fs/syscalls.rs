@@ -1,0 +1,71 @@
+//! [`FileSystem`] for [`Ext4`]: each call is the matching `do_*` operation.
+
+use ext4_model::op::{DirEntry, FallocFlags, FiemapExtent, Stat};
+use ext4_model::{Errno, FileSystem};
+
+use crate::device::BlockDevice;
+
+use super::Ext4;
+
+impl<D: BlockDevice> FileSystem for Ext4<D> {
+    fn create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        self.do_create(path, perm)
+    }
+    fn mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        self.do_mkdir(path, perm)
+    }
+    fn unlink(&mut self, path: &str) -> Result<(), Errno> {
+        self.do_unlink(path)
+    }
+    fn rmdir(&mut self, path: &str) -> Result<(), Errno> {
+        self.do_rmdir(path)
+    }
+    fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        self.do_rename(from, to)
+    }
+    fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        self.do_link(from, to)
+    }
+    fn symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
+        self.do_symlink(target, path)
+    }
+    fn readlink(&mut self, path: &str) -> Result<String, Errno> {
+        self.do_readlink(path)
+    }
+    fn readdir(&mut self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        self.do_readdir(path)
+    }
+    fn stat(&mut self, path: &str) -> Result<Stat, Errno> {
+        self.do_stat(path)
+    }
+    fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.do_write(path, offset, data)
+    }
+    fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        self.do_read(path, offset, len)
+    }
+    fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        self.do_truncate(path, size)
+    }
+    fn fsync(&mut self, path: &str) -> Result<(), Errno> {
+        self.open_path(path)?;
+        self.sync_all()
+    }
+    fn fdatasync(&mut self, path: &str) -> Result<(), Errno> {
+        self.open_path(path)?;
+        self.sync_all()
+    }
+    fn sync(&mut self) -> Result<(), Errno> {
+        self.sync_all()
+    }
+    fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
+        self.do_fallocate(path, mode, offset, len)
+    }
+    fn fiemap(&mut self, path: &str, _sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
+        // Data is never delayed here, so FIEMAP_FLAG_SYNC has nothing to flush.
+        self.do_fiemap(path)
+    }
+    fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
+        self.do_set_journal_data(path, enable)
+    }
+}

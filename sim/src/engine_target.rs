@@ -1,0 +1,168 @@
+//! The engine on the simulated disk, as the lockstep runner's [`Target`].
+//!
+//! Every full check unmounts (writing everything back), runs the engine's own
+//! fsck on the image, and mounts again, so persistence across a remount is
+//! tested as often as consistency. A crash drops the engine's caches, lets the
+//! disk lose or tear what was not flushed, and mounts what is left.
+
+use ext4_engine::check::check;
+use ext4_engine::device::BlockDevice;
+use ext4_engine::fs::Ext4;
+use ext4_engine::mkfs::{mkfs, MkfsOptions};
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Stat};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::disk::{CrashPolicy, DiskProfile, FaultConfig, SimDisk};
+use crate::driver::{RunSpec, TargetFactory};
+use crate::lockstep::Target;
+
+/// Simulated disk size. Sparse: only written chunks take memory. Default: 8 GiB.
+pub const DISK_BYTES: u64 = 8 << 30;
+/// Every timestamp mkfs and the engine write: a fixed instant, never the clock.
+pub const SIM_EPOCH_SECS: i64 = 1_700_000_000;
+
+pub struct EngineTarget {
+    /// None only after a remount failed; every op then reports EIO.
+    fs: Option<Ext4<SimDisk>>,
+    config: MountConfig,
+    crash_policy: CrashPolicy,
+}
+
+impl EngineTarget {
+    fn fs(&mut self) -> Result<&mut Ext4<SimDisk>, Errno> {
+        self.fs.as_mut().ok_or(Errno::EIO)
+    }
+
+    fn disk(&self) -> Option<&SimDisk> {
+        self.fs.as_ref().map(|f| f.device())
+    }
+
+    /// Unmounts, runs `f` on the bare disk, and mounts again.
+    fn with_unmounted<R>(&mut self, f: impl FnOnce(SimDisk) -> (SimDisk, R)) -> Result<R, String> {
+        let fs = self.fs.take().ok_or("filesystem is not mounted")?;
+        let dev = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+        let (dev, out) = f(dev);
+        self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount: {e}"))?);
+        Ok(out)
+    }
+}
+
+/// Stores a disk's durable contents as a sparse image file.
+pub fn write_sparse_image(disk: &SimDisk, path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.set_len(DISK_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+    for (offset, bytes) in disk.durable_extents() {
+        file.write_all_at(bytes, offset).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    file.sync_all().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Builds the disk and the filesystem for a spec.
+pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
+    let profile = match DiskProfile::builtin(&spec.profile) {
+        Some(p) => p,
+        None => {
+            let text = std::fs::read_to_string(&spec.profile).map_err(|e| format!("profile `{}`: not built in, and {e}", spec.profile))?;
+            DiskProfile::parse(&text).map_err(|e| format!("profile `{}`: {e}", spec.profile))?
+        }
+    };
+    let mut disk = SimDisk::new(DISK_BYTES, profile, spec.seed, FaultConfig::NONE).map_err(|e| e.to_string())?;
+    let mut ids = ChaCha8Rng::seed_from_u64(spec.seed);
+    ids.set_stream(0x0069_6473); // "ids"
+    let mut uuid: [u8; 16] = ids.random();
+    uuid[0] |= 1; // never all zero
+    let mut opts = MkfsOptions::new(DISK_BYTES, uuid, ids.random(), SIM_EPOCH_SECS);
+    opts.block_size = spec.mount.block_size;
+    if !spec.mount.has_journal {
+        opts.journal = ext4_engine::mkfs::JournalSize::None;
+    }
+    mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;
+    disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
+    let fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default() })
+}
+
+/// Makes [`EngineTarget`]s; what `ext4sim` runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EngineFactory;
+
+impl TargetFactory for EngineFactory {
+    type Target = EngineTarget;
+    fn make(&self, spec: &RunSpec) -> Result<EngineTarget, String> {
+        make_engine(spec)
+    }
+}
+
+impl FileSystem for EngineTarget {
+    fn create(&mut self, p: &str, perm: u16) -> Result<(), Errno> { self.fs()?.create(p, perm) }
+    fn mkdir(&mut self, p: &str, perm: u16) -> Result<(), Errno> { self.fs()?.mkdir(p, perm) }
+    fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.unlink(p) }
+    fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.rmdir(p) }
+    fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.fs()?.rename(a, b) }
+    fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.fs()?.link(a, b) }
+    fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.fs()?.symlink(t, p) }
+    fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.fs()?.readlink(p) }
+    fn readdir(&mut self, p: &str) -> Result<Vec<DirEntry>, Errno> { self.fs()?.readdir(p) }
+    fn stat(&mut self, p: &str) -> Result<Stat, Errno> { self.fs()?.stat(p) }
+    fn write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.write(p, o, d) }
+    fn read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.read(p, o, l) }
+    fn truncate(&mut self, p: &str, s: u64) -> Result<(), Errno> { self.fs()?.truncate(p, s) }
+    fn fsync(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.fsync(p) }
+    fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.fdatasync(p) }
+    fn sync(&mut self) -> Result<(), Errno> { self.fs()?.sync() }
+    fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.fs()?.fallocate(p, m, o, l) }
+    fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.fs()?.fiemap(p, s) }
+    fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.fs()?.set_journal_data(p, e) }
+}
+
+impl Target for EngineTarget {
+    fn fsck(&mut self) -> Result<(), String> {
+        let problems = self.with_unmounted(|dev| {
+            let (dev, report) = check(dev);
+            let problems: Vec<String> = report.problems.iter().take(5).map(|p| p.to_string()).collect();
+            (dev, (report.is_clean(), problems))
+        })?;
+        match problems {
+            (true, _) => Ok(()),
+            (false, list) => Err(list.join("; ")),
+        }
+    }
+
+    fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> {
+        let fs = self.fs.take().ok_or("filesystem is not mounted")?;
+        let mut dev = fs.into_device_dropping_caches();
+        dev.crash(&self.crash_policy);
+        self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after crash: {e}"))?);
+        Ok(())
+    }
+
+    fn export_image(&mut self, path: &std::path::Path) -> Result<(), String> {
+        self.with_unmounted(|dev| {
+            let written = write_sparse_image(&dev, path);
+            (dev, written)
+        })?
+    }
+
+    fn image_hash(&mut self) -> u64 {
+        self.disk().map_or(0, |d| d.image_hash())
+    }
+
+    fn report(&mut self) -> Vec<(String, String)> {
+        let Some(fs) = self.fs.as_ref() else { return vec![("engine".into(), "not mounted".into())] };
+        let disk = fs.device();
+        let stats = disk.stats();
+        let total = stats.total();
+        let mut out = vec![
+            ("sim time".to_string(), crate::disk::clock::DisplayNs(stats.elapsed_ns).to_string()),
+            ("disk I/O".to_string(), format!("{} reads / {} writes, {} / {} bytes, {} flushes, {} seeks", total.reads, total.writes, total.read_bytes, total.write_bytes, stats.flushes, stats.seeks)),
+        ];
+        for line in fs.layout().to_string().lines() {
+            if let Some((k, v)) = line.split_once(':') {
+                out.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        out
+    }
+}
