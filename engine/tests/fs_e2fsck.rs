@@ -201,27 +201,13 @@ mod random_sequences {
         DIR.get_or_init(|| Scratch::new("fs-e2fsck-random"))
     }
 
-    /// ZERO_RANGE|KEEP_SIZE can leave a partial edge block wholly past EOF.
-    /// The model settles it to written at writeback (the engine follows the
-    /// model), while the kernel leaves it unwritten (writeback skips folios
-    /// past EOF) and e2fsck rejects initialised blocks past i_size. Until the
-    /// model changes, these sequences drop KEEP_SIZE from zero-range.
-    fn without_zero_range_keep_size(op: Op) -> Op {
-        match op {
-            Op::Fallocate { path, mode, offset, len } if mode.0 & FallocFlags::ZERO_RANGE != 0 => {
-                Op::Fallocate { path, mode: FallocFlags(mode.0 & !FallocFlags::KEEP_SIZE), offset, len }
-            }
-            other => other,
-        }
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig { cases: std::env::var("E2FSCK_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24), failure_persistence: None, ..ProptestConfig::default() })]
         #[test]
         fn random_workloads_stay_fsck_clean(
             bs in prop::sample::select(vec![1024u32, 2048, 4096, 8192, 16384, 65536]),
             page_size in prop::sample::select(vec![4096u32, 65536]),
-            ops in prop::collection::vec(strategy::op().prop_map(without_zero_range_keep_size), 1..120),
+            ops in prop::collection::vec(strategy::op(), 1..120),
         ) {
             let Some(e2fsck) = tool("e2fsck") else { return Ok(()) };
             let img = scratch().path(&format!("random-{bs}-{page_size}-{}.img", ops.len()));

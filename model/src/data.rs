@@ -193,6 +193,14 @@ impl FileData {
 
     /// Invariants that hold after every op.
     pub fn check(&self, bs: u64) -> Result<(), String> {
+        // Only unwritten blocks may lie wholly past EOF: e2fsck rejects
+        // initialised ones, and writeback never reaches dirty ones there.
+        let first_past = self.size.div_ceil(bs);
+        for (r, a) in self.blocks.overlapping(first_past..u64::MAX) {
+            if a != Alloc::Unwritten {
+                return Err(format!("blocks {r:?} past EOF {} are {a:?}", self.size));
+            }
+        }
         for (b, bytes) in &self.content {
             if bytes.len() as u64 != bs {
                 return Err(format!("block {b} holds {} bytes, not {bs}", bytes.len()));

@@ -5,7 +5,7 @@
 //! - PUNCH_HOLE needs KEEP_SIZE. It does nothing at or past EOF, ends at the
 //!   page holding EOF, frees whole blocks and zeroes partial edges.
 //! - ZERO_RANGE: whole blocks become unwritten, partial edges are allocated
-//!   and zeroed.
+//!   and zeroed (an edge wholly past EOF stays clean and unwritten).
 //! - COLLAPSE_RANGE / INSERT_RANGE: block aligned, no KEEP_SIZE; collapse must
 //!   end before EOF, insert must start before it. Dirty data from the page
 //!   holding the offset onwards is written back first.
@@ -133,11 +133,17 @@ impl Model {
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         let file = self.file_mut(ino);
-        // Edges keep their data outside the range and are dirtied by zeroing.
+        let new_size = if !keep_size && end > file.size { end } else { file.size };
+        // Edges keep their data outside the range and are dirtied by zeroing;
+        // writeback skips folios past EOF, so an edge wholly past the new EOF
+        // stays a clean unwritten block.
         let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
         for edge in edges.iter().filter(|e| !e.is_empty()) {
             let existing = file.blocks.overlapping(edge.clone());
-            file.blocks.insert(edge.clone(), Alloc::UnwrittenDirty);
+            for b in edge.clone() {
+                let past_eof = b * bs >= new_size;
+                file.blocks.insert(b..b + 1, if past_eof { Alloc::Unwritten } else { Alloc::UnwrittenDirty });
+            }
             for (r, a) in existing {
                 if a == Alloc::Written {
                     file.blocks.insert(r, a);
@@ -149,9 +155,7 @@ impl Model {
             file.blocks.insert(first_full..last_full, Alloc::Unwritten);
         }
         file.zero_bytes(offset, end, bs);
-        if !keep_size && end > file.size {
-            file.size = end;
-        }
+        file.size = new_size;
         self.st.used_blocks += new_blocks;
         self.touch_datasync(ino);
         Ok(())

@@ -112,8 +112,16 @@ impl<D: BlockDevice> Ext4<D> {
         // Partial edges are zeroed through the page cache in ext4, so after
         // writeback they are written blocks of zeros (with their old bytes
         // outside the range); whole blocks become unwritten extents.
+        // An edge wholly past the new EOF is never written back (writeback
+        // stops at EOF): it stays unwritten, as e2fsck requires.
+        let new_size = if !keep_size && end > node.disk.size { end } else { node.disk.size };
         let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
         for edge in edges.into_iter().filter(|e| !e.is_empty()) {
+            let past_eof = edge.start * bs >= new_size;
+            if past_eof {
+                ctx.map_range(ino, node, edge.clone(), true)?;
+                continue;
+            }
             let fresh: Vec<u64> = edge.clone().filter(|&b| node.map.lookup(b).is_none_or(|p| p.unwritten)).collect();
             ctx.map_range(ino, node, edge.clone(), false)?;
             if !fresh.is_empty() {
