@@ -88,3 +88,19 @@ pub fn check_range(offset: u64, len: u64, size: u64) -> Result<(), DeviceError> 
         Err(DeviceError::OutOfRange { offset, len, size })
     }
 }
+
+/// Lets a reader borrow a device (open an image on `&mut dev`) and give it back.
+impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
+    fn size_bytes(&self) -> u64 {
+        (**self).size_bytes()
+    }
+    fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), DeviceError> {
+        (**self).read(offset, buf, class)
+    }
+    fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
+        (**self).write(offset, buf, flags)
+    }
+    fn flush(&mut self) -> Result<(), DeviceError> {
+        (**self).flush()
+    }
+}

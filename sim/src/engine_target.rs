@@ -158,10 +158,18 @@ impl Target for EngineTarget {
             ("sim time".to_string(), crate::disk::clock::DisplayNs(stats.elapsed_ns).to_string()),
             ("disk I/O".to_string(), format!("{} reads / {} writes, {} / {} bytes, {} flushes, {} seeks", total.reads, total.writes, total.read_bytes, total.write_bytes, stats.flushes, stats.seeks)),
         ];
-        for line in fs.layout().to_string().lines() {
-            if let Some((k, v)) = line.split_once(':') {
-                out.push((k.trim().to_string(), v.trim().to_string()));
+        match self.with_unmounted(|mut dev| {
+            let layout = crate::layout::image_layout(&mut dev);
+            (dev, layout)
+        }) {
+            Ok(Ok(layout)) => {
+                for line in layout.to_string().lines() {
+                    if let Some((k, v)) = line.split_once(": ") {
+                        out.push((k.trim().to_string(), v.trim().to_string()));
+                    }
+                }
             }
+            Ok(Err(e)) | Err(e) => out.push(("layout".into(), format!("unavailable: {e}"))),
         }
         out
     }

@@ -14,3 +14,4 @@ pub mod cli;
 pub mod fuzz_body;
 pub mod bench;
 pub mod engine_target;
+pub mod layout;

@@ -13,7 +13,7 @@ use ext4_model::{FileSystem, MountConfig};
 use ext4_sim::disk::{DiskProfile, FaultConfig, SimDisk};
 
 /// The canonical workload's disk: big enough for several flex groups.
-pub const DISK_BYTES: u64 = 4 << 30;
+pub const DISK_BYTES: u64 = 16 << 30;
 
 /// Five top-level directories, each with small files, one 8 MiB file and a
 /// subdirectory, written in an interleaved order as several tasks would.
