@@ -209,6 +209,32 @@ impl Model {
         }
     }
 
+    /// The cheap invariants for what one op touched: the inode each path names
+    /// (its data structure; its link count against the names in its parent).
+    /// O(size of those inodes), so it can run after every op.
+    pub fn check_paths(&self, paths: &[&str]) -> Result<(), String> {
+        let bs = self.bs();
+        for path in paths {
+            let Ok(sp) = split(path) else { continue };
+            let Ok(ino) = self.st.resolve(&sp, false) else { continue };
+            let inode = self.st.inode(ino);
+            match &inode.node {
+                Node::File(f) => f.check(bs).map_err(|e| format!("{path} (inode {ino}): {e}"))?,
+                Node::Dir { parent, .. } => {
+                    if ino != ROOT_INO && !self.st.entries(*parent).is_some_and(|e| e.values().any(|c| *c == ino)) {
+                        return Err(format!("{path}: directory {ino} is not in its parent {parent}"));
+                    }
+                }
+                Node::Symlink(t) if t.is_empty() => return Err(format!("{path}: empty symlink target")),
+                Node::Symlink(_) => {}
+            }
+            if inode.links == 0 && !matches!(inode.node, Node::Dir { .. }) {
+                return Err(format!("{path}: reachable inode {ino} has no links"));
+            }
+        }
+        Ok(())
+    }
+
     /// Everything the model promises about itself, checked from scratch.
     pub fn check_invariants(&self) -> Result<(), String> {
         let st = &self.st;

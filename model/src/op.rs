@@ -99,6 +99,30 @@ pub enum Op {
 }
 
 impl Op {
+    /// The paths an op names, in order.
+    pub fn paths(&self) -> Vec<&str> {
+        match self {
+            Op::Rename { from, to } | Op::Link { from, to } => vec![from, to],
+            Op::Symlink { path, .. } => vec![path],
+            Op::Sync => vec![],
+            Op::Create { path, .. }
+            | Op::Mkdir { path, .. }
+            | Op::Unlink { path }
+            | Op::Rmdir { path }
+            | Op::Readlink { path }
+            | Op::Readdir { path }
+            | Op::Stat { path }
+            | Op::Write { path, .. }
+            | Op::Read { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Fsync { path }
+            | Op::Fdatasync { path }
+            | Op::Fallocate { path, .. }
+            | Op::Fiemap { path, .. }
+            | Op::SetJournalData { path, .. } => vec![path],
+        }
+    }
+
     /// Short name of the op kind, for tables and swarm switches.
     pub fn kind(&self) -> OpKind {
         match self {
