@@ -8,6 +8,7 @@
 //! - [`image`]: opens an existing image read-only and validates it.
 
 pub mod device;
+pub mod e2fsprogs;
 pub mod device_file;
 pub mod device_mem;
 pub mod error;

@@ -7,18 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Finds an e2fsprogs tool on PATH or in the sbin directories PATH often lacks.
-pub fn tool(name: &str) -> Option<PathBuf> {
-    if let Ok(out) = Command::new("which").arg(name).output() {
-        if out.status.success() {
-            let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !p.is_empty() {
-                return Some(PathBuf::from(p));
-            }
-        }
-    }
-    ["/usr/sbin", "/sbin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists())
-}
+#[allow(unused_imports)]
+pub use ext4_engine::e2fsprogs::{combined, is_clean_fsck_line, tool};
 
 /// All of e2fsck, dumpe2fs and mke2fs, or a printed reason to skip.
 pub fn e2fsprogs() -> Option<(PathBuf, PathBuf, PathBuf)> {
@@ -61,42 +51,15 @@ pub fn run(cmd: &Path, args: &[&str]) -> Output {
     Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("run {}: {e}", cmd.display()))
 }
 
-pub fn combined(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout))
-}
-
-/// True if `line` is one of the three kinds of line a clean `e2fsck -fn` prints:
-/// the version banner, a "Pass N:" line, or the final files/blocks summary.
-pub fn is_clean_fsck_line(line: &str, img: &str) -> bool {
-    if line.is_empty() || line.starts_with("e2fsck ") {
-        return true;
-    }
-    if let Some(rest) = line.strip_prefix("Pass ") {
-        return rest.chars().next().is_some_and(|c| c.is_ascii_digit()) && rest.contains(": ");
-    }
-    line.starts_with(&format!("{img}: ")) && line.contains(" files (") && line.ends_with(" blocks")
-}
-
 /// Runs `e2fsck -fn` and requires exit 0 and nothing but clean-run lines.
 /// Returns the output so callers can read the summary.
 pub fn assert_fsck_clean(e2fsck: &Path, img: &Path) -> String {
-    let out = run(e2fsck, &["-fn", img.to_str().unwrap()]);
-    let text = combined(&out);
-    let name = img.to_str().unwrap();
-    let stray: Vec<&str> = text.lines().filter(|l| !is_clean_fsck_line(l, name)).collect();
-    assert!(out.status.success() && stray.is_empty(), "e2fsck -fn {name} (rc {:?}) was not clean:\n{text}", out.status.code());
-    assert!(text.lines().any(|l| l.starts_with(&format!("{name}: ")) && l.ends_with(" blocks")), "no summary line:\n{text}");
-    text
+    ext4_engine::e2fsprogs::e2fsck_clean(e2fsck, img).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Copies `img` sparsely and requires `e2fsck -fy` on the copy to exit 0 (nothing to fix).
 pub fn assert_fsck_fy_clean(e2fsck: &Path, img: &Path) {
-    let copy = img.with_extension("fy");
-    let cp = Command::new("cp").args(["--sparse=always"]).arg(img).arg(&copy).status().expect("cp");
-    assert!(cp.success());
-    let out = run(e2fsck, &["-fy", copy.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0), "e2fsck -fy changed something:\n{}", combined(&out));
-    let _ = std::fs::remove_file(&copy);
+    ext4_engine::e2fsprogs::e2fsck_fy_clean(e2fsck, img).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The value of a `dumpe2fs -h` field ("Filesystem state:" -> "clean").

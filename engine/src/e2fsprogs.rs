@@ -1,0 +1,87 @@
+//! Running the real tools against images: the strict reading of `e2fsck -fn`
+//! (exit 0 is not enough: some complaints print "Fix? no" and still exit 0),
+//! `e2fsck -fy` on a copy, and `debugfs` reads. Shared by every test and
+//! benchmark that holds the engine to e2fsprogs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Finds an e2fsprogs tool on PATH or in the sbin directories PATH often lacks.
+pub fn tool(name: &str) -> Option<PathBuf> {
+    if let Ok(out) = Command::new("which").arg(name).output() {
+        if out.status.success() {
+            let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !p.is_empty() {
+                return Some(PathBuf::from(p));
+            }
+        }
+    }
+    ["/usr/sbin", "/sbin", "/usr/bin"].iter().map(|d| Path::new(d).join(name)).find(|p| p.exists())
+}
+
+fn run(cmd: &Path, args: &[&str]) -> Result<Output, String> {
+    Command::new(cmd).args(args).output().map_err(|e| format!("run {}: {e}", cmd.display()))
+}
+
+/// stderr then stdout, as a person at a terminal would read them.
+pub fn combined(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout))
+}
+
+/// True if `line` is one of the three kinds of line a clean `e2fsck -fn` prints:
+/// the version banner, a "Pass N:" line, or the final files/blocks summary.
+pub fn is_clean_fsck_line(line: &str, img: &str) -> bool {
+    if line.is_empty() || line.starts_with("e2fsck ") {
+        return true;
+    }
+    if let Some(rest) = line.strip_prefix("Pass ") {
+        return rest.chars().next().is_some_and(|c| c.is_ascii_digit()) && rest.contains(": ");
+    }
+    line.starts_with(&format!("{img}: ")) && line.contains(" files (") && line.ends_with(" blocks")
+}
+
+fn path_str(img: &Path) -> Result<&str, String> {
+    img.to_str().ok_or_else(|| format!("{} is not UTF-8", img.display()))
+}
+
+/// Runs `e2fsck -fn` and requires exit 0 and nothing but clean-run lines.
+/// Returns the output, whose summary line callers may read.
+pub fn e2fsck_clean(e2fsck: &Path, img: &Path) -> Result<String, String> {
+    let name = path_str(img)?;
+    let out = run(e2fsck, &["-fn", name])?;
+    let text = combined(&out);
+    let stray: Vec<&str> = text.lines().filter(|l| !is_clean_fsck_line(l, name)).collect();
+    let summary = text.lines().any(|l| l.starts_with(&format!("{name}: ")) && l.ends_with(" blocks"));
+    if out.status.success() && stray.is_empty() && summary {
+        Ok(text)
+    } else {
+        Err(format!("e2fsck -fn {name} (rc {:?}) was not clean:\n{text}", out.status.code()))
+    }
+}
+
+/// Copies `img` sparsely and requires `e2fsck -fy` on the copy to exit 0 (nothing to fix).
+pub fn e2fsck_fy_clean(e2fsck: &Path, img: &Path) -> Result<(), String> {
+    let copy = img.with_extension("fy");
+    let cp = Command::new("cp").arg("--sparse=always").arg(img).arg(&copy).status().map_err(|e| format!("cp: {e}"))?;
+    if !cp.success() {
+        return Err(format!("cp {} failed", img.display()));
+    }
+    let out = run(e2fsck, &["-fy", path_str(&copy)?]);
+    let _ = std::fs::remove_file(&copy);
+    let out = out?;
+    if out.status.code() == Some(0) {
+        Ok(())
+    } else {
+        Err(format!("e2fsck -fy changed something (rc {:?}):\n{}", out.status.code(), combined(&out)))
+    }
+}
+
+/// A file's contents as `debugfs -R "cat PATH"` reads them.
+pub fn debugfs_cat(debugfs: &Path, img: &Path, path: &str) -> Result<Vec<u8>, String> {
+    let req = format!("cat \"{path}\"");
+    let out = run(debugfs, &["-R", &req, path_str(img)?])?;
+    if !out.status.success() {
+        return Err(format!("debugfs cat {path}: {}", combined(&out)));
+    }
+    Ok(out.stdout)
+}
