@@ -1,0 +1,160 @@
+//! The engine on the simulated disk, held to the model and to the real tools.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use ext4_engine::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
+use ext4_model::durability::{read_range, view_tree};
+use ext4_model::{Model, MountConfig};
+use ext4_sim::driver::{run_seed, RunSpec};
+use ext4_sim::engine_target::{make_engine, EngineFactory, EngineTarget};
+use ext4_sim::lockstep::{Lockstep, Target};
+use ext4_sim::mount_opts::parse_mount_opts;
+use ext4_sim::workload::{Workload, WorkloadConfig};
+
+fn spec(seed: u64, ops: u64, mount: &str) -> RunSpec {
+    RunSpec::new(seed, ops, parse_mount_opts(mount, MountConfig::default()).unwrap())
+}
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("ext4sim-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn lockstep(seed: u64, ops: u64, mount: &str) -> Lockstep<EngineTarget> {
+    let s = spec(seed, ops, mount);
+    let mut ls = Lockstep::new(s.mount, Model::new(&s.mount).unwrap(), make_engine(&s).unwrap());
+    let mut w = Workload::new(seed, WorkloadConfig::new(s.mount.block_size));
+    for _ in 0..ops {
+        let op = w.next_op();
+        let out = ls.step(&op).unwrap_or_else(|f| panic!("seed {seed}: {f}"));
+        w.observe(&op, &out);
+    }
+    ls.full_check().unwrap();
+    ls
+}
+
+/// Largest file compared whole (sparse files may be far larger than their data).
+const MAX_COMPARED: u64 = 16 << 20;
+
+/// Every regular file the model has up to [`MAX_COMPARED`] bytes, with its contents.
+fn model_files(model: &mut Model) -> Vec<(String, Vec<u8>)> {
+    let view = view_tree(model).unwrap();
+    view.files
+        .iter()
+        .filter(|(_, (_, size))| *size <= MAX_COMPARED)
+        .map(|(p, (_, size))| (p.clone(), read_range(model, p, 0..*size).unwrap()))
+        .collect()
+}
+
+#[test]
+fn same_seed_same_hashes_different_seeds_differ() {
+    let a = run_seed(&EngineFactory, &spec(5, 1500, "")).unwrap();
+    let b = run_seed(&EngineFactory, &spec(5, 1500, "")).unwrap();
+    let c = run_seed(&EngineFactory, &spec(6, 1500, "")).unwrap();
+    assert!(a.failure.is_none(), "{:?}", a.failure);
+    assert_eq!((a.trace_hash, a.image_hash), (b.trace_hash, b.image_hash));
+    assert_ne!(a.trace_hash, c.trace_hash);
+    assert_ne!(a.image_hash, c.image_hash);
+}
+
+#[test]
+fn seeded_runs_pass_across_mount_configurations() {
+    for (seed, mount) in [(1, ""), (2, "nodelalloc"), (3, "data=journal"), (4, "bs=1k"), (5, "bs=64k,ps=64k"), (6, "bs=16k,ps=4k,skip_block_uninit")] {
+        let r = run_seed(&EngineFactory, &spec(seed, 1500, mount)).unwrap();
+        assert!(r.failure.is_none(), "seed {seed} mount {mount:?}: {}", r.failure.unwrap());
+        assert!(r.stats.fscks >= 3);
+    }
+}
+
+#[test]
+fn exported_images_pass_e2fsck_and_read_back_through_debugfs() {
+    let (Some(e2fsck), Some(debugfs)) = (tool("e2fsck"), tool("debugfs")) else {
+        println!("SKIPPED: e2fsprogs not installed");
+        return;
+    };
+    let dir = Scratch::new("export");
+    for (seed, mount) in [(11, ""), (12, "bs=1k"), (13, "bs=64k")] {
+        let mut ls = lockstep(seed, 1200, mount);
+        let img = dir.0.join(format!("seed{seed}.img"));
+        ls.target.export_image(&img).unwrap();
+        e2fsck_clean(&e2fsck, &img).unwrap();
+        e2fsck_fy_clean(&e2fsck, &img).unwrap();
+        let files = model_files(&mut ls.model);
+        assert!(!files.is_empty());
+        for (path, want) in files.iter().take(25) {
+            let got = debugfs_cat(&debugfs, &img, path).unwrap();
+            assert!(got == *want, "seed {seed}: debugfs cat {path}: {} bytes, model has {}", got.len(), want.len());
+        }
+        let _ = std::fs::remove_file(&img);
+    }
+}
+
+/// Detaches the loop device and unmounts even when an assertion fails.
+struct LoopMount {
+    dev: String,
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+#[test]
+fn the_kernel_reads_what_the_model_says() {
+    let Some(e2fsck) = tool("e2fsck") else {
+        println!("SKIPPED: e2fsprogs not installed");
+        return;
+    };
+    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !is_root {
+        println!("SKIPPED: loop-mounting needs root");
+        return;
+    }
+    let dir = Scratch::new("kernel");
+    let mut ls = lockstep(21, 1500, "");
+    let img = dir.0.join("k.img");
+    ls.target.export_image(&img).unwrap();
+    // Only images e2fsck passes are ever given to the kernel.
+    e2fsck_clean(&e2fsck, &img).unwrap();
+    let out = Command::new("losetup").args(["--find", "--show", "--read-only"]).arg(&img).output().unwrap();
+    if !out.status.success() {
+        println!("SKIPPED: losetup refused: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let mnt = dir.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut guard = LoopMount { dev: String::from_utf8_lossy(&out.stdout).trim().to_string(), dir: mnt.clone(), mounted: false };
+    let m = Command::new("mount").args(["-t", "ext4", "-o", "ro,noload", &guard.dev]).arg(&mnt).output().unwrap();
+    if !m.status.success() {
+        println!("SKIPPED: mount refused: {}", String::from_utf8_lossy(&m.stderr));
+        return;
+    }
+    guard.mounted = true;
+    let files = model_files(&mut ls.model);
+    assert!(!files.is_empty());
+    for (path, want) in &files {
+        let got = std::fs::read(mnt.join(path.trim_start_matches('/'))).unwrap();
+        assert!(got == *want, "kernel read {path}: {} bytes, model has {}", got.len(), want.len());
+    }
+    drop(guard);
+}
