@@ -56,3 +56,46 @@ pub fn model_ops(data: &[u8]) {
         panic!("the current state must be an allowed crash state: {v}");
     }
 }
+
+/// Disk size for the lockstep target: small, so mkfs per input stays cheap.
+pub const FUZZ_DISK_BYTES: u64 = 64 << 20;
+
+/// Model and engine in lockstep on arbitrary ops: every answer agrees, the
+/// engine's fsck is clean after unmount, and a remount shows the same tree.
+pub fn lockstep_ops(data: &[u8]) {
+    use ext4_engine::device::BlockDevice;
+    let mut u = Unstructured::new(data);
+    let Ok(mut config) = mount_config(&mut u) else { return };
+    if config.validate().is_err() {
+        return;
+    }
+    config.read_only = false;
+    let mut dev = ext4_engine::device_mem::MemDevice::new(FUZZ_DISK_BYTES);
+    let mut opts = ext4_engine::mkfs::MkfsOptions::new(FUZZ_DISK_BYTES, [0x5a; 16], [0x3c; 16], 1_700_000_000);
+    opts.block_size = config.block_size;
+    if !config.has_journal {
+        opts.journal = ext4_engine::mkfs::JournalSize::None;
+    }
+    ext4_engine::mkfs::mkfs(&mut dev, &opts).expect("mkfs of a valid config");
+    dev.flush().expect("memory device flush");
+    let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("mount of a fresh image");
+    let mut model = Model::new(&config).expect("validated config");
+    for _ in 0..MAX_FUZZ_OPS {
+        let Ok(mut op) = Op::arbitrary(&mut u) else { break };
+        if let Op::Write { len, .. } = &mut op {
+            *len %= MAX_FUZZ_WRITE;
+        }
+        let expected = model.apply(&op);
+        let actual = engine.apply(&op);
+        if let Err(d) = ext4_model::agree::agrees(&expected, &actual) {
+            panic!("engine disagrees with the model on {op:?}: {d}");
+        }
+    }
+    let dev = engine.unmount().expect("unmount");
+    let (dev, report) = ext4_engine::check::check(dev);
+    assert!(report.is_clean(), "engine fsck after unmount: {report}");
+    let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("remount");
+    let a = ext4_model::durability::view_tree(&mut model).expect("model tree");
+    let b = ext4_model::durability::view_tree(&mut engine).expect("engine tree after remount");
+    assert_eq!(a.nodes, b.nodes, "tree changed across unmount and mount");
+}

@@ -48,6 +48,12 @@ pub(crate) fn le64(b: &[u8], off: usize) -> u64 {
 pub(crate) fn be32(b: &[u8], off: usize) -> u32 {
     u32::from_be_bytes(array(b, off))
 }
+pub(crate) fn be16(b: &[u8], off: usize) -> u16 {
+    u16::from_be_bytes(array(b, off))
+}
+pub(crate) fn be64(b: &[u8], off: usize) -> u64 {
+    u64::from_be_bytes(array(b, off))
+}
 pub(crate) fn bytes16(b: &[u8], off: usize) -> [u8; 16] {
     array(b, off)
 }
@@ -65,6 +71,9 @@ pub(crate) fn put_le64(b: &mut [u8], off: usize, v: u64) {
     put(b, off, &v.to_le_bytes());
 }
 pub(crate) fn put_be32(b: &mut [u8], off: usize, v: u32) {
+    put(b, off, &v.to_be_bytes());
+}
+pub(crate) fn put_be64(b: &mut [u8], off: usize, v: u64) {
     put(b, off, &v.to_be_bytes());
 }
 pub(crate) fn put_bytes(b: &mut [u8], off: usize, v: &[u8]) {
