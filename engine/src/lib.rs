@@ -6,6 +6,7 @@
 //! - [`format`]: ext4's on-disk structures, parsed and written, with checksums.
 //! - [`mkfs`]: builds a fresh filesystem, byte-identical for identical options.
 //! - [`image`]: opens an existing image read-only and validates it.
+//! - [`journal`]: jbd2 commits, checkpoints and recovery for inode 8.
 
 pub mod device;
 pub mod e2fsprogs;
@@ -24,5 +25,6 @@ pub mod check;
 pub mod dir;
 pub mod extent_tree;
 pub mod fs;
+pub mod journal;
 
 pub use fs::{Ext4, LayoutReport};

@@ -130,9 +130,19 @@ pub struct CrashEnvelope {
 }
 
 impl Model {
+    /// Keeps (or stops keeping) the log of calls since the last sync that
+    /// crash checks replay. It holds a copy of every write's data, so runs
+    /// without crashes turn it off. On by default.
+    pub fn set_crash_log(&mut self, on: bool) {
+        self.log = on.then(|| CrashLog::new(self.st.clone()));
+    }
+
     /// The set of states a crash right now may recover to.
+    ///
+    /// Panics if the crash log is off ([`Model::set_crash_log`]): asking what a
+    /// crash allows without having kept the history is a bug in the caller.
     pub fn crash_envelope(&self) -> CrashEnvelope {
-        let log = self.log.as_ref().expect("crash_envelope on a replay model");
+        let log = self.log.as_ref().expect("crash_envelope needs the crash log (Model::set_crash_log(true))");
         let durable_at = self.st.inodes.iter().map(|(i, n)| (*i, n.marks.durable_at)).collect();
         let writeback_mode = self
             .st

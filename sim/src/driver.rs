@@ -96,7 +96,9 @@ enum Source<'a> {
 }
 
 fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) -> Result<(RunResult, F::Target), String> {
-    let model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
+    let mut model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
+    // Crash checks replay a log holding every write's data; keep it only when crashing.
+    model.set_crash_log(spec.crash_every > 0);
     let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
     let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);

@@ -50,7 +50,7 @@ impl Allocator {
     /// First free run in group `g` starting at or after `from` (group-relative)
     /// of at least `want` blocks; otherwise the longest one seen.
     fn scan_group(&self, g: GroupIndex, from: u32, want: u64) -> Result<Scan> {
-        let bm = self.block_bitmap(g)?;
+        let bm = self.scan_bitmap(g)?;
         let len = self.geo.group_len(g) as usize;
         let mut pos = (from as usize).max(self.block_hint[g as usize] as usize);
         let mut best: Option<(u32, u32)> = None;
@@ -74,6 +74,7 @@ impl Allocator {
         let bm = self.block_bitmaps[gi].as_mut().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))?;
         debug_assert!(bm.range_is_clear(start as usize, (start + len) as usize), "double allocation in group {g}");
         bm.set_range(start as usize, (start + len) as usize);
+        self.take_held(g, start, len);
         let d = &mut self.descs[gi];
         d.free_blocks = d.free_blocks.checked_sub(len).ok_or_else(|| {
             Error::Corrupt(Corrupt::GroupDescriptor { group: g, what: "free block count below zero".into() })
@@ -105,7 +106,7 @@ impl Allocator {
         // Exact goal: extend the file in place.
         if !self.skippable(g0) && self.descs[g0 as usize].free_blocks > 0 {
             self.load_block_bitmap(dev, g0)?;
-            let bm = self.block_bitmap(g0)?;
+            let bm = self.scan_bitmap(g0)?;
             let len = self.geo.group_len(g0) as usize;
             if !bm.get(goal_off as usize) {
                 let end = bm.next_one(goal_off as usize, len.min(goal_off as usize + cap as usize));
@@ -177,6 +178,11 @@ impl Allocator {
             if (lo..hi).any(|i| !bm.get(i)) {
                 return Err(Error::Corrupt(Corrupt::Bitmap { group: g, what: format!("freeing free blocks in {b}..{piece_end}") }));
             }
+            if self.hold_freed {
+                let n = (hi - lo) as u64;
+                self.held.entry(g).or_insert_with(|| bm.clone());
+                self.held_blocks += n;
+            }
             bm.clear_range(lo, hi);
             let n = (hi - lo) as u32;
             self.descs[gi].free_blocks += n;
@@ -186,6 +192,9 @@ impl Allocator {
             self.dirty_block_bitmaps.insert(g);
             self.dirty_descs.insert(g);
             b = piece_end;
+        }
+        if self.hold_freed {
+            self.freed.push((start, len));
         }
         Ok(())
     }

@@ -8,13 +8,15 @@
 //!   bitmaps (with checksums and padding) and descriptors into the buffer cache.
 //! - Policies: [`block`] (goal group, contiguous runs, the skip_block_uninit
 //!   knob), [`inode`] (first use of a group, itable_unused), [`orlov`] (which
-//!   group a new inode goes to).
+//!   group a new inode goes to), [`held`] (with a journal, blocks freed in
+//!   the running transaction are not handed out before it commits).
 
 pub mod block;
+pub mod held;
 pub mod inode;
 pub mod orlov;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ext4_model::AllocPolicy;
 
@@ -50,6 +52,15 @@ pub struct Allocator {
     first_ino: u32,
     hash_seed: [u8; 16],
     policy: AllocPolicy,
+    /// Journal on: frees are held until the transaction commits.
+    hold_freed: bool,
+    /// Per group with held blocks: what allocation scans (in use or held).
+    held: BTreeMap<GroupIndex, Bitmap>,
+    held_blocks: u64,
+    /// Scans may take held blocks (journaled metadata built during a commit).
+    reuse_held: bool,
+    /// Ranges freed since the last commit, for the journal's revokes.
+    freed: Vec<(u64, u64)>,
 }
 
 /// What the superblock needs after writeback.
@@ -94,6 +105,11 @@ impl Allocator {
             first_ino,
             hash_seed,
             policy,
+            hold_freed: false,
+            held: BTreeMap::new(),
+            held_blocks: 0,
+            reuse_held: false,
+            freed: Vec::new(),
         }
     }
 

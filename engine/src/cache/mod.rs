@@ -9,6 +9,10 @@
 //!   writeback is deterministic and seek-friendly.
 //! - A freed block must be [`BufferCache::forget`]-ten: a stale dirty copy
 //!   written later would overwrite whatever data the block holds by then.
+//! - With a journal, the dirty blocks go into a transaction instead
+//!   ([`BufferCache::dirty_blocks`], then [`BufferCache::mark_all_clean`]).
+//! - Nothing is ever evicted: with lazy checkpoints the newest copy of a
+//!   journaled block may be only here and in the log, not at home.
 //! - [`BufferCache::drop_all`] loses everything, as a crash does.
 
 use std::collections::BTreeMap;
@@ -146,6 +150,19 @@ impl BufferCache {
         Ok(())
     }
 
+    /// Every dirty block in ascending order: what a transaction logs.
+    pub fn dirty_blocks(&self) -> impl Iterator<Item = (BlockNumber, &[u8])> + '_ {
+        self.bufs.iter().filter(|(_, b)| b.dirty).map(|(n, b)| (*n, &b.data[..]))
+    }
+
+    /// Marks every block clean: a committed transaction holds them now.
+    pub fn mark_all_clean(&mut self) {
+        for buf in self.bufs.values_mut() {
+            buf.dirty = false;
+        }
+        self.dirty_count = 0;
+    }
+
     /// Forgets everything, dirty or not (a crash).
     pub fn drop_all(&mut self) {
         self.bufs.clear();
@@ -177,6 +194,23 @@ mod tests {
         assert_eq!(read(&mut dev, 5)[0], 7);
         assert_eq!(read(&mut dev, 6), vec![9u8; 1024]);
         assert_eq!(c.get(&mut dev, 5).unwrap()[0], 7, "the cached copy stays");
+    }
+
+    #[test]
+    fn dirty_blocks_are_listed_in_order_until_marked_clean() {
+        let mut dev = MemDevice::new(1 << 20);
+        let mut c = BufferCache::new(1024, 1024);
+        c.put(9, &[1u8; 1024]).unwrap();
+        c.put(3, &[2u8; 1024]).unwrap();
+        c.get(&mut dev, 5).unwrap();
+        let listed: Vec<(u64, u8)> = c.dirty_blocks().map(|(b, d)| (b, d[0])).collect();
+        assert_eq!(listed, vec![(3, 2), (9, 1)], "clean block 5 is not listed");
+        c.mark_all_clean();
+        assert_eq!(c.dirty_count(), 0);
+        assert_eq!(c.dirty_blocks().count(), 0);
+        c.write_back(&mut dev).unwrap();
+        assert_eq!(read(&mut dev, 9), vec![0u8; 1024], "committed blocks are not written by write_back");
+        assert_eq!(c.get(&mut dev, 9).unwrap()[0], 1, "but stay cached");
     }
 
     #[test]
