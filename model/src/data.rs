@@ -43,13 +43,7 @@ pub struct FileData {
     pub content: BTreeMap<u64, Arc<[u8]>>,
 }
 
-/// Logical blocks touched by the byte range `[offset, offset + len)`.
-pub fn block_span(offset: u64, len: u64, bs: u64) -> Range<u64> {
-    if len == 0 {
-        return offset / bs..offset / bs;
-    }
-    offset / bs..(offset + len).div_ceil(bs)
-}
+pub use crate::vfs::block_span;
 
 impl FileData {
     /// Bytes of block `b` as read returns them (ignoring size).

@@ -12,53 +12,21 @@
 //! - UNSHARE_RANGE and WRITE_ZEROES: EOPNOTSUPP (no shared extents; a loop
 //!   device does not unmap on write-zeroes).
 
-use crate::data::{block_span, Alloc};
-use crate::file_ops::LOFF_MAX;
+use crate::data::Alloc;
 use crate::model::Model;
 use crate::op::FallocFlags;
 use crate::state::Ino;
+use crate::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
 use crate::Errno;
-
-/// The operation a mode selects, once the VFS has accepted the bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Allocate { keep_size: bool },
-    Punch,
-    Zero { keep_size: bool },
-    Collapse,
-    Insert,
-}
-
-/// vfs_fallocate's checks of the mode bits and range.
-fn classify(mode: FallocFlags, offset: u64, len: u64) -> Result<Mode, Errno> {
-    if offset > LOFF_MAX || len == 0 || len > LOFF_MAX {
-        return Err(Errno::EINVAL);
-    }
-    let bits = mode.0;
-    if bits & !(FallocFlags::MODE_MASK | FallocFlags::KEEP_SIZE) != 0 {
-        return Err(Errno::EOPNOTSUPP);
-    }
-    let keep_size = mode.keep_size();
-    match bits & FallocFlags::MODE_MASK {
-        0 => Ok(Mode::Allocate { keep_size }),
-        FallocFlags::ZERO_RANGE => Ok(Mode::Zero { keep_size }),
-        FallocFlags::PUNCH_HOLE if keep_size => Ok(Mode::Punch),
-        FallocFlags::COLLAPSE_RANGE if !keep_size => Ok(Mode::Collapse),
-        FallocFlags::INSERT_RANGE if !keep_size => Ok(Mode::Insert),
-        // UNSHARE passes the VFS and ext4 refuses it; WRITE_ZEROES without
-        // KEEP_SIZE passes too and fails on a device without unmap.
-        _ => Err(Errno::EOPNOTSUPP),
-    }
-}
 
 impl Model {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let ino = self.open_for_write(path)?;
-        let kind = classify(mode, offset, len)?;
+        let kind = classify_fallocate(mode, offset, len)?;
         if self.file(ino).is_none() {
             return Err(Errno::EISDIR);
         }
-        let end = offset.checked_add(len).filter(|e| *e <= LOFF_MAX).ok_or(Errno::EFBIG)?;
+        let end = fallocate_end(offset, len)?;
         if end > self.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
@@ -210,24 +178,5 @@ impl Model {
         file.size += len;
         self.touch_datasync(ino);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vfs_mode_rules() {
-        let f = |bits| classify(FallocFlags(bits), 0, 4096);
-        assert_eq!(f(0), Ok(Mode::Allocate { keep_size: false }));
-        assert_eq!(f(FallocFlags::PUNCH_HOLE), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), Ok(Mode::Punch));
-        assert_eq!(f(FallocFlags::COLLAPSE_RANGE | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::ZERO_RANGE | 1), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(FallocFlags::UNSHARE_RANGE), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(0x100), Err(Errno::EOPNOTSUPP));
-        assert_eq!(classify(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
-        assert_eq!(classify(FallocFlags(0), u64::MAX, 1), Err(Errno::EINVAL));
     }
 }

@@ -1,14 +1,11 @@
 //! Data operations: write, read, truncate, the sync family, FIEMAP and the
 //! per-inode journaling flag.
 
-use crate::data::block_span;
+use crate::vfs::{block_span, LOFF_MAX};
 use crate::model::Model;
 use crate::op::{inode_flags, FiemapExtent};
 use crate::state::{Ino, Node};
 use crate::Errno;
-
-/// Largest offset a signed loff_t can hold; beyond it syscalls say EINVAL.
-pub(crate) const LOFF_MAX: u64 = i64::MAX as u64;
 
 impl Model {
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {

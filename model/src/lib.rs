@@ -22,6 +22,7 @@ pub mod path;
 pub mod range_map;
 pub mod state;
 pub mod strategy;
+pub mod vfs;
 
 pub use config::{AllocPolicy, ConfigError, DataMode, EffectiveMount, InodeJournalMode, MountConfig};
 pub use durability::{CrashEnvelope, CrashVerdict, CrashViolation};

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::data::FileData;
 use crate::model::{split, Model};
-use crate::op::{DirEntry, LINK_MAX, PATH_MAX};
+use crate::op::{DirEntry, LINK_MAX};
 use crate::path::Last;
 use crate::state::{Ino, Node};
 use crate::Errno;
@@ -47,15 +47,7 @@ impl Model {
     }
 
     pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
-        if target.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        if target.len() >= PATH_MAX {
-            return Err(Errno::ENAMETOOLONG);
-        }
-        if target.contains('\0') {
-            return Err(Errno::EINVAL);
-        }
+        crate::vfs::check_symlink_target(target)?;
         let (dir, name, slash) = self.new_name(path)?;
         if slash {
             return Err(Errno::ENOENT);

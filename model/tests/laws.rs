@@ -181,6 +181,9 @@ proptest! {
         let src = m.stat(&from);
         let dst = m.stat(&to);
         match m.rename(&from, &to) {
+            // A `to` that runs through `from` (a symlink moved away) no longer
+            // resolves after the rename, in Linux as here.
+            Ok(()) if to.starts_with(&format!("{from}/")) => {}
             Ok(()) => {
                 let src = src.unwrap();
                 let now = m.stat(&to).unwrap();

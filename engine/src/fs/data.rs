@@ -19,16 +19,7 @@ use crate::format::InodeNumber;
 use super::node::Node;
 use super::{Ctx, Ext4};
 
-/// Largest offset a signed loff_t can hold.
-pub(crate) const LOFF_MAX: u64 = i64::MAX as u64;
-
-/// Logical blocks touched by `[offset, offset + len)`.
-pub(crate) fn block_span(offset: u64, len: u64, bs: u64) -> Range<u64> {
-    if len == 0 {
-        return offset / bs..offset / bs;
-    }
-    offset / bs..(offset + len).div_ceil(bs)
-}
+pub(crate) use ext4_model::vfs::{block_span, LOFF_MAX};
 
 impl<D: BlockDevice> Ctx<D> {
     /// Allocates every hole of `range`, as unwritten or written extents.

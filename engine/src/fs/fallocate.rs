@@ -13,47 +13,17 @@ use ext4_model::{Errno, FallocFlags, FileKind};
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
-use super::data::{block_span, LOFF_MAX};
+use ext4_model::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
 use super::Ext4;
-
-/// The operation a mode selects once the VFS has accepted its bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Allocate { keep_size: bool },
-    Punch,
-    Zero { keep_size: bool },
-    Collapse,
-    Insert,
-}
-
-/// vfs_fallocate's checks of the mode bits and range.
-fn classify(mode: FallocFlags, offset: u64, len: u64) -> Result<Mode, Errno> {
-    if offset > LOFF_MAX || len == 0 || len > LOFF_MAX {
-        return Err(Errno::EINVAL);
-    }
-    let bits = mode.0;
-    if bits & !(FallocFlags::MODE_MASK | FallocFlags::KEEP_SIZE) != 0 {
-        return Err(Errno::EOPNOTSUPP);
-    }
-    let keep_size = mode.keep_size();
-    match bits & FallocFlags::MODE_MASK {
-        0 => Ok(Mode::Allocate { keep_size }),
-        FallocFlags::ZERO_RANGE => Ok(Mode::Zero { keep_size }),
-        FallocFlags::PUNCH_HOLE if keep_size => Ok(Mode::Punch),
-        FallocFlags::COLLAPSE_RANGE if !keep_size => Ok(Mode::Collapse),
-        FallocFlags::INSERT_RANGE if !keep_size => Ok(Mode::Insert),
-        _ => Err(Errno::EOPNOTSUPP),
-    }
-}
 
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let ino = self.open_for_write(path)?;
-        let kind = classify(mode, offset, len)?;
+        let kind = classify_fallocate(mode, offset, len)?;
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EISDIR);
         }
-        let end = offset.checked_add(len).filter(|e| *e <= LOFF_MAX).ok_or(Errno::EFBIG)?;
+        let end = fallocate_end(offset, len)?;
         if end > self.ctx.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
@@ -229,21 +199,5 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.ctime = ctx.now();
         self.mark_dirty(ino);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vfs_mode_rules_match_the_model() {
-        let f = |bits| classify(FallocFlags(bits), 0, 4096);
-        assert_eq!(f(0), Ok(Mode::Allocate { keep_size: false }));
-        assert_eq!(f(FallocFlags::PUNCH_HOLE), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), Ok(Mode::Punch));
-        assert_eq!(f(FallocFlags::INSERT_RANGE | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(FallocFlags::WRITE_ZEROES), Err(Errno::EOPNOTSUPP));
-        assert_eq!(classify(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
     }
 }

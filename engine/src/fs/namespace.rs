@@ -2,7 +2,7 @@
 //! path resolution, then existence, then read-only, then type and emptiness,
 //! then space.
 
-use ext4_model::op::{DirEntry, LINK_MAX, PATH_MAX};
+use ext4_model::op::{DirEntry, LINK_MAX};
 use ext4_model::path::{Last, SplitPath};
 use ext4_model::{Errno, FileKind, Stat};
 
@@ -63,15 +63,7 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
-        if target.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        if target.len() >= PATH_MAX {
-            return Err(Errno::ENAMETOOLONG);
-        }
-        if target.contains('\0') {
-            return Err(Errno::EINVAL);
-        }
+        ext4_model::vfs::check_symlink_target(target)?;
         let (dir, name, slash) = self.new_name(path)?;
         if slash {
             return Err(Errno::ENOENT);

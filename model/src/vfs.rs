@@ -1,0 +1,100 @@
+//! What the VFS (and ext4's first line of checks) decides from a call's
+//! arguments alone, before any inode is looked at. Written once and shared by
+//! every implementation, so the model and the engine cannot drift on it.
+
+use std::ops::Range;
+
+use crate::op::{FallocFlags, PATH_MAX};
+use crate::Errno;
+
+/// Largest offset a signed loff_t holds; beyond it syscalls say EINVAL.
+pub const LOFF_MAX: u64 = i64::MAX as u64;
+
+/// The operation a fallocate mode selects, once its bits are accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FallocateMode {
+    Allocate { keep_size: bool },
+    Punch,
+    Zero { keep_size: bool },
+    Collapse,
+    Insert,
+}
+
+/// vfs_fallocate's checks of the mode bits and range, then ext4's refusal of
+/// UNSHARE and WRITE_ZEROES (no shared extents; a loop device does not unmap).
+pub fn classify_fallocate(mode: FallocFlags, offset: u64, len: u64) -> Result<FallocateMode, Errno> {
+    if offset > LOFF_MAX || len == 0 || len > LOFF_MAX {
+        return Err(Errno::EINVAL);
+    }
+    let bits = mode.0;
+    if bits & !(FallocFlags::MODE_MASK | FallocFlags::KEEP_SIZE) != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let keep_size = mode.keep_size();
+    match bits & FallocFlags::MODE_MASK {
+        0 => Ok(FallocateMode::Allocate { keep_size }),
+        FallocFlags::ZERO_RANGE => Ok(FallocateMode::Zero { keep_size }),
+        FallocFlags::PUNCH_HOLE if keep_size => Ok(FallocateMode::Punch),
+        FallocFlags::COLLAPSE_RANGE if !keep_size => Ok(FallocateMode::Collapse),
+        FallocFlags::INSERT_RANGE if !keep_size => Ok(FallocateMode::Insert),
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}
+
+/// The end of a fallocate range, or EFBIG where it wraps a signed offset.
+pub fn fallocate_end(offset: u64, len: u64) -> Result<u64, Errno> {
+    offset.checked_add(len).filter(|e| *e <= LOFF_MAX).ok_or(Errno::EFBIG)
+}
+
+/// getname() of a symlink target: empty is ENOENT, PATH_MAX or more is
+/// ENAMETOOLONG; a NUL cannot be passed at all.
+pub fn check_symlink_target(target: &str) -> Result<(), Errno> {
+    if target.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    if target.len() >= PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if target.contains('\0') {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// Logical blocks touched by the byte range `[offset, offset + len)`.
+pub fn block_span(offset: u64, len: u64, bs: u64) -> Range<u64> {
+    if len == 0 {
+        return offset / bs..offset / bs;
+    }
+    offset / bs..(offset + len).div_ceil(bs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallocate_mode_rules() {
+        let f = |bits| classify_fallocate(FallocFlags(bits), 0, 4096);
+        assert_eq!(f(0), Ok(FallocateMode::Allocate { keep_size: false }));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), Ok(FallocateMode::Punch));
+        assert_eq!(f(FallocFlags::COLLAPSE_RANGE | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::ZERO_RANGE | 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(FallocFlags::UNSHARE_RANGE), Err(Errno::EOPNOTSUPP));
+        assert_eq!(f(0x100), Err(Errno::EOPNOTSUPP));
+        assert_eq!(classify_fallocate(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
+        assert_eq!(classify_fallocate(FallocFlags(0), u64::MAX, 1), Err(Errno::EINVAL));
+        assert_eq!(fallocate_end(LOFF_MAX, 1), Err(Errno::EFBIG));
+    }
+
+    #[test]
+    fn symlink_targets_and_spans() {
+        assert_eq!(check_symlink_target(""), Err(Errno::ENOENT));
+        assert_eq!(check_symlink_target(&"x".repeat(PATH_MAX)), Err(Errno::ENAMETOOLONG));
+        assert_eq!(check_symlink_target("a\0b"), Err(Errno::EINVAL));
+        assert_eq!(check_symlink_target("/x"), Ok(()));
+        assert_eq!(block_span(4095, 2, 4096), 0..2);
+        assert_eq!(block_span(8192, 0, 4096), 2..2);
+    }
+}
