@@ -121,6 +121,11 @@ impl Allocator {
         &self.descs
     }
 
+    /// Bitmaps and descriptors waiting for [`Allocator::write_back`].
+    pub fn dirty_count(&self) -> usize {
+        self.dirty_descs.len() + self.dirty_block_bitmaps.len() + self.dirty_inode_bitmaps.len()
+    }
+
     pub fn totals(&self) -> Totals {
         Totals { free_blocks: self.free_blocks, free_inodes: self.free_inodes }
     }

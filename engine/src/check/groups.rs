@@ -117,8 +117,8 @@ fn check_superblock<D: BlockDevice>(c: &mut Checker<D>) {
     if sb.last_orphan != 0 {
         found.push(format!("orphan list not processed (s_last_orphan {})", sb.last_orphan));
     }
-    if sb.feature_incompat & feature::INCOMPAT_RECOVER != 0 {
-        found.push("needs_recovery is set: the journal was not replayed".to_string());
+    if sb.feature_incompat & feature::INCOMPAT_RECOVER != 0 && !sb.has_journal() {
+        found.push("needs_recovery is set on a filesystem without a journal".to_string());
     }
     if sb.has_journal() && sb.journal_inum == 0 {
         found.push("has_journal with s_journal_inum 0".to_string());

@@ -1,10 +1,18 @@
 //! The internal journal: inode `s_journal_inum` must map every block of its
 //! size, and its first block must hold a jbd2 superblock whose block size and
-//! length fit the inode. A journal with `s_start != 0` still holds
-//! transactions to replay, so the image as it stands is not consistent.
+//! length fit the inode.
+//!
+//! A log with `s_start != 0` is what a crash leaves before recovery: that is
+//! legitimate, so the log's structure is validated instead (the scan
+//! recovery runs), and needs_recovery must be set or e2fsck would discard
+//! the log. A scan ends at the first torn or uncommitted transaction, which
+//! is how every log ends; only unreadable log blocks are problems.
 
 use crate::device::BlockDevice;
 use crate::format::journal_superblock::{JournalSuperblock, JOURNAL_SB_SIZE};
+use crate::format::superblock::feature;
+use crate::journal::map::LogMap;
+use crate::journal::recovery::scan;
 
 use super::problem::Problem;
 use super::state::Checker;
@@ -42,7 +50,20 @@ pub fn check<D: BlockDevice>(c: &mut Checker<D>) {
     if u64::from(jsb.maxlen) > blocks {
         c.report(Problem::Journal { what: format!("s_maxlen {} > the journal inode's {blocks} blocks", jsb.maxlen) });
     }
+    if jsb.start == 0 && c.sb.feature_incompat & feature::INCOMPAT_RECOVER != 0 {
+        // e2fsck: "needs_recovery flag is set, but journal has no data".
+        c.report(Problem::Journal { what: "needs_recovery is set but the log is empty".to_string() });
+    }
     if jsb.start != 0 {
-        c.report(Problem::Journal { what: format!("needs recovery: s_start {} (sequence {})", jsb.start, jsb.sequence) });
+        if c.sb.feature_incompat & feature::INCOMPAT_RECOVER == 0 {
+            c.report(Problem::Journal { what: format!("s_start {} but the superblock lacks needs_recovery", jsb.start) });
+        }
+        let map = match LogMap::from_extents(&extents, u64::from(jsb.maxlen), c.geo.blocks_count) {
+            Ok(m) => m,
+            Err(e) => return c.report(Problem::Journal { what: e.to_string() }),
+        };
+        if let Err(e) = scan(&mut c.disk.dev, &map, &jsb, c.geo.blocks_count) {
+            c.report(Problem::Journal { what: format!("log from s_start {} unreadable: {e}", jsb.start) });
+        }
     }
 }

@@ -15,11 +15,15 @@
 //!   plus an op counter in the nanoseconds, never from the wall clock.
 //! - **Bad disk data is EIO, never a panic.** Device errors map to EIO (EROFS
 //!   for a read-only device, ENOSPC for a full backing store).
-//! - Not yet: jbd2 transactions (the journal is left clean and untouched),
-//!   htree directories (refused with EIO), block-mapped files.
+//! - **Journaled.** With has_journal, sync/fsync/fdatasync/unmount commit
+//!   the dirty metadata as one jbd2 transaction (`journaling`); mount replays
+//!   a log a crash left behind. Without a journal writeback is in place.
+//! - Not yet: htree directories (refused with EIO), block-mapped files,
+//!   logging file data of data=journal inodes (written like ordered).
 
 mod data;
 mod fallocate;
+mod journaling;
 mod layout;
 mod lifecycle;
 mod namespace;
@@ -42,6 +46,7 @@ use crate::format::inode::Timestamp;
 use crate::format::superblock::{feature, Superblock};
 use crate::format::InodeNumber;
 use crate::image::Image;
+use crate::journal::{recovery, Journal};
 
 pub use layout::LayoutReport;
 use node::Node;
@@ -56,6 +61,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub cache: BufferCache,
     /// Seed of metadata checksums (metadata_csum), else None.
     pub csum_seed: Option<u32>,
+    /// The jbd2 journal of a writable mount with has_journal.
+    pub journal: Option<Journal>,
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
@@ -108,10 +115,11 @@ impl From<Error> for Errno {
 }
 
 impl<D: BlockDevice> Ext4<D> {
-    /// Validates `config`, reads and checks the superblock and descriptors,
-    /// and takes over the device.
-    pub fn mount(dev: D, config: &MountConfig) -> Result<Self> {
+    /// Validates `config`, replays the journal if a crash left it non-empty,
+    /// reads and checks the superblock and descriptors, and takes over the device.
+    pub fn mount(mut dev: D, config: &MountConfig) -> Result<Self> {
         let mount = config.validate().map_err(|e| Error::InvalidArgument(format!("mount options: {e}")))?;
+        Self::recover(&mut dev)?;
         let img = Image::open(dev)?;
         let sb = img.superblock().clone();
         let geo = img.geometry().clone();
@@ -130,7 +138,7 @@ impl<D: BlockDevice> Ext4<D> {
             }
         }
         if sb.feature_incompat & feature::INCOMPAT_RECOVER != 0 {
-            return Err(Unsupported::Construct("a journal that needs recovery".into()).into());
+            return Err(Unsupported::Construct("needs_recovery without an internal journal".into()).into());
         }
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
         let desc_csum = match csum_seed {
@@ -138,17 +146,45 @@ impl<D: BlockDevice> Ext4<D> {
             None if sb.has_gdt_csum() => DescChecksum::Crc16 { uuid: sb.uuid },
             None => DescChecksum::None,
         };
-        let alloc = Allocator::new(geo.clone(), descs, desc_csum, csum_seed, sb.first_ino(), sb.hash_seed, mount.alloc);
+        let mut alloc = Allocator::new(geo.clone(), descs, desc_csum, csum_seed, sb.first_ino(), sb.hash_seed, mount.alloc);
+        let mut dev = dev;
+        let journal = if Self::internal_journal(&sb) && !mount.read_only { Some(Journal::open(&mut dev, &sb)?) } else { None };
+        alloc.set_hold_freed(journal.is_some());
         let cache = BufferCache::new(geo.block_size, geo.blocks_count);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
-        let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, clock_secs, clock_ticks: 0, next_generation: 0 };
+        let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, journal, clock_secs, clock_ticks: 0, next_generation: 0 };
         Ok(Ext4 { ctx, nodes: BTreeMap::new(), dirty: BTreeSet::new() })
     }
 
-    /// Writes back everything dirty, flushes, and returns the device.
+    /// Whether `sb` describes an internal jbd2 journal this engine runs.
+    fn internal_journal(sb: &Superblock) -> bool {
+        sb.has_journal() && sb.journal_inum != 0 && sb.journal_dev == 0
+    }
+
+    /// Replays the journal when a crash left transactions in it (and clears
+    /// a stale needs_recovery flag). Images whose superblock does not parse
+    /// are left to [`Image::open`] to name the problem.
+    fn recover(dev: &mut D) -> Result<Option<recovery::RecoveryReport>> {
+        let mut raw = [0u8; crate::format::superblock::SUPERBLOCK_SIZE];
+        if dev.size_bytes() < crate::format::superblock::SUPERBLOCK_OFFSET + raw.len() as u64 {
+            return Ok(None);
+        }
+        dev.read(crate::format::superblock::SUPERBLOCK_OFFSET, &mut raw, crate::device::IoClass::Metadata)?;
+        let Ok(sb) = Superblock::parse(&raw) else { return Ok(None) };
+        if !Self::internal_journal(&sb) {
+            return Ok(None);
+        }
+        recovery::recover(dev, &sb)
+    }
+
+    /// Commits everything dirty, checkpoints the log (clearing
+    /// needs_recovery), flushes, and returns the device.
     pub fn unmount(mut self) -> Result<D> {
         if !self.ctx.mount.read_only {
             self.write_back_all()?;
+            if let Some(j) = self.ctx.journal.as_mut() {
+                j.checkpoint(&mut self.ctx.dev, true)?;
+            }
         }
         Ok(self.ctx.dev)
     }

@@ -1,4 +1,6 @@
-//! [`FileSystem`] for [`Ext4`]: each call is the matching `do_*` operation.
+//! [`FileSystem`] for [`Ext4`]: each call is the matching `do_*` operation,
+//! changes first asking the journal whether to commit the running
+//! transaction (`prepare_change`).
 
 use ext4_model::op::{DirEntry, FallocFlags, FiemapExtent, Stat};
 use ext4_model::{Errno, FileSystem};
@@ -9,24 +11,31 @@ use super::Ext4;
 
 impl<D: BlockDevice> FileSystem for Ext4<D> {
     fn create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        self.prepare_change(4)?;
         self.do_create(path, perm)
     }
     fn mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
+        self.prepare_change(4)?;
         self.do_mkdir(path, perm)
     }
     fn unlink(&mut self, path: &str) -> Result<(), Errno> {
+        self.prepare_change(0)?;
         self.do_unlink(path)
     }
     fn rmdir(&mut self, path: &str) -> Result<(), Errno> {
+        self.prepare_change(0)?;
         self.do_rmdir(path)
     }
     fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        self.prepare_change(4)?;
         self.do_rename(from, to)
     }
     fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+        self.prepare_change(4)?;
         self.do_link(from, to)
     }
     fn symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
+        self.prepare_change(4)?;
         self.do_symlink(target, path)
     }
     fn readlink(&mut self, path: &str) -> Result<String, Errno> {
@@ -39,12 +48,14 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_stat(path)
     }
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
         self.do_write(path, offset, data)
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         self.do_read(path, offset, len)
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        self.prepare_change(0)?;
         self.do_truncate(path, size)
     }
     fn fsync(&mut self, path: &str) -> Result<(), Errno> {
@@ -59,6 +70,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.sync_all()
     }
     fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
+        self.prepare_change(self.blocks_for_bytes(len))?;
         self.do_fallocate(path, mode, offset, len)
     }
     fn fiemap(&mut self, path: &str, _sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
@@ -66,6 +78,9 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_fiemap(path)
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
-        self.do_set_journal_data(path, enable)
+        self.do_set_journal_data(path, enable)?;
+        // A journal-flag switch is a durability point: ext4 flushes the
+        // journal (disable) or commits a sync handle (enable).
+        self.sync_all()
     }
 }

@@ -7,6 +7,9 @@
 //! 2. Bitmaps and descriptors (checksums recomputed) into the cache.
 //! 3. The cache, in ascending block order.
 //! 4. The superblock with exact free counts; then flush.
+//!
+//! With a journal, steps 1-2 are the same and the result is committed as one
+//! transaction instead (see `journaling`).
 
 use ext4_model::Errno;
 
@@ -78,19 +81,24 @@ impl<D: BlockDevice> Ctx<D> {
         self.store_inode(ino, &node.disk)
     }
 
-    fn write_superblock(&mut self) -> Result<()> {
+    /// The superblock's bytes with exact free counts.
+    pub(crate) fn superblock_bytes(&mut self) -> [u8; crate::format::superblock::SUPERBLOCK_SIZE] {
         let totals = self.alloc.totals();
         self.sb.free_blocks_count = totals.free_blocks;
         self.sb.free_inodes_count = u32::try_from(totals.free_inodes).unwrap_or(u32::MAX);
-        let bytes = self.sb.to_bytes();
+        self.sb.to_bytes()
+    }
+
+    fn write_superblock(&mut self) -> Result<()> {
+        let bytes = self.superblock_bytes();
         self.dev.write(SUPERBLOCK_OFFSET, &bytes, WriteFlags::METADATA)?;
         Ok(())
     }
 }
 
 impl<D: BlockDevice> Ext4<D> {
-    /// Writes back every dirty inode, bitmap, descriptor and the superblock, then flushes.
-    pub(crate) fn write_back_all(&mut self) -> Result<()> {
+    /// Dirty inodes (with their trees), bitmaps and descriptors into the cache.
+    pub(crate) fn stage_metadata(&mut self) -> Result<()> {
         for ino in std::mem::take(&mut self.dirty) {
             let Some(node) = self.nodes.get_mut(&ino) else { continue };
             if let Err(e) = self.ctx.write_node(ino, node) {
@@ -100,6 +108,17 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let ctx = &mut self.ctx;
         ctx.alloc.write_back(&mut ctx.cache, &mut ctx.dev)?;
+        Ok(())
+    }
+
+    /// Writes back every dirty inode, bitmap, descriptor and the superblock,
+    /// then flushes; with a journal, commits them as one transaction.
+    pub(crate) fn write_back_all(&mut self) -> Result<()> {
+        if self.ctx.journal.is_some() {
+            return self.commit_transaction();
+        }
+        self.stage_metadata()?;
+        let ctx = &mut self.ctx;
         ctx.cache.write_back(&mut ctx.dev)?;
         ctx.write_superblock()?;
         ctx.dev.flush()?;

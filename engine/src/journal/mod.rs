@@ -17,7 +17,7 @@
 //!   into an empty log, and cleared once a checkpoint (or recovery) empties it
 //!   for good.
 //! - Commits always write csum v3 with 64-bit tags (the features a kernel
-//!   mount enables); the log is read in any format jbd2 writes but csum v2.
+//!   mount enables); recovery reads no-checksum, v2 and v3 logs, 32- or 64-bit.
 //!
 //! Limitation: a transaction must fit in the log; the caller keeps them small.
 
@@ -29,6 +29,9 @@ pub mod map;
 pub mod recovery;
 pub mod revoke;
 pub mod transaction;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 

@@ -64,6 +64,11 @@ impl Transaction {
     pub fn contains(&self, block: BlockNumber) -> bool {
         self.blocks.contains_key(&block)
     }
+
+    /// The logged blocks, ascending.
+    pub fn blocks(&self) -> impl Iterator<Item = (BlockNumber, &[u8])> + '_ {
+        self.blocks.iter().map(|(b, d)| (*b, &d[..]))
+    }
 }
 
 impl Journal {

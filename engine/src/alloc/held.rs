@@ -1,0 +1,150 @@
+//! Blocks freed in a transaction that has not committed yet are *held*:
+//! free in the bitmaps and counts (so the transaction records the free), but
+//! not handed out for new data until it commits. Otherwise a crash could undo
+//! the free (a deleted file comes back) while the block already holds another
+//! file's data — stale data the model forbids, in data=ordered too.
+//!
+//! - A group with held blocks gets a second bitmap, the one allocation
+//!   scans: in use or held. Taking blocks sets both.
+//! - During a commit the engine builds journaled metadata (extent-tree
+//!   blocks); those may take held blocks ([`Allocator::set_reuse_held`]),
+//!   because their new contents reach home only after the commit.
+//! - [`Allocator::release_held`] after the commit frees them for real.
+
+use crate::error::{Error, Result};
+use crate::format::bitmap::Bitmap;
+use crate::format::{BlockNumber, GroupIndex};
+
+use super::Allocator;
+
+impl Allocator {
+    /// Turns holding on (a journaled mount) or off.
+    pub fn set_hold_freed(&mut self, on: bool) {
+        self.hold_freed = on;
+        if !on {
+            self.release_held();
+        }
+    }
+
+    /// Blocks freed since the last commit and not yet reusable.
+    pub fn held_blocks(&self) -> u64 {
+        self.held_blocks
+    }
+
+    /// Free blocks an allocation for data may get right now.
+    pub fn available_blocks(&self) -> u64 {
+        self.free_blocks.saturating_sub(self.held_blocks)
+    }
+
+    /// Lets scans take held blocks (metadata built while committing).
+    pub fn set_reuse_held(&mut self, on: bool) {
+        self.reuse_held = on;
+    }
+
+    /// The ranges freed since the last commit (for revokes), emptied.
+    pub fn take_freed(&mut self) -> Vec<(BlockNumber, u64)> {
+        std::mem::take(&mut self.freed)
+    }
+
+    /// The transaction that freed the held blocks committed: reusable now.
+    pub fn release_held(&mut self) {
+        self.held.clear();
+        self.held_blocks = 0;
+        self.freed.clear();
+    }
+
+    /// The bitmap allocation scans in group `g`.
+    pub(super) fn scan_bitmap(&self, g: GroupIndex) -> Result<&Bitmap> {
+        if !self.reuse_held {
+            if let Some(bm) = self.held.get(&g) {
+                return Ok(bm);
+            }
+        }
+        self.block_bitmap(g)
+    }
+
+    /// Marks `start..start + len` of group `g` taken in the held view too,
+    /// counting held blocks a commit-time allocation reused.
+    pub(super) fn take_held(&mut self, g: GroupIndex, start: u32, len: u32) {
+        let Some(view) = self.held.get_mut(&g) else { return };
+        let (lo, hi) = (start as usize, (start + len) as usize);
+        let reused = (lo..hi).filter(|&i| view.get(i)).count() as u64;
+        debug_assert!(self.reuse_held || reused == 0, "a held block in group {g} was handed out");
+        view.set_range(lo, hi);
+        self.held_blocks = self.held_blocks.saturating_sub(reused);
+    }
+
+    /// Checks the held view covers the real bitmap (every used block is
+    /// unavailable) and its count matches.
+    pub fn check_held(&self) -> std::result::Result<(), String> {
+        let mut count = 0u64;
+        for (&g, view) in &self.held {
+            let real = self.block_bitmap(g).map_err(|e: Error| e.to_string())?;
+            let len = self.geo.group_len(g) as usize;
+            for i in 0..len {
+                match (real.get(i), view.get(i)) {
+                    (true, false) => return Err(format!("group {g}: block {i} in use but free in the held view")),
+                    (false, true) => count += 1,
+                    _ => {}
+                }
+            }
+        }
+        if count != self.held_blocks {
+            return Err(format!("{count} blocks held in the views, count says {}", self.held_blocks));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::fresh;
+    use ext4_model::AllocPolicy;
+
+    #[test]
+    fn freed_blocks_are_not_reused_before_release() {
+        let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
+        a.set_hold_freed(true);
+        let (s, l) = a.alloc_blocks(&mut dev, 1, 64).unwrap().unwrap();
+        let free_before = a.totals().free_blocks;
+        a.free_blocks(&mut dev, s, l).unwrap();
+        assert_eq!(a.totals().free_blocks, free_before + l, "the free counts at once");
+        assert_eq!(a.held_blocks(), l);
+        assert_eq!(a.available_blocks(), free_before);
+        a.check_held().unwrap();
+        for _ in 0..20 {
+            let (t, n) = a.alloc_blocks(&mut dev, s, 8).unwrap().unwrap();
+            assert!(t + n <= s || t >= s + l, "held block {t}+{n} reused before the commit");
+        }
+        a.check_held().unwrap();
+        assert_eq!(a.take_freed(), vec![(s, l)]);
+        a.release_held();
+        let (t, _) = a.alloc_blocks(&mut dev, s, 8).unwrap().unwrap();
+        assert_eq!(t, s, "after the commit the goal is free again");
+        a.check_counts().unwrap();
+    }
+
+    #[test]
+    fn commit_time_metadata_may_reuse_held_blocks() {
+        let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
+        a.set_hold_freed(true);
+        let (s, l) = a.alloc_blocks(&mut dev, 1, 16).unwrap().unwrap();
+        a.free_blocks(&mut dev, s, l).unwrap();
+        a.set_reuse_held(true);
+        let (t, n) = a.alloc_blocks(&mut dev, s, 4).unwrap().unwrap();
+        a.set_reuse_held(false);
+        assert_eq!((t, n), (s, 4));
+        assert_eq!(a.held_blocks(), l - 4);
+        a.check_held().unwrap();
+    }
+
+    #[test]
+    fn without_a_journal_nothing_is_held() {
+        let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
+        let (s, l) = a.alloc_blocks(&mut dev, 1, 16).unwrap().unwrap();
+        a.free_blocks(&mut dev, s, l).unwrap();
+        assert_eq!(a.held_blocks(), 0);
+        assert!(a.take_freed().is_empty());
+        assert_eq!(a.alloc_blocks(&mut dev, s, 4).unwrap().unwrap().0, s);
+    }
+}

@@ -1,0 +1,136 @@
+//! The journaled sync path: with has_journal, every sync, fsync, fdatasync,
+//! journal-flag switch and unmount commits all dirty metadata (inodes, extent
+//! trees, directories, bitmaps, descriptors, the superblock) as ONE jbd2
+//! transaction, so a crash recovers to the state at some commit.
+//!
+//! - File data is on the device before the commit: the journal flushes
+//!   before it logs anything, so committed metadata never points at data
+//!   that is not durable (data=ordered; data=writeback gets the same).
+//! - data=journal inodes are written like ordered ones (data straight home,
+//!   flushed before the commit); only their metadata is logged.
+//! - Blocks freed since the last commit are held by the allocator until this
+//!   commit; freed blocks with copies still in the log are revoked.
+//! - Checkpoints are lazy: only when the next transaction does not fit the
+//!   log, and at unmount (which also clears needs_recovery).
+//! - Transactions stay small: before an op, a running transaction that
+//!   could outgrow a quarter of the log, or held blocks that the op may
+//!   need, commit first — as jbd2 commits when a handle does not fit, and
+//!   ext4 forces a commit before giving ENOSPC.
+//! - A transaction larger than the whole log (not reachable through the ops
+//!   above) is written home in place after a checkpoint, without atomicity.
+
+use ext4_model::Errno;
+
+use crate::device::{BlockDevice, IoClass, WriteFlags};
+use crate::error::{Error, Result};
+use crate::format::superblock::{feature, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use crate::format::BlockNumber;
+use crate::journal::Transaction;
+
+use super::{Ctx, Ext4};
+
+/// Blocks an op may allocate beyond its data (tree and directory growth).
+const SLACK_BLOCKS: u64 = 16;
+/// A running transaction commits once its estimate passes 1/this of the log.
+const LOG_SHARE: u64 = 4;
+
+impl<D: BlockDevice> Ctx<D> {
+    /// The superblock's filesystem block as it must be logged: the newest copy
+    /// of that block (committed or home) with the current superblock in it.
+    fn superblock_block(&mut self) -> Result<(BlockNumber, Vec<u8>)> {
+        self.sb.feature_incompat |= feature::INCOMPAT_RECOVER;
+        let bytes = self.superblock_bytes();
+        let bs = self.bs();
+        let (block, at) = if bs == SUPERBLOCK_OFFSET { (1, 0) } else { (0, SUPERBLOCK_OFFSET as usize) };
+        let committed = self.journal.as_ref().and_then(|j| j.unhomed_copy(block)).map(<[u8]>::to_vec);
+        let mut b = match committed {
+            Some(c) => c,
+            None => {
+                let mut b = vec![0u8; bs as usize];
+                self.dev.read(block * bs, &mut b, IoClass::Metadata)?;
+                b
+            }
+        };
+        b[at..at + SUPERBLOCK_SIZE].copy_from_slice(&bytes);
+        Ok((block, b))
+    }
+
+    /// The commit time: the engine's deterministic clock.
+    fn commit_time(&self) -> (u64, u32) {
+        (u64::try_from(self.clock_secs).unwrap_or(0), self.clock_ticks)
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// Commits everything dirty as one transaction (see the module docs).
+    pub(crate) fn commit_transaction(&mut self) -> Result<()> {
+        self.ctx.alloc.set_reuse_held(true);
+        let staged = self.stage_metadata();
+        self.ctx.alloc.set_reuse_held(false);
+        staged?;
+        let freed = self.ctx.alloc.take_freed();
+        if self.ctx.cache.dirty_count() == 0 && freed.is_empty() {
+            // Nothing to log; an fsync still owes the data its flush.
+            self.ctx.dev.flush()?;
+            return Ok(());
+        }
+        let mut txn = Transaction::new();
+        for (b, data) in self.ctx.cache.dirty_blocks() {
+            txn.add(b, data.to_vec());
+        }
+        let (sb_block, sb_data) = self.ctx.superblock_block()?;
+        txn.add(sb_block, sb_data);
+        let time = self.ctx.commit_time();
+        let Ctx { dev, journal, cache, alloc, .. } = &mut self.ctx;
+        let journal = journal.as_mut().ok_or_else(|| Error::InvalidArgument("commit without a journal".into()))?;
+        for (start, len) in &freed {
+            let end = start.saturating_add(*len);
+            let logged: Vec<BlockNumber> = journal.unhomed_in(*start, end).collect();
+            for b in logged {
+                txn.revoke(b);
+            }
+        }
+        let need = journal.log_blocks_for(&txn);
+        if need > u64::from(journal.free()) {
+            journal.checkpoint(dev, false)?;
+        }
+        if need > u64::from(journal.capacity()) {
+            dev.flush()?;
+            let bs = u64::from(cache.block_size() as u32);
+            for (b, data) in txn.blocks() {
+                dev.write(b * bs, data, WriteFlags::METADATA)?;
+            }
+            dev.flush()?;
+        } else {
+            journal.commit(dev, txn, time)?;
+        }
+        cache.mark_all_clean();
+        alloc.release_held();
+        Ok(())
+    }
+
+    /// Called before an op that may allocate up to `need_blocks` data blocks:
+    /// commits first if held blocks could make it fail, or if the running
+    /// transaction is getting big.
+    pub(crate) fn prepare_change(&mut self, need_blocks: u64) -> std::result::Result<(), Errno> {
+        let Some(journal) = self.ctx.journal.as_ref() else { return Ok(()) };
+        let alloc = &self.ctx.alloc;
+        let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);
+        let estimate = (self.ctx.cache.dirty_count() + alloc.dirty_count() + 2 * self.dirty.len() + 1) as u64;
+        let big = estimate.saturating_mul(LOG_SHARE) > u64::from(journal.capacity());
+        if short || big {
+            self.commit_transaction().map_err(Errno::from)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks a write or allocation of `len` bytes may take.
+    pub(crate) fn blocks_for_bytes(&self, len: u64) -> u64 {
+        len.div_ceil(self.ctx.bs()).saturating_add(2)
+    }
+
+    /// What the journal did so far (None without one).
+    pub fn journal_stats(&self) -> Option<crate::journal::JournalStats> {
+        self.ctx.journal.as_ref().map(|j| j.stats())
+    }
+}
