@@ -387,10 +387,25 @@ impl CrashEnvelope {
                     let block = off / bs;
                     let stale_allowed = stale_ok && list.first().is_none_or(|v| v.blocks.get(block).is_none());
                     if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len, bs) == got) {
+                        let head = |b: &[u8]| b.iter().take(8).map(|x| format!("{x:02x}")).collect::<String>();
+                        let seen: Vec<String> = list
+                            .iter()
+                            .map(|v| {
+                                let vb = version_bytes(v, off, len, bs);
+                                let at = vb.iter().zip(got).position(|(a, b)| a != b).unwrap_or(0);
+                                let around = |b: &[u8]| head(&b[at..]);
+                                format!("size {}: differs from byte {at}: {} vs recovered {}", v.size, around(&vb), around(got))
+                            })
+                            .collect();
                         return Err(CrashViolation::Data {
                             path: path.clone(),
                             offset: off,
-                            detail: format!("matches none of {} allowed versions", list.len()),
+                            detail: format!(
+                                "recovered {} (size {size}) matches none of {} allowed versions [{}]",
+                                head(got),
+                                list.len(),
+                                seen.join(", ")
+                            ),
                         });
                     }
                     off += len;

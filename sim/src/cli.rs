@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use clap::{Args, Parser, Subcommand};
 use ext4_model::MountConfig;
 
-use crate::driver::{run_ops, run_seed, shrink_failure, RunResult, RunSpec, TargetFactory};
+use crate::driver::{run_seed, shrink_failure, RunResult, RunSpec, TargetFactory};
 use crate::lockstep::Target as _;
 use crate::mount_opts::parse_mount_opts;
 use crate::report::{json, summary};
@@ -147,9 +147,12 @@ fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path:
         let path = dir.join(format!("ext4sim-seed{}.trace", r.spec.seed));
         match std::fs::write(&path, trace.to_text()) {
             Ok(()) => {
-                out.push_str(&format!("  shrunk      {} ops -> {} ops in {runs} runs\n", r.ops.len(), trace.ops.len()));
-                for op in &trace.ops {
-                    out.push_str(&format!("    {}\n", crate::trace::format_op(op)));
+                out.push_str(&format!("  shrunk      {} steps -> {} steps in {runs} runs\n", r.steps.len(), trace.steps.len()));
+                for step in &trace.steps {
+                    match step {
+                        crate::trace::Step::Op(op) => out.push_str(&format!("    {}\n", crate::trace::format_op(op))),
+                        crate::trace::Step::Crash { seed } => out.push_str(&format!("    crash seed={seed}\n")),
+                    }
                 }
                 out.push_str(&format!("  replay      ext4sim replay {}\n", path.display()));
             }
@@ -253,7 +256,7 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
             let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;
             let spec = RunSpec::from_trace(&t)?;
-            let r = run_ops(factory, &spec, &t.ops)?;
+            let r = crate::driver::run_steps(factory, &spec, &t.steps)?;
             if as_json {
                 println!("{}", json(&r));
             } else {
@@ -300,7 +303,7 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
             let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;
             let spec = RunSpec::from_trace(&t)?;
-            let r = run_ops(factory, &spec, &t.ops)?;
+            let r = crate::driver::run_steps(factory, &spec, &t.steps)?;
             if r.failure.is_none() {
                 println!("trace passes; nothing to shrink");
                 return Ok(true);

@@ -7,8 +7,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::lockstep::{Failure, Lockstep, OpStats, Target};
 use crate::mount_opts::format_mount_opts;
-use crate::shrink::shrink;
-use crate::trace::Trace;
+use crate::shrink::{shrink, simpler_step};
+use crate::trace::{Step, Trace};
 use crate::workload::{Workload, WorkloadConfig};
 
 /// Everything that fixes a run. Same spec, same binary: same result.
@@ -34,7 +34,7 @@ impl RunSpec {
         let mount = crate::mount_opts::parse_mount_opts(&t.mount, MountConfig::default()).map_err(|e| e.to_string())?;
         Ok(RunSpec {
             seed: t.seed,
-            ops: t.ops.len() as u64,
+            ops: t.steps.len() as u64,
             mount,
             profile: t.profile.clone(),
             fsck_every: t.fsck_every,
@@ -79,8 +79,8 @@ pub trait TargetFactory {
 #[derive(Debug)]
 pub struct RunResult {
     pub spec: RunSpec,
-    /// Ops actually run (up to and including a failing one).
-    pub ops: Vec<Op>,
+    /// Steps actually run (up to and including a failing one), crashes included.
+    pub steps: Vec<Step>,
     pub stats: OpStats,
     pub failure: Option<Failure>,
     pub trace_hash: u64,
@@ -89,13 +89,13 @@ pub struct RunResult {
     pub enabled_kinds: Vec<OpKind>,
 }
 
-/// Where ops come from: the seeded generator, or a fixed list.
+/// Where steps come from: the seeded generator, or a fixed list.
 enum Source<'a> {
     Generated(Box<Workload>),
-    Fixed(std::slice::Iter<'a, Op>),
+    Fixed(std::slice::Iter<'a, Step>),
 }
 
-fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) -> Result<(RunResult, F::Target), String> {
+fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>) -> Result<(RunResult, F::Target), String> {
     let mut model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
     // Crash checks replay a log holding every write's data; keep it only when crashing.
     model.set_crash_log(spec.crash_every > 0);
@@ -109,18 +109,30 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) 
         Some(ops) => Source::Fixed(ops.iter()),
         None => Source::Generated(Box::new(workload)),
     };
-    let limit = fixed.map_or(spec.ops, |o| o.len() as u64);
-    let mut ran = Vec::new();
+    let mut ran: Vec<Step> = Vec::new();
     let mut failure = None;
-    for i in 0..limit {
-        let op = match &mut source {
-            Source::Generated(w) => w.next_op(),
+    let mut ops_run = 0u64;
+    loop {
+        let step = match &mut source {
+            Source::Generated(_) if ops_run >= spec.ops => break,
+            Source::Generated(w) => Step::Op(w.next_op()),
             Source::Fixed(it) => match it.next() {
-                Some(op) => op.clone(),
+                Some(s) => s.clone(),
                 None => break,
             },
         };
-        ran.push(op.clone());
+        ran.push(step.clone());
+        let op = match step {
+            Step::Crash { seed } => {
+                if let Err(f) = ls.crash(seed) {
+                    failure = Some(f);
+                    break;
+                }
+                continue;
+            }
+            Step::Op(op) => op,
+        };
+        ops_run += 1;
         let outcome = match ls.step(&op) {
             Ok(o) => o,
             Err(f) => {
@@ -128,22 +140,29 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) 
                 break;
             }
         };
-        if let Source::Generated(w) = &mut source {
-            w.observe(&op, &outcome);
-        }
         let mut checks = || -> Result<(), Failure> {
             ls.check_model()?;
-            if spec.fsck_every > 0 && (i + 1) % spec.fsck_every == 0 {
+            if spec.fsck_every > 0 && ops_run % spec.fsck_every == 0 {
                 ls.full_check()?;
-            }
-            if spec.crash_every > 0 && crash_rng.random_range(0..spec.crash_every) == 0 {
-                ls.crash(crash_rng.random())?;
             }
             Ok(())
         };
         if let Err(f) = checks() {
             failure = Some(f);
             break;
+        }
+        if let Source::Generated(w) = &mut source {
+            w.observe(&op, &outcome);
+            // Crash points are drawn here and recorded as steps, so a trace
+            // replays (and shrinks) with its crashes where they happened.
+            if spec.crash_every > 0 && crash_rng.random_range(0..spec.crash_every) == 0 {
+                let seed = crash_rng.random();
+                ran.push(Step::Crash { seed });
+                if let Err(f) = ls.crash(seed) {
+                    failure = Some(f);
+                    break;
+                }
+            }
         }
     }
     if failure.is_none() {
@@ -152,7 +171,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Op]>) 
     let trace_hash = ls.trace_hash();
     let image_hash = ls.target.image_hash();
     let report = ls.target.report();
-    let result = RunResult { spec: spec.clone(), ops: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds };
+    let result = RunResult { spec: spec.clone(), steps: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds };
     Ok((result, ls.target))
 }
 
@@ -166,16 +185,22 @@ pub fn run_seed_keeping_target<F: TargetFactory>(factory: &F, spec: &RunSpec) ->
     execute(factory, spec, None)
 }
 
-/// Runs a fixed op list (a replayed trace).
+/// Runs a fixed list of steps (a replayed trace).
+pub fn run_steps<F: TargetFactory>(factory: &F, spec: &RunSpec, steps: &[Step]) -> Result<RunResult, String> {
+    execute(factory, spec, Some(steps)).map(|(r, _)| r)
+}
+
+/// Runs a fixed op list with no crashes.
 pub fn run_ops<F: TargetFactory>(factory: &F, spec: &RunSpec, ops: &[Op]) -> Result<RunResult, String> {
-    execute(factory, spec, Some(ops)).map(|(r, _)| r)
+    let steps: Vec<Step> = ops.iter().cloned().map(Step::Op).collect();
+    run_steps(factory, spec, &steps)
 }
 
 /// Shrinks a failing run to a minimal trace that fails the same way.
 pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Option<(Trace, usize)> {
     let failure = result.failure.as_ref()?;
-    let (ops, runs) = shrink(&result.ops, |candidate| {
-        run_ops(factory, &result.spec, candidate)
+    let (steps, runs) = shrink(&result.steps, simpler_step, |candidate| {
+        run_steps(factory, &result.spec, candidate)
             .ok()
             .and_then(|r| r.failure)
             .is_some_and(|f| f.same_kind(failure))
@@ -187,7 +212,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         profile: spec.profile.clone(),
         crash_every: spec.crash_every,
         fsck_every: spec.fsck_every,
-        ops,
+        steps,
     };
     Some((trace, runs))
 }

@@ -4,12 +4,25 @@
 
 use ext4_model::Op;
 
+use crate::trace::Step;
+
 /// Upper bound on re-runs one shrink may spend.
 pub const MAX_SHRINK_RUNS: usize = 4000;
 
+/// A smaller version of one step, if it has one: writes and reads halve.
+pub fn simpler_step(step: &Step) -> Option<Step> {
+    match step {
+        Step::Op(Op::Write { path, offset, len, seed }) if *len > 1 => {
+            Some(Step::Op(Op::Write { path: path.clone(), offset: *offset, len: len / 2, seed: *seed }))
+        }
+        Step::Op(Op::Read { path, offset, len }) if *len > 1 => Some(Step::Op(Op::Read { path: path.clone(), offset: *offset, len: len / 2 })),
+        _ => None,
+    }
+}
+
 /// Returns a subsequence of `ops` for which `fails` still holds, and the
 /// number of runs spent. `fails(ops)` must be true on entry.
-pub fn shrink(ops: &[Op], mut fails: impl FnMut(&[Op]) -> bool) -> (Vec<Op>, usize) {
+pub fn shrink<T: Clone>(ops: &[T], simpler: impl Fn(&T) -> Option<T>, mut fails: impl FnMut(&[T]) -> bool) -> (Vec<T>, usize) {
     let mut current = ops.to_vec();
     let mut runs = 0;
     let mut chunk = current.len().div_ceil(2).max(1);
@@ -40,12 +53,7 @@ pub fn shrink(ops: &[Op], mut fails: impl FnMut(&[Op]) -> bool) -> (Vec<Op>, usi
         if runs >= MAX_SHRINK_RUNS {
             break;
         }
-        let simpler = match &current[i] {
-            Op::Write { path, offset, len, seed } if *len > 1 => Some(Op::Write { path: path.clone(), offset: *offset, len: len / 2, seed: *seed }),
-            Op::Read { path, offset, len } if *len > 1 => Some(Op::Read { path: path.clone(), offset: *offset, len: len / 2 }),
-            _ => None,
-        };
-        if let Some(op) = simpler {
+        if let Some(op) = simpler(&current[i]) {
             let mut candidate = current.clone();
             candidate[i] = op;
             runs += 1;
@@ -65,15 +73,15 @@ mod tests {
     fn finds_the_two_ops_that_matter() {
         let ops: Vec<Op> = (0..200).map(|i| Op::Stat { path: format!("/{i}") }).collect();
         let needs = |o: &[Op]| o.contains(&ops[37]) && o.contains(&ops[150]);
-        let (small, runs) = shrink(&ops, needs);
+        let (small, runs) = shrink(&ops, |_| None, needs);
         assert_eq!(small, vec![ops[37].clone(), ops[150].clone()]);
         assert!(runs < 200, "{runs} runs");
     }
 
     #[test]
     fn halves_write_lengths_while_failing() {
-        let ops = vec![Op::Write { path: "/a".into(), offset: 0, len: 1000, seed: 1 }];
-        let (small, _) = shrink(&ops, |o| matches!(o.first(), Some(Op::Write { len, .. }) if *len >= 100));
-        assert_eq!(small, vec![Op::Write { path: "/a".into(), offset: 0, len: 500, seed: 1 }]);
+        let ops = vec![Step::Op(Op::Write { path: "/a".into(), offset: 0, len: 1000, seed: 1 })];
+        let (small, _) = shrink(&ops, simpler_step, |o| matches!(o.first(), Some(Step::Op(Op::Write { len, .. })) if *len >= 100));
+        assert_eq!(small, vec![Step::Op(Op::Write { path: "/a".into(), offset: 0, len: 500, seed: 1 })]);
     }
 }

@@ -27,6 +27,14 @@ pub enum TraceError {
     NoSeed,
 }
 
+/// One step of a run: an op, or a crash of the disk under the target (with
+/// the seed that decides which unflushed writes survive).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Op(Op),
+    Crash { seed: u64 },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trace {
     pub seed: u64,
@@ -38,7 +46,7 @@ pub struct Trace {
     pub crash_every: u64,
     /// Full checks every N ops. Default: 500.
     pub fsck_every: u64,
-    pub ops: Vec<Op>,
+    pub steps: Vec<Step>,
 }
 
 fn quote(s: &str) -> String {
@@ -203,9 +211,14 @@ impl Trace {
             "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\n",
             self.seed, self.mount, self.profile, self.crash_every, self.fsck_every
         );
-        for op in &self.ops {
-            out.push_str("op ");
-            out.push_str(&format_op(op));
+        for step in &self.steps {
+            match step {
+                Step::Op(op) => {
+                    out.push_str("op ");
+                    out.push_str(&format_op(op));
+                }
+                Step::Crash { seed } => out.push_str(&format!("crash seed={seed}")),
+            }
             out.push('\n');
         }
         out
@@ -217,7 +230,7 @@ impl Trace {
         let mut profile = "ram".to_string();
         let mut crash_every = 0;
         let mut fsck_every = 500;
-        let mut ops = Vec::new();
+        let mut steps = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             let err = |what: String| TraceError::Parse { line: i + 1, what };
@@ -231,11 +244,15 @@ impl Trace {
                 "profile" => profile = rest.trim().to_string(),
                 "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
                 "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
-                "op" => ops.push(parse_op(rest).map_err(err)?),
+                "op" => steps.push(Step::Op(parse_op(rest).map_err(err)?)),
+                "crash" => {
+                    let f = Fields(fields(rest).map_err(err)?);
+                    steps.push(Step::Crash { seed: f.num("seed").map_err(err)? });
+                }
                 other => return Err(err(format!("unknown line kind `{other}`"))),
             }
         }
-        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, ops })
+        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, steps })
     }
 }
 
@@ -261,7 +278,7 @@ mod tests {
             profile: "hdd-5400".into(),
             crash_every: 50,
             fsck_every: 7,
-            ops: vec![Op::Sync, Op::Stat { path: "/a".into() }],
+            steps: vec![Step::Op(Op::Sync), Step::Crash { seed: 77 }, Step::Op(Op::Stat { path: "/a".into() })],
         };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
         assert_eq!(Trace::parse("op sync\n"), Err(TraceError::NoSeed));

@@ -2,7 +2,7 @@
 //! deliberate bug. It must be caught, shrunk to a few ops, and replay.
 
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, Stat};
-use ext4_sim::driver::{run_ops, run_seed, shrink_failure, RunSpec, TargetFactory};
+use ext4_sim::driver::{run_seed, run_steps, shrink_failure, RunSpec, TargetFactory};
 use ext4_sim::lockstep::{Failure, Target};
 use ext4_sim::trace::Trace;
 
@@ -80,14 +80,14 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
         .expect("some seed trips the injected bug");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, Op::Read { .. })));
     let (trace, runs) = shrink_failure(&factory, &failing).unwrap();
-    assert!(trace.ops.len() <= 4, "shrunk to {} ops after {runs} runs: {:?}", trace.ops.len(), trace.ops);
+    assert!(trace.steps.len() <= 4, "shrunk to {} steps after {runs} runs: {:?}", trace.steps.len(), trace.steps);
     // The trace file is the whole repro.
     let text = trace.to_text();
     let back = Trace::parse(&text).unwrap();
-    let replay = run_ops(&factory, &failing.spec, &back.ops).unwrap();
+    let replay = run_steps(&factory, &failing.spec, &back.steps).unwrap();
     assert!(replay.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     // Without the bug, the same ops pass.
-    assert!(run_ops(&Factory { bug: false }, &failing.spec, &back.ops).unwrap().failure.is_none());
+    assert!(run_steps(&Factory { bug: false }, &failing.spec, &back.steps).unwrap().failure.is_none());
 }
 
 #[test]
@@ -97,6 +97,6 @@ fn same_seed_same_trace_hash_and_seeds_differ() {
     let b = run_seed(&f, &spec(11)).unwrap();
     let c = run_seed(&f, &spec(12)).unwrap();
     assert!(a.failure.is_none(), "{:?}", a.failure);
-    assert_eq!((a.trace_hash, a.ops.len()), (b.trace_hash, b.ops.len()));
+    assert_eq!((a.trace_hash, a.steps.len()), (b.trace_hash, b.steps.len()));
     assert_ne!(a.trace_hash, c.trace_hash);
 }
