@@ -98,7 +98,8 @@ enum Source<'a> {
 fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>) -> Result<(RunResult, F::Target), String> {
     let mut model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
     // Crash checks replay a log holding every write's data; keep it only when crashing.
-    model.set_crash_log(spec.crash_every > 0);
+    let replays_crashes = fixed.is_some_and(|steps| steps.iter().any(|s| matches!(s, Step::Crash { .. })));
+    model.set_crash_log(spec.crash_every > 0 || replays_crashes);
     let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
     let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);

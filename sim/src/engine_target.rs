@@ -130,10 +130,10 @@ impl Target for EngineTarget {
         }
     }
 
-    fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> {
+    fn crash_and_remount(&mut self, seed: u64) -> Result<(), String> {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
         let mut dev = fs.into_device_dropping_caches();
-        dev.crash(&self.crash_policy);
+        dev.crash_seeded(&self.crash_policy, seed);
         self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after crash: {e}"))?);
         Ok(())
     }

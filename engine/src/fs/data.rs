@@ -75,6 +75,18 @@ impl<D: BlockDevice> Ctx<D> {
 
     /// Zeroes bytes `[from, to)` of the file on disk where blocks are written;
     /// holes and unwritten blocks read as zero already.
+    /// Growing a file from `old` to `new` bytes: the block holding the old EOF
+    /// may carry bytes past it on disk (a crash can keep an extending write's
+    /// data and lose its size), and they must read as zeros once inside the
+    /// file, as the page cache's zeroing past EOF guarantees in ext4.
+    pub fn zero_past_eof(&mut self, node: &Node, old: u64, new: u64) -> Result<(), Errno> {
+        let bs = self.bs();
+        if new > old && old % bs != 0 {
+            self.zero_bytes(node, old, new.min(old.div_ceil(bs) * bs))?;
+        }
+        Ok(())
+    }
+
     pub fn zero_bytes(&mut self, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
         let bs = self.bs();
         let mut pos = from;
@@ -140,6 +152,13 @@ impl<D: BlockDevice> Ext4<D> {
             let p = node.map.lookup(span.end - 1).ok_or(Errno::EIO)?;
             ctx.read_blocks(p.physical, &mut buf[last_at..])?;
         }
+        // Bytes past the old EOF read back from disk may be a lost write's.
+        let old_size = node.disk.size;
+        let span_start = span.start * bs;
+        if old_size < span_start + span_len as u64 {
+            buf[old_size.saturating_sub(span_start) as usize..].fill(0);
+        }
+        ctx.zero_past_eof(node, old_size, offset)?;
         let at = (offset % bs) as usize;
         buf[at..at + count].copy_from_slice(data);
         for p in node.map.pieces(span.clone()) {
@@ -209,6 +228,7 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.unmap_range(node, keep..end)?;
             ctx.zero_bytes(node, size, keep * bs)?;
         }
+        ctx.zero_past_eof(node, old, size)?;
         node.disk.size = size;
         let now = ctx.now();
         node.disk.mtime = now;

@@ -47,6 +47,7 @@ impl<D: BlockDevice> Ext4<D> {
         let span = block_span(offset, end - offset, ctx.bs());
         ctx.map_range(ino, node, span, true)?;
         if !keep_size && end > node.disk.size {
+            ctx.zero_past_eof(node, node.disk.size, end)?;
             node.disk.size = end;
         }
         Ok(())
@@ -111,6 +112,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         ctx.zero_bytes(node, offset, end)?;
         if !keep_size && end > node.disk.size {
+            ctx.zero_past_eof(node, node.disk.size, offset)?;
             node.disk.size = end;
         }
         Ok(())

@@ -185,6 +185,13 @@ impl SimDisk {
         report
     }
 
+    /// A crash whose survivors are decided by `seed` alone, so a trace step
+    /// `crash seed=N` gives the same image however the run got there.
+    pub fn crash_seeded(&mut self, policy: &CrashPolicy, seed: u64) -> CrashReport {
+        self.crash_rng = stream_rng(seed, Stream::Crash);
+        self.crash(policy)
+    }
+
     /// Hash of the durable image (see [`hash`]): what would survive losing
     /// every pending write.
     pub fn durable_image_hash(&self) -> u64 {
