@@ -42,6 +42,9 @@ pub struct RunArgs {
     /// Run every op kind at base weights instead of swarm testing.
     #[arg(long)]
     pub no_swarm: bool,
+    /// Device faults: read, write, latent, readonly, nospace (each `kind=rate` to override).
+    #[arg(long, default_value = "")]
+    pub faults: String,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -117,6 +120,7 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         fsck_every: args.fsck_every,
         crash_every: args.crash_every,
         swarm: !args.no_swarm,
+        faults: args.faults.clone(),
     })
 }
 

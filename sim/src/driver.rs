@@ -26,6 +26,8 @@ pub struct RunSpec {
     pub crash_every: u64,
     /// Swarm testing in the workload. Default: true.
     pub swarm: bool,
+    /// Device faults to inject (see `faults::parse_faults`). Default: none.
+    pub faults: String,
 }
 
 impl RunSpec {
@@ -40,11 +42,12 @@ impl RunSpec {
             fsck_every: t.fsck_every,
             crash_every: t.crash_every,
             swarm: true,
+            faults: t.faults.clone(),
         })
     }
 
     pub fn new(seed: u64, ops: u64, mount: MountConfig) -> Self {
-        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true }
+        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true, faults: String::new() }
     }
 
     /// The command that repeats this run.
@@ -65,6 +68,9 @@ impl RunSpec {
         }
         if !self.swarm {
             cmd.push_str(" --no-swarm");
+        }
+        if !self.faults.is_empty() {
+            cmd.push_str(&format!(" --faults {}", self.faults));
         }
         cmd
     }
@@ -99,7 +105,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let mut model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
     // Crash checks replay a log holding every write's data; keep it only when crashing.
     let replays_crashes = fixed.is_some_and(|steps| steps.iter().any(|s| matches!(s, Step::Crash { .. })));
-    model.set_crash_log(spec.crash_every > 0 || replays_crashes);
+    model.set_crash_log(spec.crash_every > 0 || replays_crashes || !spec.faults.is_empty());
     let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
     let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
@@ -141,6 +147,15 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 break;
             }
         };
+        if ls.fault_pending() {
+            // The op met a device fault: its answer is not comparable, and the
+            // filesystem's state is whatever the fault left.
+            if let Err(f) = ls.resync_after_fault() {
+                failure = Some(f);
+                break;
+            }
+            continue;
+        }
         let mut checks = || -> Result<(), Failure> {
             ls.check_model()?;
             if spec.fsck_every > 0 && ops_run % spec.fsck_every == 0 {
@@ -213,6 +228,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         profile: spec.profile.clone(),
         crash_every: spec.crash_every,
         fsck_every: spec.fsck_every,
+        faults: spec.faults.clone(),
         steps,
     };
     Some((trace, runs))

@@ -27,6 +27,8 @@ pub struct EngineTarget {
     fs: Option<Ext4<SimDisk>>,
     config: MountConfig,
     crash_policy: CrashPolicy,
+    /// The faults the run asked for; switched off while the runner judges.
+    faults: FaultConfig,
 }
 
 impl EngineTarget {
@@ -38,13 +40,19 @@ impl EngineTarget {
         self.fs.as_ref().map(|f| f.device())
     }
 
-    /// Unmounts, runs `f` on the bare disk, and mounts again.
+    /// Unmounts, runs `f` on the bare disk, and mounts again, with faults
+    /// held off throughout: checks judge the filesystem, not the disk.
     fn with_unmounted<R>(&mut self, f: impl FnOnce(SimDisk) -> (SimDisk, R)) -> Result<R, String> {
-        let fs = self.fs.take().ok_or("filesystem is not mounted")?;
-        let dev = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
-        let (dev, out) = f(dev);
-        self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount: {e}"))?);
-        Ok(out)
+        self.hold_faults(true);
+        let out = (|| {
+            let fs = self.fs.take().ok_or("filesystem is not mounted")?;
+            let dev = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+            let (dev, out) = f(dev);
+            self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount: {e}"))?);
+            Ok(out)
+        })();
+        self.hold_faults(false);
+        out
     }
 }
 
@@ -68,6 +76,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
             DiskProfile::parse(&text).map_err(|e| format!("profile `{}`: {e}", spec.profile))?
         }
     };
+    let faults = crate::faults::parse_faults(&spec.faults)?;
     let mut disk = SimDisk::new(DISK_BYTES, profile, spec.seed, FaultConfig::NONE).map_err(|e| e.to_string())?;
     let mut ids = ChaCha8Rng::seed_from_u64(spec.seed);
     ids.set_stream(0x0069_6473); // "ids"
@@ -80,8 +89,10 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     }
     mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;
     disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
-    let fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default() })
+    let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
+    // Faults start after mkfs and the first mount: they test the running filesystem.
+    fs.device_mut().set_faults(faults).map_err(|e| e.to_string())?;
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -143,6 +154,30 @@ impl Target for EngineTarget {
             let written = write_sparse_image(&dev, path);
             (dev, written)
         })?
+    }
+
+    fn faults_seen(&self) -> u64 {
+        self.disk().map_or(0, |d| d.stats().faults.total())
+    }
+
+    fn faults_enabled(&self) -> bool {
+        self.faults != FaultConfig::NONE
+    }
+
+    fn hold_faults(&mut self, held: bool) {
+        let faults = if held { FaultConfig::NONE } else { self.faults };
+        if let Some(fs) = self.fs.as_mut() {
+            // Both configs were validated when the run started.
+            let _ = fs.device_mut().set_faults(faults);
+        }
+    }
+
+    fn remount_after_fault(&mut self) -> Result<(), String> {
+        let fs = self.fs.take().ok_or("filesystem is not mounted")?;
+        let mut dev = fs.into_device_dropping_caches();
+        let _ = dev.set_faults(FaultConfig::NONE);
+        self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after fault: {e}"))?);
+        Ok(())
     }
 
     fn image_hash(&mut self) -> u64 {

@@ -15,3 +15,4 @@ pub mod fuzz_body;
 pub mod bench;
 pub mod engine_target;
 pub mod layout;
+pub mod faults;

@@ -95,6 +95,20 @@ pub trait Target: FileSystem {
     fn report(&mut self) -> Vec<(String, String)>;
     /// Writes everything back and stores the image at `path` for e2fsprogs.
     fn export_image(&mut self, path: &std::path::Path) -> Result<(), String>;
+    /// Device faults met so far.
+    fn faults_seen(&self) -> u64 {
+        0
+    }
+    /// True when the run injects device faults.
+    fn faults_enabled(&self) -> bool {
+        false
+    }
+    /// Holds device faults off (true) or lets them fire again (false).
+    fn hold_faults(&mut self, _held: bool) {}
+    /// After a fault: drop the caches and mount again (faults are held).
+    fn remount_after_fault(&mut self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The model and the target answered one op differently.
@@ -170,6 +184,8 @@ pub struct OpStats {
     pub ops: u64,
     pub fscks: u64,
     pub crashes: u64,
+    /// Ops that met a device fault (answers not compared; state resynced).
+    pub faults: u64,
 }
 
 /// A model and a target in lockstep.
@@ -182,11 +198,15 @@ pub struct Lockstep<T: Target> {
     pub stats: OpStats,
     trace: Fnv64,
     last_op: Option<Op>,
+    faults_before: u64,
+    /// With faults on: what a crash just before the current op could leave,
+    /// since a faulted op may or may not have taken effect.
+    envelope_before: Option<ext4_model::CrashEnvelope>,
 }
 
 impl<T: Target> Lockstep<T> {
     pub fn new(config: MountConfig, model: Model, target: T) -> Self {
-        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None }
+        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None }
     }
 
     /// Hash of every op and the model's answer so far.
@@ -198,6 +218,8 @@ impl<T: Target> Lockstep<T> {
         let index = self.index;
         self.index += 1;
         self.last_op = Some(op.clone());
+        self.faults_before = self.target.faults_seen();
+        self.envelope_before = self.target.faults_enabled().then(|| self.model.crash_envelope());
         let (expected, actual) = match op {
             // Generate a write's bytes once for both sides.
             Op::Write { path, offset, len, seed } if *len <= ext4_model::op::MAX_IO_LEN => {
@@ -216,10 +238,44 @@ impl<T: Target> Lockstep<T> {
             Ok(_) => *self.stats.ok.entry(op.kind()).or_default() += 1,
             Err(e) => *self.stats.errors.entry(*e).or_default() += 1,
         }
+        if self.fault_pending() {
+            self.stats.faults += 1;
+            return Ok(expected);
+        }
         if let Err(d) = agrees(&expected, &actual) {
             return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0 })));
         }
         Ok(expected)
+    }
+
+    /// True when the last op met a device fault (its answer is not compared).
+    pub fn fault_pending(&self) -> bool {
+        self.target.faults_seen() > self.faults_before
+    }
+
+    /// After a fault: remount, check the state is one a crash now could
+    /// leave, and carry on from it.
+    pub fn resync_after_fault(&mut self) -> Result<(), Failure> {
+        let index = self.index;
+        let after = self.model.crash_envelope();
+        let before = self.envelope_before.take();
+        self.target.hold_faults(true);
+        let judged = (|| {
+            self.target.remount_after_fault().map_err(|what| Failure::Crash { index, what: format!("remount after fault: {what}") })?;
+            // Either the faulted op took effect or it did not.
+            if let Err(v) = after.check(&mut self.target) {
+                match &before {
+                    Some(b) if b.check(&mut self.target).is_ok() => {}
+                    _ => return Err(Failure::Crash { index, what: format!("after fault: {v}") }),
+                }
+            }
+            let limits = self.model.limits();
+            Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after fault: {v}") })
+        })();
+        self.target.hold_faults(false);
+        self.model = judged?;
+        self.faults_before = self.target.faults_seen();
+        Ok(())
     }
 
     /// Cheap invariants after an op: what the last op touched.

@@ -41,7 +41,7 @@ pub fn summary(r: &RunResult) -> String {
     let ok: u64 = r.stats.ok.values().sum();
     let errs: Vec<String> = r.stats.errors.iter().map(|(e, n)| format!("{e:?} {n}")).collect();
     let _ = writeln!(s, "  ops         {} run: {} ok, {} errors ({})", r.stats.ops, ok, r.stats.ops - ok, errs.join(", "));
-    let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered", r.stats.fscks, r.stats.crashes);
+    let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
     for (k, v) in &r.report {
         let _ = writeln!(s, "  {k:<11} {v}");
     }

@@ -46,6 +46,8 @@ pub struct Trace {
     pub crash_every: u64,
     /// Full checks every N ops. Default: 500.
     pub fsck_every: u64,
+    /// Device faults, as given to `--faults`. Default: none.
+    pub faults: String,
     pub steps: Vec<Step>,
 }
 
@@ -208,8 +210,8 @@ pub fn parse_op(text: &str) -> Result<Op, String> {
 impl Trace {
     pub fn to_text(&self) -> String {
         let mut out = format!(
-            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\n",
-            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every
+            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\nfaults {}\n",
+            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults
         );
         for step in &self.steps {
             match step {
@@ -230,6 +232,7 @@ impl Trace {
         let mut profile = "ram".to_string();
         let mut crash_every = 0;
         let mut fsck_every = 500;
+        let mut faults = String::new();
         let mut steps = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -242,6 +245,7 @@ impl Trace {
                 "seed" => seed = Some(rest.trim().parse().map_err(|_| err(format!("bad seed `{rest}`")))?),
                 "mount" => mount = rest.trim().to_string(),
                 "profile" => profile = rest.trim().to_string(),
+                "faults" => faults = rest.trim().to_string(),
                 "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
                 "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
                 "op" => steps.push(Step::Op(parse_op(rest).map_err(err)?)),
@@ -252,7 +256,7 @@ impl Trace {
                 other => return Err(err(format!("unknown line kind `{other}`"))),
             }
         }
-        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, steps })
+        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, faults, steps })
     }
 }
 
@@ -278,6 +282,7 @@ mod tests {
             profile: "hdd-5400".into(),
             crash_every: 50,
             fsck_every: 7,
+            faults: "read,write=0.1".into(),
             steps: vec![Step::Op(Op::Sync), Step::Crash { seed: 77 }, Step::Op(Op::Stat { path: "/a".into() })],
         };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
