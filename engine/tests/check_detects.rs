@@ -261,21 +261,7 @@ fn flipped_bytes_are_reported() {
     fx.expect(&img, "extent header", |p| matches!(p, Problem::ExtentTree { ino, block, .. } if *ino == sparse && *block == leaf));
 }
 
-/// splitmix64: a fixed, dependency-free stream for the flip sweep.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::Rng;
 
 #[test]
 fn random_metadata_flips_never_panic() {

@@ -10,17 +10,10 @@ use crate::Errno;
 impl Model {
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path)?;
-        if offset > LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        if data.is_empty() {
+        let count = crate::vfs::write_count(offset, data.len(), self.mount.max_file_size())?;
+        if count == 0 {
             return Ok(0);
         }
-        let max = self.mount.max_file_size();
-        if offset >= max {
-            return Err(Errno::EFBIG);
-        }
-        let count = (data.len() as u64).min(max - offset) as usize;
         let data = &data[..count];
         let bs = self.bs();
         let fill = self.write_fill(ino);

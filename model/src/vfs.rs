@@ -41,6 +41,22 @@ pub fn classify_fallocate(mode: FallocFlags, offset: u64, len: u64) -> Result<Fa
     }
 }
 
+/// pwrite's checks (generic_write_checks): how many of `len` bytes at
+/// `offset` may be written under `max_file_size`. Zero bytes always succeed;
+/// a write reaching the limit is cut short; one starting at it is EFBIG.
+pub fn write_count(offset: u64, len: usize, max_file_size: u64) -> Result<usize, Errno> {
+    if offset > LOFF_MAX {
+        return Err(Errno::EINVAL);
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    if offset >= max_file_size {
+        return Err(Errno::EFBIG);
+    }
+    Ok((len as u64).min(max_file_size - offset) as usize)
+}
+
 /// The end of a fallocate range, or EFBIG where it wraps a signed offset.
 pub fn fallocate_end(offset: u64, len: u64) -> Result<u64, Errno> {
     offset.checked_add(len).filter(|e| *e <= LOFF_MAX).ok_or(Errno::EFBIG)
@@ -86,6 +102,10 @@ mod tests {
         assert_eq!(classify_fallocate(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
         assert_eq!(classify_fallocate(FallocFlags(0), u64::MAX, 1), Err(Errno::EINVAL));
         assert_eq!(fallocate_end(LOFF_MAX, 1), Err(Errno::EFBIG));
+        assert_eq!(write_count(10, 0, 5), Ok(0));
+        assert_eq!(write_count(3, 10, 5), Ok(2));
+        assert_eq!(write_count(5, 1, 5), Err(Errno::EFBIG));
+        assert_eq!(write_count(LOFF_MAX + 1, 1, u64::MAX), Err(Errno::EINVAL));
     }
 
     #[test]

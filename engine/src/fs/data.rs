@@ -113,17 +113,10 @@ impl<D: BlockDevice> Ctx<D> {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path)?;
-        if offset > LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        if data.is_empty() {
+        let count = ext4_model::vfs::write_count(offset, data.len(), self.ctx.mount.max_file_size())?;
+        if count == 0 {
             return Ok(0);
         }
-        let max = self.ctx.mount.max_file_size();
-        if offset >= max {
-            return Err(Errno::EFBIG);
-        }
-        let count = (data.len() as u64).min(max - offset) as usize;
         let data = &data[..count];
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EINVAL);

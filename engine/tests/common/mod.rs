@@ -72,3 +72,20 @@ pub fn dumpe2fs_h(dumpe2fs: &Path, img: &Path) -> String {
     assert!(out.status.success(), "dumpe2fs -h failed:\n{}", combined(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// splitmix64: a fixed, dependency-free seeded stream for test workloads.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
