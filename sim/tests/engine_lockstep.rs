@@ -188,11 +188,9 @@ op write path=\"/a\" offset=3729608 len=180 seed=15866634726541923782\nop sync\n
 
 /// Each fault kind fires, the op it hits is not compared, and the state the
 /// fault left (remounted with faults held) is one a crash could leave.
-/// Backing-store ENOSPC is left out: seed 41 with `--faults nospace=12000000`
-/// finds a stale sector after the fault, an open engine bug (issue 4 note).
 #[test]
 fn every_fault_kind_is_survived() {
-    for faults in ["read=0.01", "write=0.01", "latent=0.01", "readonly=200"] {
+    for faults in ["read=0.01", "write=0.01", "latent=0.01", "readonly=200", "nospace=12000000"] {
         let s = RunSpec { faults: faults.into(), ..spec(41, 1500, "") };
         let r = run_seed(&EngineFactory, &s).unwrap();
         assert!(r.failure.is_none(), "faults {faults}: {}", r.failure.unwrap());
