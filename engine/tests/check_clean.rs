@@ -42,7 +42,7 @@ fn mke2fs(mk: &Path, img: &Path, size: u64, args: &[&str]) {
 
 #[test]
 fn engine_mkfs_images_are_clean_in_memory() {
-    for (bs, size) in [(1024, 8 * MIB), (1024, 300 * MIB), (4096, 8 * MIB), (4096, 1 * GIB), (65536, 256 * MIB), (65536, 16 * GIB)] {
+    for (bs, size) in [(1024, 8 * MIB), (1024, 300 * MIB), (4096, 8 * MIB), (4096, GIB), (65536, 256 * MIB), (65536, 16 * GIB)] {
         let mut dev = MemDevice::new(size);
         let opts = MkfsOptions { block_size: bs, ..MkfsOptions::new(size, UUID, [3; 16], 1_700_000_000) };
         let summary = mkfs(&mut dev, &opts).unwrap();

@@ -32,6 +32,11 @@ pub struct EngineTarget {
 }
 
 impl EngineTarget {
+    /// The mounted engine, for tests that reach inside (e.g. to inject a bug).
+    pub fn engine_mut(&mut self) -> Option<&mut Ext4<SimDisk>> {
+        self.fs.as_mut()
+    }
+
     fn fs(&mut self) -> Result<&mut Ext4<SimDisk>, Errno> {
         self.fs.as_mut().ok_or(Errno::EIO)
     }

@@ -196,6 +196,8 @@ impl<D: BlockDevice> Ext4<D> {
             let hi = (piece_start + p.len * bs).min(end);
             out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&blocks[(lo - piece_start) as usize..(hi - piece_start) as usize]);
         }
+        #[cfg(feature = "test-hooks")]
+        self.bug_on_read(offset, size, &mut out);
         Ok(out)
     }
 
@@ -227,6 +229,8 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.mtime = now;
         node.disk.ctime = now;
         self.mark_dirty(ino);
+        #[cfg(feature = "test-hooks")]
+        self.bug_saw_truncate();
         Ok(())
     }
 }

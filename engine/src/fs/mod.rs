@@ -30,6 +30,8 @@ mod namespace;
 mod node;
 mod resolve;
 mod syscalls;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 mod writeback;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,6 +103,8 @@ pub struct Ext4<D: BlockDevice> {
     nodes: BTreeMap<InodeNumber, Node>,
     /// Inodes whose on-disk copy (or extent tree) is stale.
     dirty: BTreeSet<InodeNumber>,
+    #[cfg(feature = "test-hooks")]
+    bug: test_hooks::BugState,
 }
 
 /// How an engine error looks to a user.
@@ -153,7 +157,13 @@ impl<D: BlockDevice> Ext4<D> {
         let cache = BufferCache::new(geo.block_size, geo.blocks_count);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
         let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, journal, clock_secs, clock_ticks: 0, next_generation: 0 };
-        Ok(Ext4 { ctx, nodes: BTreeMap::new(), dirty: BTreeSet::new() })
+        Ok(Ext4 {
+            ctx,
+            nodes: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            #[cfg(feature = "test-hooks")]
+            bug: test_hooks::BugState::default(),
+        })
     }
 
     /// Whether `sb` describes an internal jbd2 journal this engine runs.

@@ -1,0 +1,39 @@
+//! Test-only hooks (cargo feature `test-hooks`): a deliberately wrong answer,
+//! so the simulator's tests can prove that an engine bug is caught, shrunk to
+//! a few ops, and replayed. Absent from normal builds.
+
+use crate::device::BlockDevice;
+
+use super::Ext4;
+
+/// A wrong answer the engine can be told to give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// Once any truncate has succeeded, a read that reaches EOF returns its
+    /// last byte flipped.
+    ReadFlipsLastByteAfterTruncate,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BugState {
+    bug: Option<InjectedBug>,
+    armed: bool,
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    pub fn inject_bug(&mut self, bug: InjectedBug) {
+        self.bug = BugState { bug: Some(bug), armed: false };
+    }
+
+    pub(crate) fn bug_saw_truncate(&mut self) {
+        self.bug.armed |= self.bug.bug.is_some();
+    }
+
+    pub(crate) fn bug_on_read(&self, offset: u64, size: u64, data: &mut [u8]) {
+        if self.bug.armed && self.bug.bug == Some(InjectedBug::ReadFlipsLastByteAfterTruncate) && offset + data.len() as u64 == size {
+            if let Some(last) = data.last_mut() {
+                *last ^= 0xFF;
+            }
+        }
+    }
+}
