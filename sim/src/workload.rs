@@ -100,8 +100,9 @@ impl Workload {
         unreachable!("weights sum to total_weight")
     }
 
-    fn pick<'a>(&mut self, list: &'a [String]) -> Option<&'a String> {
-        (!list.is_empty()).then(|| &list[self.rng.random_range(0..list.len())])
+    /// A random index into a list of `len`, or None when it is empty.
+    fn pick(&mut self, len: usize) -> Option<usize> {
+        (len > 0).then(|| self.rng.random_range(0..len))
     }
 
     fn join(dir: &str, name: &str) -> String {
@@ -109,8 +110,10 @@ impl Workload {
     }
 
     fn new_path(&mut self) -> String {
-        let dirs = self.dirs.clone();
-        let dir = self.pick(&dirs).cloned().unwrap_or_else(|| "/".into());
+        let dir = match self.pick(self.dirs.len()) {
+            Some(i) => self.dirs[i].clone(),
+            None => "/".into(),
+        };
         let name = match self.rng.random_range(0..200) {
             0 => "n".repeat(256),
             1 => "n".repeat(255),
@@ -125,17 +128,15 @@ impl Workload {
     }
 
     fn file_path(&mut self) -> String {
-        let files = self.files.clone();
-        match self.pick(&files) {
-            Some(f) if self.rng.random_ratio(9, 10) => f.clone(),
+        match self.pick(self.files.len()) {
+            Some(i) if self.rng.random_ratio(9, 10) => self.files[i].clone(),
             _ => self.new_path(),
         }
     }
 
     fn dir_path(&mut self) -> String {
-        let dirs = self.dirs.clone();
-        match self.pick(&dirs) {
-            Some(d) if self.rng.random_ratio(4, 5) => d.clone(),
+        match self.pick(self.dirs.len()) {
+            Some(i) if self.rng.random_ratio(4, 5) => self.dirs[i].clone(),
             _ => self.new_path(),
         }
     }
