@@ -9,45 +9,8 @@ use std::fmt;
 use ext4_model::agree::agrees;
 use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
 
+pub use crate::disk::hash::Fnv64;
 use crate::trace::format_op;
-
-/// Incremental FNV-1a 64: stable across runs and platforms, unlike std's hasher.
-#[derive(Clone, Copy, Debug)]
-pub struct Fnv64(u64);
-
-impl Fnv64 {
-    pub fn new() -> Self {
-        Fnv64(0xcbf2_9ce4_8422_2325)
-    }
-    pub fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= *b as u64;
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    pub fn finish(&self) -> u64 {
-        self.0
-    }
-
-    /// Bulk data (read payloads) a word at a time: FNV's multiply-xor step on
-    /// 8-byte words, then the tail byte-wise. Deterministic like `write`.
-    pub fn write_bulk(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for w in &mut words {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(w);
-            self.0 ^= u64::from_le_bytes(b);
-            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.write(words.remainder());
-    }
-}
-
-impl Default for Fnv64 {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// Feeds an outcome into the trace hash field by field (formatting bytes
 /// through Debug would cost more than the op).

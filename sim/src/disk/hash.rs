@@ -9,17 +9,57 @@
 const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 const PRIME: u64 = 0x0000_0100_0000_01b3;
 
+/// Incremental FNV-1a 64: stable across runs and platforms, unlike std's hasher.
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv64(u64);
+
+impl Fnv64 {
+    pub const fn new() -> Self {
+        Fnv64(OFFSET_BASIS)
+    }
+
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 ^= u64::from(byte);
+            self.0 = self.0.wrapping_mul(PRIME);
+        }
+    }
+
+    /// Bulk data a word at a time: the FNV step on 8-byte words, then the
+    /// tail byte-wise. Deterministic like `write`, several times faster.
+    pub fn write_bulk(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.0 ^= u64::from_le_bytes(b);
+            self.0 = self.0.wrapping_mul(PRIME);
+        }
+        self.write(words.remainder());
+    }
+
+    pub const fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Plain FNV-1a 64 of `bytes`.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut hasher = ImageHasher::new();
-    hasher.bytes(bytes);
-    hasher.state
+    let mut hasher = Fnv64::new();
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// Accumulates an image chunk by chunk; feed chunks in ascending offset order.
 #[derive(Clone, Debug)]
 pub struct ImageHasher {
-    state: u64,
+    state: Fnv64,
     /// Guards the "offset order" rule: two hashes of one image fed in different
     /// orders would silently differ.
     last_offset: Option<u64>,
@@ -33,14 +73,7 @@ impl Default for ImageHasher {
 
 impl ImageHasher {
     pub const fn new() -> ImageHasher {
-        ImageHasher { state: OFFSET_BASIS, last_offset: None }
-    }
-
-    fn bytes(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.state ^= u64::from(byte);
-            self.state = self.state.wrapping_mul(PRIME);
-        }
+        ImageHasher { state: Fnv64::new(), last_offset: None }
     }
 
     /// Adds the chunk that starts at byte `offset`, unless it is all zeros.
@@ -53,12 +86,12 @@ impl ImageHasher {
         if data.iter().all(|&byte| byte == 0) {
             return;
         }
-        self.bytes(&offset.to_le_bytes());
-        self.bytes(data);
+        self.state.write(&offset.to_le_bytes());
+        self.state.write(data);
     }
 
     pub const fn finish(&self) -> u64 {
-        self.state
+        self.state.finish()
     }
 }
 
