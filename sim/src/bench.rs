@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
 use ext4_engine::device_file::FileDevice;
+use ext4_engine::e2fsprogs::tool;
 use ext4_engine::fs::Ext4;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::pattern;
@@ -124,17 +125,16 @@ impl BenchRow {
     }
 }
 
-fn has(tool: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).output().is_ok_and(|o| o.status.success())
-}
-
 /// mkfs, populate and fsck against e2fsprogs.
 pub fn bench_e2fsprogs(runs: usize, work: &Path) -> Result<Vec<BenchRow>, String> {
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let img = work.join("bench.img");
     let ref_img = work.join("ref.img");
     let tree = work.join("tree");
-    let tools = has("mke2fs") && has("e2fsck");
+    let (mke2fs, e2fsck) = (tool("mke2fs"), tool("e2fsck"));
+    let tools = mke2fs.is_some() && e2fsck.is_some();
+    let mke2fs = mke2fs.unwrap_or_else(|| "mke2fs".into());
+    let e2fsck = e2fsck.unwrap_or_else(|| "e2fsck".into());
     let mut rows = Vec::new();
 
     let size = 16 * GIB;
@@ -144,7 +144,7 @@ pub fn bench_e2fsprogs(runs: usize, work: &Path) -> Result<Vec<BenchRow>, String
         e.push(time(|| engine_mkfs(&img, size).map(drop))?.0);
         if tools {
             let _ = std::fs::remove_file(&ref_img);
-            r.push(time(|| run_tool(Command::new("mke2fs").args(["-t", "ext4", "-F", "-q", "-b", "4096"]).arg(&ref_img).arg("16G")))?.0);
+            r.push(time(|| run_tool(Command::new(&mke2fs).args(["-t", "ext4", "-F", "-q", "-b", "4096"]).arg(&ref_img).arg("16G")))?.0);
         }
     }
     rows.push(BenchRow { what: "mkfs 16 GiB sparse".into(), engine: median(e), reference: tools.then(|| ("mke2fs -t ext4 -F".into(), median(r))) });
@@ -157,7 +157,7 @@ pub fn bench_e2fsprogs(runs: usize, work: &Path) -> Result<Vec<BenchRow>, String
         e.push(time(|| engine_populate(&img, size))?.0);
         if tools {
             let _ = std::fs::remove_file(&ref_img);
-            r.push(time(|| run_tool(Command::new("mke2fs").args(["-t", "ext4", "-F", "-q", "-b", "4096", "-d"]).arg(&tree).arg(&ref_img).arg("1G")))?.0);
+            r.push(time(|| run_tool(Command::new(&mke2fs).args(["-t", "ext4", "-F", "-q", "-b", "4096", "-d"]).arg(&tree).arg(&ref_img).arg("1G")))?.0);
         }
     }
     rows.push(BenchRow { what: "mkfs + 10,000-file tree (1 GiB)".into(), engine: median(e), reference: tools.then(|| ("mke2fs -d".into(), median(r))) });
@@ -177,7 +177,7 @@ pub fn bench_e2fsprogs(runs: usize, work: &Path) -> Result<Vec<BenchRow>, String
         }
         e.push(t);
         if tools {
-            r.push(time(|| run_tool(Command::new("e2fsck").args(["-fn"]).arg(&img)))?.0);
+            r.push(time(|| run_tool(Command::new(&e2fsck).args(["-fn"]).arg(&img)))?.0);
         }
     }
     rows.push(BenchRow { what: "fsck of the populated image".into(), engine: median(e), reference: tools.then(|| ("e2fsck -fn".into(), median(r))) });
