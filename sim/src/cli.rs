@@ -153,10 +153,7 @@ fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path:
             Ok(()) => {
                 out.push_str(&format!("  shrunk      {} steps -> {} steps in {runs} runs\n", r.steps.len(), trace.steps.len()));
                 for step in &trace.steps {
-                    match step {
-                        crate::trace::Step::Op(op) => out.push_str(&format!("    {}\n", crate::trace::format_op(op))),
-                        crate::trace::Step::Crash { seed } => out.push_str(&format!("    crash seed={seed}\n")),
-                    }
+                    out.push_str(&format!("    {}\n", crate::trace::format_step(step)));
                 }
                 out.push_str(&format!("  replay      ext4sim replay {}\n", path.display()));
             }

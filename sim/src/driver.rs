@@ -108,6 +108,10 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     model.set_crash_log(spec.crash_every > 0 || replays_crashes || !spec.faults.is_empty());
     let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
+    if fixed.is_some() {
+        // A replay fires exactly the trace's faults, each with its op.
+        ls.target.script_faults();
+    }
     let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
     crash_rng.set_stream(0x0063_7261_7368); // "crash"
     let workload = Workload::new(spec.seed, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
@@ -137,10 +141,24 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 }
                 continue;
             }
+            Step::Fault(event) => {
+                ls.arm_fault(event);
+                continue;
+            }
             Step::Op(op) => op,
         };
         ops_run += 1;
-        let outcome = match ls.step(&op) {
+        let stepped = ls.step(&op);
+        if let Source::Generated(_) = source {
+            // Faults the op met go into the trace just before it.
+            let fired = ls.target.take_fired_faults();
+            if !fired.is_empty() {
+                let op_step = ran.pop();
+                ran.extend(fired.into_iter().map(Step::Fault));
+                ran.extend(op_step);
+            }
+        }
+        let outcome = match stepped {
             Ok(o) => o,
             Err(f) => {
                 failure = Some(f);

@@ -29,6 +29,8 @@ pub struct EngineTarget {
     crash_policy: CrashPolicy,
     /// The faults the run asked for; switched off while the runner judges.
     faults: FaultConfig,
+    /// The runner holds faults off.
+    held: bool,
 }
 
 impl EngineTarget {
@@ -48,6 +50,7 @@ impl EngineTarget {
     /// Unmounts, runs `f` on the bare disk, and mounts again, with faults
     /// held off throughout: checks judge the filesystem, not the disk.
     fn with_unmounted<R>(&mut self, f: impl FnOnce(SimDisk) -> (SimDisk, R)) -> Result<R, String> {
+        let held = self.held;
         self.hold_faults(true);
         let out = (|| {
             let fs = self.fs.take().ok_or("filesystem is not mounted")?;
@@ -56,7 +59,7 @@ impl EngineTarget {
             self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount: {e}"))?);
             Ok(out)
         })();
-        self.hold_faults(false);
+        self.hold_faults(held);
         out
     }
 }
@@ -97,7 +100,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(faults).map_err(|e| e.to_string())?;
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -150,7 +153,10 @@ impl Target for EngineTarget {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
         let mut dev = fs.into_device_dropping_caches();
         dev.crash_seeded(&self.crash_policy, seed);
+        // Recovery mounts on a healthy disk; faults return as the runner says.
+        let _ = dev.set_faults(FaultConfig::NONE);
         self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after crash: {e}"))?);
+        self.hold_faults(self.held);
         Ok(())
     }
 
@@ -170,6 +176,7 @@ impl Target for EngineTarget {
     }
 
     fn hold_faults(&mut self, held: bool) {
+        self.held = held;
         let faults = if held { FaultConfig::NONE } else { self.faults };
         if let Some(fs) = self.fs.as_mut() {
             // Both configs were validated when the run started.
@@ -182,7 +189,24 @@ impl Target for EngineTarget {
         let mut dev = fs.into_device_dropping_caches();
         let _ = dev.set_faults(FaultConfig::NONE);
         self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after fault: {e}"))?);
+        self.hold_faults(self.held);
         Ok(())
+    }
+
+    fn script_faults(&mut self) {
+        if let Some(fs) = self.fs.as_mut() {
+            fs.device_mut().script_faults();
+        }
+    }
+
+    fn begin_op(&mut self, armed: Vec<crate::disk::FaultEvent>) {
+        if let Some(fs) = self.fs.as_mut() {
+            fs.device_mut().begin_op(armed);
+        }
+    }
+
+    fn take_fired_faults(&mut self) -> Vec<crate::disk::FaultEvent> {
+        self.fs.as_mut().map(|fs| fs.device_mut().take_fired_faults()).unwrap_or_default()
     }
 
     fn image_hash(&mut self) -> u64 {

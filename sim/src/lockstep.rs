@@ -10,6 +10,7 @@ use ext4_model::agree::agrees;
 use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
 
 pub use crate::disk::hash::Fnv64;
+use crate::disk::FaultEvent;
 use crate::trace::format_op;
 
 /// Feeds an outcome into the trace hash field by field (formatting bytes
@@ -66,11 +67,20 @@ pub trait Target: FileSystem {
     fn faults_enabled(&self) -> bool {
         false
     }
-    /// Holds device faults off (true) or lets them fire again (false).
+    /// Holds device faults off (true) or lets them fire again (false). The
+    /// target's own checks and remounts keep whichever state the runner set.
     fn hold_faults(&mut self, _held: bool) {}
     /// After a fault: drop the caches and mount again (faults are held).
     fn remount_after_fault(&mut self) -> Result<(), String> {
         Ok(())
+    }
+    /// Replays faults from trace steps instead of drawing them.
+    fn script_faults(&mut self) {}
+    /// Starts an op's fault window; `armed` are the trace's faults for it.
+    fn begin_op(&mut self, _armed: Vec<FaultEvent>) {}
+    /// The faults that fired since [`Target::begin_op`].
+    fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
+        Vec::new()
     }
 }
 
@@ -165,11 +175,13 @@ pub struct Lockstep<T: Target> {
     /// With faults on: what a crash just before the current op could leave,
     /// since a faulted op may or may not have taken effect.
     envelope_before: Option<ext4_model::CrashEnvelope>,
+    /// Fault steps waiting for the next op.
+    armed: Vec<FaultEvent>,
 }
 
 impl<T: Target> Lockstep<T> {
     pub fn new(config: MountConfig, model: Model, target: T) -> Self {
-        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None }
+        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None, armed: Vec::new() }
     }
 
     /// Hash of every op and the model's answer so far.
@@ -177,8 +189,14 @@ impl<T: Target> Lockstep<T> {
         self.trace.finish()
     }
 
+    /// Arms a trace's fault step for the next op.
+    pub fn arm_fault(&mut self, event: FaultEvent) {
+        self.armed.push(event);
+    }
+
     pub fn step(&mut self, op: &Op) -> Result<Outcome, Failure> {
         let index = self.index;
+        self.target.begin_op(std::mem::take(&mut self.armed));
         self.index += 1;
         self.last_op = Some(op.clone());
         self.faults_before = self.target.faults_seen();
@@ -259,12 +277,18 @@ impl<T: Target> Lockstep<T> {
     pub fn crash(&mut self, seed: u64) -> Result<(), Failure> {
         let index = self.index;
         let envelope = self.model.crash_envelope();
-        self.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })?;
         self.stats.crashes += 1;
-        self.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
-        envelope.check(&mut self.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
-        let limits = self.model.limits();
-        self.model = Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })?;
+        // Recovery is judged on a healthy disk; faults come back for the next op.
+        self.target.hold_faults(true);
+        let judged = (|| {
+            self.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })?;
+            self.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
+            envelope.check(&mut self.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
+            let limits = self.model.limits();
+            Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })
+        })();
+        self.target.hold_faults(false);
+        self.model = judged?;
         Ok(())
     }
 }

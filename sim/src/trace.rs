@@ -10,11 +10,19 @@
 //! fsck_every 500
 //! op write path="/a/b" offset=4096 len=100 seed=7
 //! op rename from="/a" to="/c"
+//! fault kind=write command=3 sector=0
+//! op fsync path="/a/b"
+//! crash seed=99
 //! ```
+//!
+//! A `fault` line arms a device fault for the op after it: the op's device
+//! command `command` (counted from 0) fails at sector `sector` of its range.
 
 use std::fmt::Write as _;
 
 use ext4_model::{FallocFlags, Op};
+
+use crate::disk::{FaultEvent, ScriptedFault};
 use thiserror::Error;
 
 pub const TRACE_HEADER: &str = "# ext4sim trace v1";
@@ -27,12 +35,14 @@ pub enum TraceError {
     NoSeed,
 }
 
-/// One step of a run: an op, or a crash of the disk under the target (with
-/// the seed that decides which unflushed writes survive).
+/// One step of a run: an op, a crash of the disk under the target (with the
+/// seed that decides which unflushed writes survive), or a device fault armed
+/// for the next op.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     Op(Op),
     Crash { seed: u64 },
+    Fault(FaultEvent),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +101,15 @@ pub fn format_op(op: &Op) -> String {
         Op::Fallocate { path, mode, offset, len } => format!("fallocate path={} mode={:#x} offset={offset} len={len}", q(path), mode.0),
         Op::Fiemap { path, sync } => format!("fiemap path={} sync={sync}", q(path)),
         Op::SetJournalData { path, enable } => format!("set_journal_data path={} enable={enable}", q(path)),
+    }
+}
+
+/// One step as a trace line.
+pub fn format_step(step: &Step) -> String {
+    match step {
+        Step::Op(op) => format!("op {}", format_op(op)),
+        Step::Crash { seed } => format!("crash seed={seed}"),
+        Step::Fault(e) => format!("fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
     }
 }
 
@@ -214,13 +233,7 @@ impl Trace {
             self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults
         );
         for step in &self.steps {
-            match step {
-                Step::Op(op) => {
-                    out.push_str("op ");
-                    out.push_str(&format_op(op));
-                }
-                Step::Crash { seed } => out.push_str(&format!("crash seed={seed}")),
-            }
+            out.push_str(&format_step(step));
             out.push('\n');
         }
         out
@@ -253,6 +266,12 @@ impl Trace {
                     let f = Fields(fields(rest).map_err(err)?);
                     steps.push(Step::Crash { seed: f.num("seed").map_err(err)? });
                 }
+                "fault" => {
+                    let f = Fields(fields(rest).map_err(err)?);
+                    let name = f.text("kind").map_err(err)?;
+                    let kind = ScriptedFault::from_name(&name).ok_or_else(|| err(format!("unknown fault kind `{name}` (read, write, latent, readonly)")))?;
+                    steps.push(Step::Fault(FaultEvent { kind, command: f.num("command").map_err(err)?, sector: f.num("sector").map_err(err)? }));
+                }
                 other => return Err(err(format!("unknown line kind `{other}`"))),
             }
         }
@@ -283,12 +302,20 @@ mod tests {
             crash_every: 50,
             fsck_every: 7,
             faults: "read,write=0.1".into(),
-            steps: vec![Step::Op(Op::Sync), Step::Crash { seed: 77 }, Step::Op(Op::Stat { path: "/a".into() })],
+            steps: vec![
+                Step::Op(Op::Sync),
+                Step::Crash { seed: 77 },
+                Step::Fault(FaultEvent { kind: ScriptedFault::ReadOnly, command: 4, sector: 0 }),
+                Step::Fault(FaultEvent { kind: ScriptedFault::Latent, command: 0, sector: 7 }),
+                Step::Op(Op::Stat { path: "/a".into() }),
+            ],
         };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
         assert_eq!(Trace::parse("op sync\n"), Err(TraceError::NoSeed));
         assert!(matches!(Trace::parse("seed 1\nop frobnicate\n"), Err(TraceError::Parse { line: 2, .. })));
         assert!(matches!(Trace::parse("seed 1\nop write path=\"/a\" offset=x len=1 seed=1\n"), Err(TraceError::Parse { line: 2, .. })));
         assert!(matches!(Trace::parse("seed 1\nop stat path=\"/a\n"), Err(TraceError::Parse { .. })));
+        assert!(matches!(Trace::parse("seed 1\nfault kind=smoke command=1 sector=0\n"), Err(TraceError::Parse { line: 2, .. })));
+        assert!(matches!(Trace::parse("seed 1\nfault kind=read command=-1 sector=0\n"), Err(TraceError::Parse { line: 2, .. })));
     }
 }

@@ -6,7 +6,8 @@ use std::process::Command;
 use ext4_engine::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
 use ext4_model::durability::{read_range, view_tree};
 use ext4_model::{Model, MountConfig};
-use ext4_sim::driver::{run_seed, RunSpec};
+use ext4_sim::driver::{run_seed, run_steps, RunSpec};
+use ext4_sim::trace::Step;
 use ext4_sim::engine_target::{make_engine, EngineFactory, EngineTarget};
 use ext4_sim::lockstep::{Lockstep, Target};
 use ext4_sim::mount_opts::parse_mount_opts;
@@ -195,5 +196,34 @@ fn every_fault_kind_is_survived() {
         let r = run_seed(&EngineFactory, &s).unwrap();
         assert!(r.failure.is_none(), "faults {faults}: {}", r.failure.unwrap());
         assert!(r.stats.faults > 0, "faults {faults}: no op met a fault");
+    }
+}
+
+/// Faults are trace steps: replaying a fault run's steps fires the same
+/// faults at the same device commands (same hashes), and without its fault
+/// steps the same op list meets no fault at all, since a replay draws nothing.
+/// Crashes are held off from faults: recovery is judged on a healthy disk.
+#[test]
+fn fault_runs_replay_exactly_from_their_trace_steps() {
+    for faults in ["read=0.01", "write=0.01", "latent=0.01", "readonly=200", "read=0.005,write=0.005,latent=0.005"] {
+        // The mixed case crashes too: crash and fault steps replay together.
+        let crash_every = if faults.contains(',') { 100 } else { 0 };
+        let s = RunSpec { faults: faults.into(), crash_every, ..spec(43, 800, "") };
+        let first = run_seed(&EngineFactory, &s).unwrap();
+        assert!(first.failure.is_none(), "faults {faults}: {}", first.failure.unwrap());
+        let fault_steps = first.steps.iter().filter(|st| matches!(st, Step::Fault(_))).count();
+        assert!(fault_steps > 0 && first.stats.faults > 0, "faults {faults}: nothing fired");
+
+        let replay = run_steps(&EngineFactory, &s, &first.steps).unwrap();
+        assert!(replay.failure.is_none(), "faults {faults}: replay failed: {}", replay.failure.unwrap());
+        assert_eq!(replay.stats.faults, first.stats.faults, "faults {faults}");
+        assert_eq!(replay.trace_hash, first.trace_hash, "faults {faults}");
+        assert_eq!(replay.image_hash, first.image_hash, "faults {faults}");
+        assert_eq!(replay.steps, first.steps, "faults {faults}");
+
+        let ops_only: Vec<Step> = first.steps.iter().filter(|st| !matches!(st, Step::Fault(_))).cloned().collect();
+        let healthy = run_steps(&EngineFactory, &s, &ops_only).unwrap();
+        assert!(healthy.failure.is_none(), "faults {faults}: {}", healthy.failure.unwrap());
+        assert_eq!(healthy.stats.faults, 0, "faults {faults}: a replay must not draw faults");
     }
 }

@@ -18,6 +18,11 @@
 //! here, apart from the data, and is kept while a switch is off: switching a
 //! fault off hides it without losing the truth, switching it on brings it back.
 //! A switched-off kind draws nothing, so it cannot perturb the others.
+//!
+//! Drawn faults are also reported as [`FaultEvent`]s placed by device command
+//! within one op. A replay runs *scripted*: nothing is drawn, and each event a
+//! trace holds fails the same command of its op. A trace then reproduces its
+//! faults exactly, and a shrunk trace keeps each fault with its op.
 
 use std::collections::BTreeSet;
 
@@ -133,6 +138,44 @@ pub enum FaultKind {
     NoSpace,
 }
 
+/// A fault a trace records, by the kind names `--faults` uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ScriptedFault {
+    /// Read EIO.
+    Read,
+    /// Write EIO.
+    Write,
+    /// A sector going bad on read (it stays bad until rewritten).
+    Latent,
+    /// The device turning read-only (it stays so).
+    ReadOnly,
+}
+
+impl ScriptedFault {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScriptedFault::Read => "read",
+            ScriptedFault::Write => "write",
+            ScriptedFault::Latent => "latent",
+            ScriptedFault::ReadOnly => "readonly",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ScriptedFault> {
+        [ScriptedFault::Read, ScriptedFault::Write, ScriptedFault::Latent, ScriptedFault::ReadOnly].into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// One fault, placed by the device command (counted from 0 at the start of an
+/// op: reads, writes and flushes alike) and the sector within that command.
+/// ENOSPC is not an event: it follows from the byte budget alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultEvent {
+    pub kind: ScriptedFault,
+    pub command: u32,
+    pub sector: u32,
+}
+
 /// A refused command: why, and what the device answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultHit {
@@ -161,6 +204,18 @@ pub struct FaultState {
     writes_accepted: u64,
     /// The accepted-write count at which the device turns read-only.
     read_only_after: u64,
+    /// The trigger `read_only_after` was drawn for: holding faults off and on
+    /// again must not draw a new moment.
+    drawn_trigger: Option<ReadOnlyTrigger>,
+    /// Replaying: fire only `armed`, draw nothing.
+    scripted: bool,
+    /// Device commands since the op began.
+    command: u32,
+    /// Faults to fire in this op (scripted only).
+    armed: Vec<FaultEvent>,
+    /// Faults that fired in this op, as events.
+    fired: Vec<FaultEvent>,
+    read_only_reported: bool,
 }
 
 fn sectors(offset: u64, len: u64) -> std::ops::Range<u64> {
@@ -184,6 +239,12 @@ impl FaultState {
             touched: BTreeSet::new(),
             writes_accepted: 0,
             read_only_after: u64::MAX,
+            drawn_trigger: None,
+            scripted: false,
+            command: 0,
+            armed: Vec::new(),
+            fired: Vec::new(),
+            read_only_reported: false,
         };
         state.configure(config)?;
         Ok(state)
@@ -192,12 +253,88 @@ impl FaultState {
     /// Replaces the settings; the overlay and counts are kept.
     pub fn configure(&mut self, config: FaultConfig) -> Result<(), FaultConfigError> {
         config.validate()?;
-        self.read_only_after = match config.read_only.trigger {
-            ReadOnlyTrigger::AfterWrites(count) => count,
-            ReadOnlyTrigger::SeededWithin(bound) => self.read_only_rng.random_range(0..=bound),
-        };
+        let trigger = config.read_only.trigger;
+        if config.read_only.enabled && !self.scripted && self.drawn_trigger != Some(trigger) {
+            self.read_only_after = match trigger {
+                ReadOnlyTrigger::AfterWrites(count) => count,
+                ReadOnlyTrigger::SeededWithin(bound) => self.read_only_rng.random_range(0..=bound),
+            };
+            self.drawn_trigger = Some(trigger);
+        }
         self.config = config;
         Ok(())
+    }
+
+    /// Switches to replaying: from now on only armed events fire. The
+    /// read-only moment, too, comes only from an event.
+    pub fn script(&mut self) {
+        self.scripted = true;
+        if !self.read_only_reported {
+            self.read_only_after = u64::MAX;
+        }
+    }
+
+    /// Starts an op: commands count from 0, and `armed` may fire (scripted).
+    pub fn begin_op(&mut self, armed: Vec<FaultEvent>) {
+        self.command = 0;
+        self.armed = armed;
+        self.fired.clear();
+    }
+
+    /// The faults that fired since the op began.
+    pub fn take_fired(&mut self) -> Vec<FaultEvent> {
+        std::mem::take(&mut self.fired)
+    }
+
+    fn next_command(&mut self) -> u32 {
+        let command = self.command;
+        self.command = self.command.saturating_add(1);
+        command
+    }
+
+    /// The armed event of `kind` for `command`, if any (and its switch is on).
+    fn take_armed(&mut self, command: u32, kind: ScriptedFault, enabled: bool) -> Option<FaultEvent> {
+        let i = self.armed.iter().position(|e| e.command == command && e.kind == kind)?;
+        let event = self.armed.remove(i);
+        enabled.then_some(event)
+    }
+
+    /// Which sector of `range` a new fault hits: drawn, or the event's.
+    fn fault_sector(&mut self, command: u32, kind: ScriptedFault, range: &std::ops::Range<u64>) -> Option<u64> {
+        let (switch, rng) = match kind {
+            ScriptedFault::Read => (self.config.read_error, &mut self.read_rng),
+            ScriptedFault::Latent => (self.config.latent_sector, &mut self.latent_rng),
+            ScriptedFault::Write => (self.config.write_error, &mut self.write_rng),
+            ScriptedFault::ReadOnly => return None,
+        };
+        if self.scripted {
+            let event = self.take_armed(command, kind, switch.enabled)?;
+            let last = range.end.saturating_sub(range.start).saturating_sub(1);
+            Some(range.start + u64::from(event.sector).min(last))
+        } else if switch.fires(rng) {
+            Some(rng.random_range(range.clone()))
+        } else {
+            None
+        }
+    }
+
+    fn record(&mut self, kind: ScriptedFault, command: u32, sector_in_command: u64) {
+        let sector = u32::try_from(sector_in_command).unwrap_or(u32::MAX);
+        self.fired.push(FaultEvent { kind, command, sector });
+    }
+
+    /// Whether the device refuses writes now; in a replay an armed event
+    /// turns it read-only at its command.
+    fn read_only_now(&mut self, command: u32) -> bool {
+        if self.scripted && self.take_armed(command, ScriptedFault::ReadOnly, self.config.read_only.enabled).is_some() {
+            self.read_only_after = self.read_only_after.min(self.writes_accepted);
+        }
+        let read_only = self.is_read_only();
+        if read_only && !self.read_only_reported {
+            self.read_only_reported = true;
+            self.record(ScriptedFault::ReadOnly, command, 0);
+        }
+        read_only
     }
 
     pub fn config(&self) -> &FaultConfig {
@@ -229,21 +366,22 @@ impl FaultState {
     /// Decides whether a read of `[offset, offset + len)` fails. `cached` says
     /// whether a sector is served from the write cache (and so cannot fail).
     pub fn check_read(&mut self, offset: u64, len: u64, cached: impl Fn(u64) -> bool) -> Result<(), FaultHit> {
+        let command = self.next_command();
         let range = sectors(offset, len);
         if self.config.latent_sector.enabled {
             if let Some(&bad) = self.latent.range(range.clone()).find(|&&sector| !cached(sector)) {
                 return Err(FaultHit::io(FaultKind::LatentSector, bad));
             }
         }
-        if self.config.latent_sector.fires(&mut self.latent_rng) {
-            let sector = self.latent_rng.random_range(range.clone());
+        if let Some(sector) = self.fault_sector(command, ScriptedFault::Latent, &range) {
             if !cached(sector) {
                 self.latent.insert(sector);
+                self.record(ScriptedFault::Latent, command, sector - range.start);
                 return Err(FaultHit::io(FaultKind::NewLatentSector, sector));
             }
         }
-        if self.config.read_error.fires(&mut self.read_rng) {
-            let sector = self.read_rng.random_range(range);
+        if let Some(sector) = self.fault_sector(command, ScriptedFault::Read, &range) {
+            self.record(ScriptedFault::Read, command, sector - range.start);
             return Err(FaultHit::io(FaultKind::ReadError, sector));
         }
         Ok(())
@@ -252,7 +390,8 @@ impl FaultState {
     /// Decides whether a write fails; nothing is recorded until
     /// [`FaultState::note_write`] confirms it was accepted.
     pub fn check_write(&mut self, offset: u64, len: u64) -> Result<(), FaultHit> {
-        if self.is_read_only() {
+        let command = self.next_command();
+        if self.read_only_now(command) {
             return Err(FaultHit { kind: FaultKind::ReadOnly, error: DeviceError::ReadOnly });
         }
         if self.config.no_space.enabled {
@@ -262,8 +401,9 @@ impl FaultState {
                 return Err(FaultHit { kind: FaultKind::NoSpace, error: DeviceError::NoSpace });
             }
         }
-        if self.config.write_error.fires(&mut self.write_rng) {
-            let sector = self.write_rng.random_range(sectors(offset, len));
+        let range = sectors(offset, len);
+        if let Some(sector) = self.fault_sector(command, ScriptedFault::Write, &range) {
+            self.record(ScriptedFault::Write, command, sector - range.start);
             return Err(FaultHit::io(FaultKind::WriteError, sector));
         }
         Ok(())
@@ -282,8 +422,9 @@ impl FaultState {
 
     /// A flush with pending writes is a write to the medium, so a read-only
     /// device refuses it; flushing an empty cache has nothing to refuse.
-    pub fn check_flush(&self, pending_writes: usize) -> Result<(), FaultHit> {
-        if pending_writes > 0 && self.is_read_only() {
+    pub fn check_flush(&mut self, pending_writes: usize) -> Result<(), FaultHit> {
+        let command = self.next_command();
+        if pending_writes > 0 && self.read_only_now(command) {
             return Err(FaultHit { kind: FaultKind::ReadOnly, error: DeviceError::ReadOnly });
         }
         Ok(())
@@ -453,5 +594,36 @@ mod tests {
         let mut healthy = self::disk(FaultConfig { no_space: off, ..FaultConfig::NONE });
         assert!((0..50).all(|i| healthy.write(i << 20, &[1; 4096], WriteFlags::DATA).is_ok()));
         assert_eq!(healthy.touched_bytes(), 50 * CHUNK_BYTES, "the truth is counted while off");
+    }
+
+    #[test]
+    fn scripted_faults_fire_only_at_their_command_and_drawn_ones_are_reported() {
+        let on = FaultConfig {
+            read_error: FaultSwitch::on(1.0),
+            write_error: FaultSwitch::on(1.0),
+            read_only: ReadOnlyFault { enabled: true, trigger: ReadOnlyTrigger::AfterWrites(u64::MAX) },
+            ..FaultConfig::NONE
+        };
+        let mut drawn = disk(on);
+        drawn.begin_op(Vec::new());
+        assert!(drawn.write(0, &[1; 4096], WriteFlags::DATA).is_err());
+        assert!(!read_ok(&mut drawn, 0));
+        let fired = drawn.take_fired_faults();
+        assert_eq!(fired.iter().map(|e| (e.kind, e.command)).collect::<Vec<_>>(), vec![(ScriptedFault::Write, 0), (ScriptedFault::Read, 1)]);
+        assert!(fired.iter().all(|e| e.sector < 8), "sectors are relative to the command");
+
+        let mut replay = disk(on);
+        replay.script_faults();
+        let armed = vec![
+            FaultEvent { kind: ScriptedFault::Write, command: 1, sector: 3 },
+            FaultEvent { kind: ScriptedFault::ReadOnly, command: 3, sector: 0 },
+        ];
+        replay.begin_op(armed);
+        assert!(replay.write(0, &[1; 4096], WriteFlags::DATA).is_ok(), "probabilities are ignored in a replay");
+        assert_eq!(replay.write(8192, &[1; 4096], WriteFlags::DATA), Err(DeviceError::Io { offset: 8192 + 3 * 512 }));
+        assert!(read_ok(&mut replay, 0));
+        assert_eq!(replay.write(0, &[2; 512], WriteFlags::DATA), Err(DeviceError::ReadOnly));
+        replay.begin_op(Vec::new());
+        assert_eq!(replay.write(0, &[2; 512], WriteFlags::DATA), Err(DeviceError::ReadOnly), "read-only stays");
     }
 }

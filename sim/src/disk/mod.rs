@@ -37,7 +37,7 @@ use thiserror::Error;
 pub use cache::WriteRecord;
 pub use clock::{SimClock, SimTime};
 pub use crash::{CrashPolicy, CrashPolicyError, CrashReport, Fate};
-pub use fault::{FaultConfig, FaultConfigError, FaultSwitch, NoSpaceFault, ReadOnlyFault, ReadOnlyTrigger};
+pub use fault::{FaultConfig, FaultConfigError, FaultEvent, FaultSwitch, NoSpaceFault, ReadOnlyFault, ReadOnlyTrigger, ScriptedFault};
 pub use profile::{DiskProfile, ProfileError, BUILTIN_PROFILES};
 pub use profile_text::{LineError, ProfileParseError};
 pub use stats::{ClassStats, DiskStats, FaultCounts};
@@ -136,6 +136,21 @@ impl SimDisk {
     /// count are kept, so faults can be switched off and on without losing them.
     pub fn set_faults(&mut self, faults: FaultConfig) -> Result<(), DiskConfigError> {
         Ok(self.faults.configure(faults)?)
+    }
+
+    /// Replays faults from a trace: only armed events fire from now on.
+    pub fn script_faults(&mut self) {
+        self.faults.script();
+    }
+
+    /// Starts one op's fault window; `armed` are the trace's faults for it.
+    pub fn begin_op(&mut self, armed: Vec<FaultEvent>) {
+        self.faults.begin_op(armed);
+    }
+
+    /// Faults that fired since [`SimDisk::begin_op`], for the trace.
+    pub fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
+        self.faults.take_fired()
     }
 
     /// Plants a latent sector error at the sector holding byte `offset`.
