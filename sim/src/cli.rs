@@ -92,6 +92,14 @@ pub enum Command {
         #[command(flatten)]
         args: RunArgs,
     },
+    /// Hold the model to a real Linux kernel's ext4 (root for --kernel host).
+    Oracle(crate::oracle::cli::OracleArgs),
+    /// Inside the oracle's qemu guest: run the cases on the control disk.
+    #[command(hide = true)]
+    OracleGuest,
+    /// The oracle's op runner: chroot into DIR, run the ops on stdin.
+    #[command(hide = true)]
+    OracleExec { dir: PathBuf },
     /// Benchmarks: engine vs e2fsprogs (mkfs, populate, fsck) and lockstep throughput.
     Bench {
         /// Which: e2fsprogs, lockstep, or all.
@@ -124,7 +132,7 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
     })
 }
 
-fn parse_range(text: &str) -> Result<(u64, u64), String> {
+pub fn parse_range(text: &str) -> Result<(u64, u64), String> {
     let (a, b) = text.split_once("..").ok_or(format!("`{text}` is not a range A..B"))?;
     let a: u64 = a.parse().map_err(|_| format!("bad range start `{a}`"))?;
     let b: u64 = b.parse().map_err(|_| format!("bad range end `{b}`"))?;
@@ -166,6 +174,12 @@ fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path:
 
 pub fn main_with<F: TargetFactory + Sync>(factory: F) -> ExitCode {
     let cli = Cli::parse();
+    match cli.command {
+        Command::Oracle(args) => return crate::oracle::cli::oracle_main(args),
+        Command::OracleGuest => return ExitCode::from(crate::oracle::guest::guest_main().clamp(0, 255) as u8),
+        Command::OracleExec { dir } => return ExitCode::from(crate::oracle::syscalls::exec_main(&dir).clamp(0, 255) as u8),
+        _ => {}
+    }
     match run_cli(&factory, cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -300,6 +314,7 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             }
             Ok(ok)
         }
+        Command::Oracle(_) | Command::OracleGuest | Command::OracleExec { .. } => unreachable!("handled in main_with"),
         Command::Shrink { trace } => {
             let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
             let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;

@@ -16,3 +16,4 @@ pub mod bench;
 pub mod engine_target;
 pub mod layout;
 pub mod faults;
+pub mod oracle;

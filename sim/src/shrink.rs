@@ -65,6 +65,34 @@ pub fn shrink<T: Clone>(ops: &[T], simpler: impl Fn(&T) -> Option<T>, mut fails:
     (current, runs)
 }
 
+/// Delta debugging for an expensive judge that prefers many candidates at
+/// once (a VM boot runs a whole batch): each round offers every "drop chunk k"
+/// candidate of the current size, and `first_failing` names the first that
+/// still fails. Returns the smaller list and the rounds spent.
+pub fn shrink_in_rounds<T: Clone>(items: &[T], max_rounds: usize, mut first_failing: impl FnMut(&[Vec<T>]) -> Option<usize>) -> (Vec<T>, usize) {
+    let mut current = items.to_vec();
+    let mut chunk = current.len().div_ceil(2).max(1);
+    let mut rounds = 0;
+    while !current.is_empty() && rounds < max_rounds {
+        chunk = chunk.min(current.len());
+        let candidates: Vec<Vec<T>> = (0..current.len())
+            .step_by(chunk)
+            .map(|start| {
+                let mut c = current[..start].to_vec();
+                c.extend_from_slice(&current[(start + chunk).min(current.len())..]);
+                c
+            })
+            .collect();
+        rounds += 1;
+        match first_failing(&candidates) {
+            Some(i) if i < candidates.len() => current = candidates[i].clone(),
+            _ if chunk == 1 => break,
+            _ => chunk /= 2,
+        }
+    }
+    (current, rounds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +104,18 @@ mod tests {
         let (small, runs) = shrink(&ops, |_| None, needs);
         assert_eq!(small, vec![ops[37].clone(), ops[150].clone()]);
         assert!(runs < 200, "{runs} runs");
+    }
+
+    #[test]
+    fn rounds_find_the_two_ops_that_matter() {
+        let ops: Vec<u32> = (0..200).collect();
+        let needs = |o: &[u32]| o.contains(&37) && o.contains(&150);
+        let (small, rounds) = shrink_in_rounds(&ops, 100, |cands| cands.iter().position(|c| needs(c)));
+        assert_eq!(small, vec![37, 150]);
+        assert!(rounds < 60, "{rounds} rounds");
+        let (capped, spent) = shrink_in_rounds(&ops, 2, |cands| cands.iter().position(|c| needs(c)));
+        assert_eq!(spent, 2);
+        assert!(needs(&capped));
     }
 
     #[test]

@@ -1,0 +1,118 @@
+//! `--kernel host`: loop-mount each case's image on the running kernel.
+//! Fast, but it needs root, its block size is capped at the 4 KiB page, and
+//! `chattr +j` needs CAP_SYS_RESOURCE.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4_model::{MountConfig, OpKind};
+
+use super::mount::{kernel_release, mount_ext4, unmount};
+use super::syscalls::run_chrooted;
+use super::{Case, CaseRun, Kernel};
+
+const CAP_SYS_RESOURCE: u32 = 24;
+
+pub struct HostKernel {
+    release: String,
+    scratch: PathBuf,
+}
+
+impl HostKernel {
+    pub fn new(scratch: &Path) -> HostKernel {
+        HostKernel { release: kernel_release(), scratch: scratch.to_path_buf() }
+    }
+}
+
+/// Whether this process holds a capability (from /proc/self/status CapEff).
+fn has_capability(bit: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << bit) != 0)
+}
+
+/// A loop device over an image, mounted at `dir`; unmounted and detached on
+/// drop, whatever happened in between.
+struct LoopMount {
+    dev: String,
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl LoopMount {
+    fn attach(image: &Path, dir: &Path) -> Result<LoopMount, String> {
+        let out = Command::new("losetup").args(["--find", "--show"]).arg(image).output().map_err(|e| format!("losetup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("losetup refused {}: {}", image.display(), String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(LoopMount { dev: String::from_utf8_lossy(&out.stdout).trim().to_string(), dir: dir.to_path_buf(), mounted: false })
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if self.mounted && unmount(&self.dir).is_err() {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+impl Kernel for HostKernel {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn release(&self) -> String {
+        self.release.clone()
+    }
+
+    fn cannot_run(&self, config: &MountConfig) -> Option<String> {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Some("loop-mounting needs root".into());
+        }
+        if config.block_size > 4096 {
+            return Some(format!("the host kernel ({}) refuses block size {} above its 4 KiB page; use --kernel qemu", self.release, config.block_size));
+        }
+        None
+    }
+
+    fn refused_kinds(&self) -> Vec<(OpKind, String)> {
+        if has_capability(CAP_SYS_RESOURCE) {
+            Vec::new()
+        } else {
+            vec![(OpKind::SetJournalData, "chattr +j/-j needs CAP_SYS_RESOURCE, which this host lacks".into())]
+        }
+    }
+
+    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
+        let mut runs = Vec::new();
+        for (i, case) in cases.iter().enumerate() {
+            let dir = self.scratch.join(format!("mnt{i}"));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let mut run = CaseRun { outcomes: Vec::new(), error: None };
+            let mut lo = LoopMount::attach(&case.image, &dir)?;
+            match mount_ext4(Path::new(&lo.dev), &dir, &case.kernel_opts, case.read_only) {
+                Err(e) => run.error = Some(e),
+                Ok(()) => {
+                    lo.mounted = true;
+                    match run_chrooted(&dir, &case.ops) {
+                        Ok(outcomes) => run.outcomes = outcomes,
+                        Err(e) => run.error = Some(e),
+                    }
+                    match unmount(&dir) {
+                        Ok(()) => lo.mounted = false,
+                        Err(e) => run.error = Some(e),
+                    }
+                }
+            }
+            drop(lo);
+            runs.push(run);
+        }
+        Ok(runs)
+    }
+}

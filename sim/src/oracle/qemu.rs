@@ -1,0 +1,138 @@
+//! `--kernel qemu`: a newer Debian kernel (7.x from backports) booted under
+//! qemu (TCG) with a small busybox initramfs whose workload is this binary
+//! (`ext4sim oracle-guest`). It mounts block sizes above the page size and
+//! allows `chattr +j`. Many cases share one boot, one virtio disk each; the
+//! first disk carries the manifest and the results (see [`super::wire`]).
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4_model::{MountConfig, OpKind};
+
+use super::wire::{encode_manifest, Decoder, GuestCase, CONTROL_DISK_BYTES, MANIFEST_MAGIC, MANIFEST_OFFSET, RESULTS_OFFSET, RESULT_MAGIC};
+use super::{Case, CaseRun, Kernel};
+
+const FETCH_KERNEL: &str = include_str!("../../qemu/fetch-kernel.sh");
+const BUILD_INITRAMFS: &str = include_str!("../../qemu/build-initramfs.sh");
+const BOOT: &str = include_str!("../../qemu/boot.sh");
+/// Case disks per boot: PCI slots on q35 bound the virtio disks.
+pub const CASES_PER_BOOT: usize = 24;
+
+pub struct QemuKernel {
+    kernel_dir: PathBuf,
+    scripts: PathBuf,
+    initramfs: PathBuf,
+    work: PathBuf,
+    release: String,
+    boots: u64,
+}
+
+fn run_script(script: &Path, args: &[&Path]) -> Result<(), String> {
+    let out = Command::new("bash").arg(script).args(args).output().map_err(|e| format!("{}: {e}", script.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} failed ({}): {}{}", script.display(), out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+impl QemuKernel {
+    /// Fetches the kernel into `cache` (once) and builds the initramfs around
+    /// this very binary.
+    pub fn new(cache: &Path, work: &Path) -> Result<QemuKernel, String> {
+        let scripts = work.join("scripts");
+        std::fs::create_dir_all(&scripts).map_err(|e| format!("{}: {e}", scripts.display()))?;
+        for (name, text) in [("fetch-kernel.sh", FETCH_KERNEL), ("build-initramfs.sh", BUILD_INITRAMFS), ("boot.sh", BOOT)] {
+            std::fs::write(scripts.join(name), text).map_err(|e| format!("{name}: {e}"))?;
+        }
+        let kernel_dir = cache.join("kernel");
+        run_script(&scripts.join("fetch-kernel.sh"), &[&kernel_dir])?;
+        let release = std::fs::read_to_string(kernel_dir.join("KVER")).map_err(|e| format!("KVER: {e}"))?.trim().to_string();
+        let exe = std::env::current_exe().map_err(|e| format!("own binary: {e}"))?;
+        let initramfs = work.join("initramfs.cpio");
+        run_script(&scripts.join("build-initramfs.sh"), &[&kernel_dir, &exe, &initramfs])?;
+        Ok(QemuKernel { kernel_dir, scripts, initramfs, work: work.to_path_buf(), release, boots: 0 })
+    }
+
+    pub fn boots(&self) -> u64 {
+        self.boots
+    }
+
+    /// One boot over up to [`CASES_PER_BOOT`] cases.
+    fn boot(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
+        let control = self.work.join(format!("control{}.img", self.boots));
+        let guest: Vec<GuestCase> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| GuestCase { disk: format!("/dev/vd{}", (b'b' + i as u8) as char), read_only: c.read_only, opts: c.kernel_opts.clone(), ops: c.ops.clone() })
+            .collect();
+        let manifest = encode_manifest(&guest);
+        if manifest.len() as u64 > RESULTS_OFFSET - MANIFEST_OFFSET {
+            return Err(format!("manifest of {} bytes does not fit the control disk", manifest.len()));
+        }
+        let file = std::fs::File::create(&control).map_err(|e| format!("{}: {e}", control.display()))?;
+        file.set_len(CONTROL_DISK_BYTES).map_err(|e| format!("{}: {e}", control.display()))?;
+        let mut head = MANIFEST_MAGIC.to_vec();
+        head.extend_from_slice(&(manifest.len() as u64).to_le_bytes());
+        file.write_all_at(&head, 0).and_then(|()| file.write_all_at(manifest.as_bytes(), MANIFEST_OFFSET)).map_err(|e| format!("write manifest: {e}"))?;
+        drop(file);
+
+        let console = self.work.join(format!("console{}.log", self.boots));
+        self.boots += 1;
+        let mut args: Vec<&Path> = vec![&self.kernel_dir, &self.initramfs, &console, &control];
+        args.extend(cases.iter().map(|c| c.image.as_path()));
+        run_script(&self.scripts.join("boot.sh"), &args)?;
+        let log = std::fs::read_to_string(&console).unwrap_or_default();
+        if !log.contains("ORACLE-GUEST-EXIT 0") {
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            return Err(format!("guest failed; console {} ends:\n{}", console.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+        }
+
+        let file = std::fs::File::open(&control).map_err(|e| format!("{}: {e}", control.display()))?;
+        let mut head = [0u8; 16];
+        file.read_exact_at(&mut head, RESULTS_OFFSET).map_err(|e| format!("read results: {e}"))?;
+        if &head[..8] != RESULT_MAGIC {
+            return Err("the guest wrote no results".into());
+        }
+        let len = u64::from_le_bytes(head[8..].try_into().map_err(|_| "results header")?);
+        if len > CONTROL_DISK_BYTES - RESULTS_OFFSET - 16 {
+            return Err(format!("results length {len} runs past the control disk"));
+        }
+        let mut payload = vec![0u8; len as usize];
+        file.read_exact_at(&mut payload, RESULTS_OFFSET + 16).map_err(|e| format!("read results: {e}"))?;
+        let _ = std::fs::remove_file(&control);
+        let (release, results) = Decoder::results(&payload)?;
+        if results.len() != cases.len() {
+            return Err(format!("the guest answered {} of {} cases", results.len(), cases.len()));
+        }
+        self.release = release;
+        Ok(results.into_iter().map(|r| CaseRun { outcomes: r.outcomes, error: r.error }).collect())
+    }
+}
+
+impl Kernel for QemuKernel {
+    fn name(&self) -> &'static str {
+        "qemu"
+    }
+
+    fn release(&self) -> String {
+        self.release.clone()
+    }
+
+    fn cannot_run(&self, _config: &MountConfig) -> Option<String> {
+        None
+    }
+
+    fn refused_kinds(&self) -> Vec<(OpKind, String)> {
+        Vec::new()
+    }
+
+    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
+        let mut out = Vec::new();
+        for chunk in cases.chunks(CASES_PER_BOOT) {
+            out.extend(self.boot(chunk)?);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,377 @@
+//! One oracle run over many seeds: generate each seed's ops against the
+//! model, make and check images, let the kernel answer, compare op by op,
+//! check the images the kernel wrote, and shrink what fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ext4_engine::device_file::FileDevice;
+use ext4_engine::e2fsprogs::{e2fsck_clean, tool};
+use ext4_engine::fs::Ext4;
+use ext4_model::agree::agrees;
+use ext4_model::durability::{read_range, view_tree};
+use ext4_model::{FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::syscalls::FLAGS_UNKNOWN;
+use super::{kernel_mount_data, Case, CaseRun, Kernel};
+use crate::engine_target::SIM_EPOCH_SECS;
+use crate::mount_opts::format_mount_opts;
+use crate::shrink::shrink_in_rounds;
+use crate::trace::{Step, Trace};
+use crate::workload::{Workload, WorkloadConfig};
+
+/// Size of each case's image (a sparse file).
+pub const IMAGE_BYTES: u64 = 1 << 30;
+/// Most rounds one shrink may spend (a round is one batch of candidates).
+pub const MAX_SHRINK_ROUNDS: usize = 60;
+
+/// Everything that fixes one oracle case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OracleSpec {
+    pub seed: u64,
+    pub ops: u64,
+    pub mount: MountConfig,
+    /// Extra `mke2fs` arguments.
+    pub mkfs: Vec<String>,
+    pub swarm: bool,
+    /// Fixed ops (a replayed trace) instead of generated ones.
+    pub fixed: Option<Vec<Op>>,
+}
+
+impl OracleSpec {
+    pub fn command(&self, kernel: &str) -> String {
+        let mut cmd = format!("ext4sim oracle --kernel {kernel} --seed {} --ops {}", self.seed, self.ops);
+        let mount = format_mount_opts(&self.mount);
+        if !mount.is_empty() {
+            cmd.push_str(&format!(" --mount {mount}"));
+        }
+        if !self.mkfs.is_empty() {
+            cmd.push_str(&format!(" --mkfs '{}'", self.mkfs.join(" ")));
+        }
+        if !self.swarm {
+            cmd.push_str(" --no-swarm");
+        }
+        cmd
+    }
+}
+
+/// What the kernel did that the model does not allow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finding {
+    Divergence { index: usize, op: Op, model: Outcome, kernel: Outcome, why: String },
+    /// The kernel refused to mount or unmount an e2fsck-clean image.
+    Mount(String),
+    /// The image the kernel left fails e2fsck, or the engine reads it back
+    /// differently from the model.
+    Image(String),
+}
+
+impl Finding {
+    /// Same kind of failure, for shrinking: the same op kind diverging, or
+    /// the same stage failing.
+    fn same_kind(&self, other: &Finding) -> bool {
+        match (self, other) {
+            (Finding::Divergence { op: a, .. }, Finding::Divergence { op: b, .. }) => a.kind() == b.kind(),
+            (Finding::Mount(_), Finding::Mount(_)) | (Finding::Image(_), Finding::Image(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::Divergence { index, op, model, kernel, why } => write!(
+                f,
+                "op {index} {}: {why}\n    model:  {}\n    kernel: {}",
+                crate::trace::format_op(op),
+                brief(model),
+                brief(kernel)
+            ),
+            Finding::Mount(e) => write!(f, "kernel mount: {e}"),
+            Finding::Image(e) => write!(f, "kernel-written image: {e}"),
+        }
+    }
+}
+
+fn brief(o: &Outcome) -> String {
+    match o {
+        Ok(Reply::Data(d)) => format!("{} bytes", d.len()),
+        other => format!("{other:?}"),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Skipped(String),
+    Failed { finding: Finding, shrunk: Vec<Op>, trace: Option<PathBuf>, rounds: usize },
+    Error(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct OracleReport {
+    pub spec: OracleSpec,
+    pub kernel: &'static str,
+    pub release: String,
+    pub ops: usize,
+    /// Op kinds left out, with why.
+    pub left_out: Vec<(OpKind, String)>,
+    pub verdict: Verdict,
+}
+
+struct Tools {
+    mke2fs: PathBuf,
+    e2fsck: PathBuf,
+}
+
+/// Seed-derived UUID text for mke2fs, so images are repeatable.
+fn uuid_for(seed: u64) -> String {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(0x0075_7569_64); // "uuid"
+    let b: [u8; 16] = rng.random();
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-4{}-8{}-{}", &hex[0..8], &hex[8..12], &hex[13..16], &hex[17..20], &hex[20..32])
+}
+
+fn make_image(tools: &Tools, spec: &OracleSpec, seed: u64, path: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_file(path);
+    let uuid = uuid_for(seed);
+    let mut cmd = Command::new(&tools.mke2fs);
+    cmd.env("E2FSPROGS_FAKE_TIME", SIM_EPOCH_SECS.to_string()).args(["-q", "-t", "ext4", "-F", "-b", &spec.mount.block_size.to_string(), "-U", &uuid]);
+    cmd.arg("-E").arg(format!("hash_seed={uuid}"));
+    if !spec.mount.has_journal {
+        cmd.args(["-O", "^has_journal"]);
+    }
+    cmd.args(&spec.mkfs).arg(path).arg(format!("{}k", IMAGE_BYTES / 1024));
+    let out = cmd.output().map_err(|e| format!("mke2fs: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("mke2fs {}: {}", spec.mkfs.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    // Only e2fsck-clean images are ever given to a kernel.
+    e2fsck_clean(&tools.e2fsck, path).map(drop).map_err(|e| format!("fresh image fails e2fsck -fn: {e}"))
+}
+
+/// The seed's ops, generated against the model, without `refused` kinds.
+fn generate(spec: &OracleSpec, refused: &[OpKind]) -> Result<Vec<Op>, String> {
+    if let Some(ops) = &spec.fixed {
+        return Ok(ops.iter().filter(|op| !refused.contains(&op.kind())).cloned().collect());
+    }
+    let mut model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
+    let mut workload = Workload::new(spec.seed, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+    let mut ops = Vec::new();
+    let mut draws = 0u64;
+    while (ops.len() as u64) < spec.ops && draws < spec.ops.saturating_mul(50) + 100 {
+        draws += 1;
+        let op = workload.next_op();
+        if refused.contains(&op.kind()) {
+            continue;
+        }
+        let outcome = model.apply(&op);
+        workload.observe(&op, &outcome);
+        ops.push(op);
+    }
+    Ok(ops)
+}
+
+/// Holds the kernel's answers to the model's, op by op.
+fn compare(mount: &MountConfig, ops: &[Op], run: &CaseRun) -> Result<Model, Finding> {
+    let mut model = Model::new(mount).map_err(|e| Finding::Mount(format!("model refused the config: {e}")))?;
+    if let Some(e) = &run.error {
+        if run.outcomes.is_empty() {
+            return Err(Finding::Mount(e.clone()));
+        }
+    }
+    for (index, op) in ops.iter().enumerate() {
+        let expected = model.apply(op);
+        let Some(actual) = run.outcomes.get(index) else {
+            return Err(Finding::Mount(format!("the kernel answered {} of {} ops: {}", run.outcomes.len(), ops.len(), run.error.clone().unwrap_or_default())));
+        };
+        let mut actual = actual.clone();
+        // A symlink cannot be opened for FS_IOC_GETFLAGS: its flags are unknown.
+        if let (Ok(Reply::Stat(want)), Ok(Reply::Stat(got))) = (&expected, &mut actual) {
+            if got.flags == FLAGS_UNKNOWN {
+                got.flags = want.flags;
+            }
+        }
+        if let Err(d) = agrees(&expected, &actual) {
+            return Err(Finding::Divergence { index, op: op.clone(), model: expected, kernel: actual, why: d.0 });
+        }
+    }
+    if let Some(e) = &run.error {
+        return Err(Finding::Mount(e.clone()));
+    }
+    Ok(model)
+}
+
+/// The image the kernel left: e2fsck-clean, and the engine reads every name
+/// and every byte as the model has them.
+fn check_image(tools: &Tools, mount: &MountConfig, image: &Path, model: &mut Model) -> Result<(), Finding> {
+    e2fsck_clean(&tools.e2fsck, image).map_err(|e| Finding::Image(format!("e2fsck -fn: {e}")))?;
+    let dev = FileDevice::open(image, false).map_err(|e| Finding::Image(format!("open {}: {e}", image.display())))?;
+    let ro = MountConfig { read_only: true, ..*mount };
+    let mut engine = Ext4::mount(dev, &ro).map_err(|e| Finding::Image(format!("the engine cannot mount it: {e}")))?;
+    let want = view_tree(model).map_err(|e| Finding::Image(format!("model view: {e}")))?;
+    let got = view_tree(&mut engine).map_err(|e| Finding::Image(format!("engine view: {e}")))?;
+    let shape = |v: &ext4_model::durability::TreeView| -> Vec<(String, ext4_model::FileKind, u32, u32, Option<String>)> {
+        v.nodes.iter().map(|(p, n)| (p.clone(), n.kind, n.mode, n.nlink, n.target.clone())).collect()
+    };
+    if shape(&want) != shape(&got) {
+        let (w, g) = (shape(&want), shape(&got));
+        let first = w.iter().zip(g.iter()).find(|(a, b)| a != b).map(|(a, b)| format!("model {a:?}, engine {b:?}"));
+        return Err(Finding::Image(format!("the engine sees another tree: {}", first.unwrap_or_else(|| format!("{} names vs {}", w.len(), g.len())))));
+    }
+    for (path, (_, size)) in &want.files {
+        let engine_size = got.files.get(path).map(|f| f.1);
+        if engine_size != Some(*size) {
+            return Err(Finding::Image(format!("{path}: model size {size}, engine {engine_size:?}")));
+        }
+        let a = read_range(model, path, 0..*size).map_err(|e| Finding::Image(format!("model read {path}: {e}")))?;
+        let b = read_range(&mut engine, path, 0..*size).map_err(|e| Finding::Image(format!("engine read {path}: {e}")))?;
+        if a != b {
+            let at = a.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(0);
+            return Err(Finding::Image(format!("{path}: the engine reads other bytes from byte {at}")));
+        }
+    }
+    Ok(())
+}
+
+/// Runs op lists under one spec's mount options and mkfs (each list with
+/// its own seed, for the image's UUID): one image per list, handed to the
+/// kernel in batches. With `stop_early`, stops after the first batch holding
+/// a failure (shrinking). Returns each evaluated list's finding, in order.
+fn evaluate(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, lists: &[(u64, Vec<Op>)], scratch: &Path, stop_early: bool) -> Result<Vec<Option<Finding>>, String> {
+    let opts = kernel_mount_data(&spec.mount)?;
+    let mut findings = Vec::new();
+    for (b, batch) in lists.chunks(kernel.batch().max(1)).enumerate() {
+        let mut cases = Vec::new();
+        for (i, (seed, ops)) in batch.iter().enumerate() {
+            let image = scratch.join(format!("seed{seed}-{b}-{i}.img"));
+            make_image(tools, spec, *seed, &image)?;
+            cases.push(Case { image, kernel_opts: opts.clone(), read_only: spec.mount.read_only, ops: ops.clone() });
+        }
+        let runs = kernel.run(&cases);
+        let runs = match runs {
+            Ok(r) => r,
+            Err(e) => {
+                cases.iter().for_each(|c| drop(std::fs::remove_file(&c.image)));
+                return Err(e);
+            }
+        };
+        let mut any = false;
+        for (case, run) in cases.iter().zip(&runs) {
+            let finding = match compare(&spec.mount, &case.ops, run) {
+                Err(f) => Some(f),
+                Ok(mut model) => check_image(tools, &spec.mount, &case.image, &mut model).err(),
+            };
+            any |= finding.is_some();
+            findings.push(finding);
+            let _ = std::fs::remove_file(&case.image);
+        }
+        if any && stop_early {
+            break;
+        }
+    }
+    Ok(findings)
+}
+
+/// Runs every spec on `kernel`; failures are shrunk and written as traces
+/// into `trace_dir`.
+pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path, trace_dir: &Path) -> Vec<OracleReport> {
+    let tools = match (tool("mke2fs"), tool("e2fsck")) {
+        (Some(mke2fs), Some(e2fsck)) => Tools { mke2fs, e2fsck },
+        _ => {
+            let why = "e2fsprogs (mke2fs, e2fsck) is not installed".to_string();
+            return specs.iter().map(|s| report(kernel, s, 0, Vec::new(), Verdict::Skipped(why.clone()))).collect();
+        }
+    };
+    let left_out = kernel.refused_kinds();
+    let refused: Vec<OpKind> = left_out.iter().map(|(k, _)| *k).collect();
+    // Everything runnable is generated first, so a VM backend can batch all seeds.
+    let mut reports = Vec::new();
+    let mut runnable: Vec<(usize, Vec<Op>)> = Vec::new();
+    for spec in specs {
+        let verdict = if let Some(why) = kernel.cannot_run(&spec.mount) {
+            Some(Verdict::Skipped(why))
+        } else if let Err(why) = kernel_mount_data(&spec.mount) {
+            Some(Verdict::Skipped(why))
+        } else {
+            match generate(spec, &refused) {
+                Ok(ops) => {
+                    runnable.push((reports.len(), ops));
+                    None
+                }
+                Err(e) => Some(Verdict::Error(e)),
+            }
+        };
+        let n = runnable.last().filter(|(i, _)| *i == reports.len()).map_or(0, |(_, ops)| ops.len());
+        reports.push(report(kernel, spec, n, left_out.clone(), verdict.unwrap_or(Verdict::Pass)));
+    }
+    // Specs differ in mount options and mkfs, so each is its own evaluation;
+    // a VM backend still batches same-config seeds below.
+    let mut groups: Vec<(OracleSpec, Vec<(usize, Vec<Op>)>)> = Vec::new();
+    for (i, ops) in runnable {
+        let key = OracleSpec { seed: 0, ops: 0, fixed: None, ..reports[i].spec.clone() };
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push((i, ops)),
+            None => groups.push((key, vec![(i, ops)])),
+        }
+    }
+    for (_, members) in groups {
+        let first = reports[members[0].0].spec.clone();
+        let lists: Vec<(u64, Vec<Op>)> = members.iter().map(|(i, ops)| (reports[*i].spec.seed, ops.clone())).collect();
+        let results = evaluate(kernel, &tools, &first, &lists, scratch, false);
+        for (k, (i, ops)) in members.into_iter().enumerate() {
+            let spec = reports[i].spec.clone();
+            reports[i].release = kernel.release();
+            reports[i].verdict = match &results {
+                Err(e) => Verdict::Error(e.clone()),
+                Ok(found) => match found.get(k).cloned().flatten() {
+                    None => Verdict::Pass,
+                    Some(finding) => shrink_finding(kernel, &tools, &spec, ops, finding, scratch, trace_dir),
+                },
+            };
+        }
+    }
+    reports
+}
+
+fn report(kernel: &dyn Kernel, spec: &OracleSpec, ops: usize, left_out: Vec<(OpKind, String)>, verdict: Verdict) -> OracleReport {
+    OracleReport { spec: spec.clone(), kernel: kernel.name(), release: kernel.release(), ops, left_out, verdict }
+}
+
+fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops: Vec<Op>, finding: Finding, scratch: &Path, trace_dir: &Path) -> Verdict {
+    let mut rounds_error = None;
+    let (shrunk, rounds) = shrink_in_rounds(&ops, MAX_SHRINK_ROUNDS, |candidates| {
+        let lists: Vec<(u64, Vec<Op>)> = candidates.iter().map(|c| (spec.seed, c.clone())).collect();
+        match evaluate(kernel, tools, spec, &lists, scratch, true) {
+            Ok(found) => found.iter().position(|f| f.as_ref().is_some_and(|f| f.same_kind(&finding))),
+            Err(e) => {
+                rounds_error = Some(e);
+                None
+            }
+        }
+    });
+    if let Some(e) = rounds_error {
+        eprintln!("oracle: shrinking seed {} stopped early: {e}", spec.seed);
+    }
+    // Report the shrunk sequence's own finding: its index is the one to read.
+    let finding = match evaluate(kernel, tools, spec, &[(spec.seed, shrunk.clone())], scratch, true) {
+        Ok(mut f) => f.pop().flatten().unwrap_or(finding),
+        Err(_) => finding,
+    };
+    let trace = Trace {
+        seed: spec.seed,
+        mount: format_mount_opts(&spec.mount),
+        profile: "ram".into(),
+        crash_every: 0,
+        fsck_every: 0,
+        faults: String::new(),
+        steps: shrunk.iter().cloned().map(Step::Op).collect(),
+    };
+    let path = trace_dir.join(format!("ext4sim-oracle-{}-seed{}.trace", kernel.name(), spec.seed));
+    let trace_path = std::fs::write(&path, trace.to_text()).ok().map(|()| path);
+    Verdict::Failed { finding, shrunk, trace: trace_path, rounds }
+}
