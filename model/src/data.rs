@@ -91,9 +91,21 @@ impl FileData {
             let b = pos / bs;
             let within = (pos % bs) as usize;
             let take = ((bs as usize) - within).min(src.len());
-            let mut block = self.block_bytes(b, bs as usize);
-            block[within..within + take].copy_from_slice(&src[..take]);
-            self.content.insert(b, block.into());
+            let part = &src[..take];
+            // A block no snapshot shares is rewritten in place; a shared or
+            // missing one gets a fresh copy (built straight from the data
+            // when the write covers it whole).
+            match self.content.get_mut(&b).and_then(Arc::get_mut) {
+                Some(block) => block[within..within + take].copy_from_slice(part),
+                None if take == bs as usize => {
+                    self.content.insert(b, Arc::from(part));
+                }
+                None => {
+                    let mut block = self.block_bytes(b, bs as usize);
+                    block[within..within + take].copy_from_slice(part);
+                    self.content.insert(b, block.into());
+                }
+            }
             src = &src[take..];
             pos += take as u64;
         }
@@ -195,11 +207,15 @@ impl FileData {
                 return Err(format!("blocks {r:?} past EOF {} are {a:?}", self.size));
             }
         }
+        // Both maps are in block order: walk the ranges alongside the
+        // content instead of looking every block up.
+        let mut ranges = self.blocks.iter().peekable();
         for (b, bytes) in &self.content {
             if bytes.len() as u64 != bs {
                 return Err(format!("block {b} holds {} bytes, not {bs}", bytes.len()));
             }
-            if self.blocks.get(*b).is_none() {
+            while ranges.next_if(|(r, _)| r.end <= *b).is_some() {}
+            if ranges.peek().is_none_or(|(r, _)| r.start > *b) {
                 return Err(format!("block {b} has content but no allocation"));
             }
             let start = b * bs;

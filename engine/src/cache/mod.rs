@@ -15,7 +15,8 @@
 //!   journaled block may be only here and in the log, not at home.
 //! - [`BufferCache::drop_all`] loses everything, as a crash does.
 
-use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::device::{BlockDevice, IoClass, WriteFlags};
 use crate::error::{Error, Result};
@@ -24,24 +25,21 @@ use crate::format::BlockNumber;
 /// Largest single coalesced write: bounds the staging buffer.
 const MAX_WRITE_BYTES: usize = 1 << 20;
 
-#[derive(Debug)]
-struct Buf {
-    data: Box<[u8]>,
-    dirty: bool,
-}
-
 /// Cached metadata blocks of one filesystem.
 #[derive(Debug)]
 pub struct BufferCache {
     block_size: usize,
     blocks_count: u64,
-    bufs: BTreeMap<BlockNumber, Buf>,
-    dirty_count: usize,
+    bufs: BTreeMap<BlockNumber, Box<[u8]>>,
+    /// The cached blocks modified since they were last written or committed,
+    /// kept apart so writeback and commits visit only them (the cache itself
+    /// never shrinks) in ascending order.
+    dirty: BTreeSet<BlockNumber>,
 }
 
 impl BufferCache {
     pub fn new(block_size: u32, blocks_count: u64) -> Self {
-        BufferCache { block_size: block_size as usize, blocks_count, bufs: BTreeMap::new(), dirty_count: 0 }
+        BufferCache { block_size: block_size as usize, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new() }
     }
 
     pub fn block_size(&self) -> usize {
@@ -50,7 +48,7 @@ impl BufferCache {
 
     /// Number of dirty blocks waiting for writeback.
     pub fn dirty_count(&self) -> usize {
-        self.dirty_count
+        self.dirty.len()
     }
 
     fn check(&self, block: BlockNumber) -> Result<()> {
@@ -61,29 +59,29 @@ impl BufferCache {
         Ok(())
     }
 
-    fn load<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut Buf> {
+    fn load<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut Box<[u8]>> {
         self.check(block)?;
-        if !self.bufs.contains_key(&block) {
-            let mut data = vec![0u8; self.block_size].into_boxed_slice();
-            dev.read(block * self.block_size as u64, &mut data, IoClass::Metadata)?;
-            self.bufs.insert(block, Buf { data, dirty: false });
+        match self.bufs.entry(block) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(e) => {
+                let mut data = vec![0u8; self.block_size].into_boxed_slice();
+                dev.read(block * self.block_size as u64, &mut data, IoClass::Metadata)?;
+                Ok(e.insert(data))
+            }
         }
-        self.bufs.get_mut(&block).ok_or_else(|| Error::InvalidArgument(format!("block {block} vanished from the cache")))
     }
 
     /// The block's bytes, read through on a miss.
     pub fn get<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&[u8]> {
-        Ok(&self.load(dev, block)?.data)
+        Ok(self.load(dev, block)?)
     }
 
     /// The block's bytes for modification; the block becomes dirty.
     pub fn get_mut<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut [u8]> {
-        let newly_dirty = !std::mem::replace(&mut self.load(dev, block)?.dirty, true);
-        if newly_dirty {
-            self.dirty_count += 1;
-        }
+        self.load(dev, block)?;
+        self.dirty.insert(block);
         let buf = self.bufs.get_mut(&block).ok_or_else(|| Error::InvalidArgument(format!("block {block} vanished from the cache")))?;
-        Ok(&mut buf.data)
+        Ok(buf)
     }
 
     /// Replaces the block's contents without reading it (a block just
@@ -91,19 +89,13 @@ impl BufferCache {
     pub fn put(&mut self, block: BlockNumber, data: &[u8]) -> Result<()> {
         self.check(block)?;
         debug_assert_eq!(data.len(), self.block_size);
-        match self.bufs.get_mut(&block) {
-            Some(buf) => {
-                buf.data.copy_from_slice(data);
-                if !buf.dirty {
-                    buf.dirty = true;
-                    self.dirty_count += 1;
-                }
-            }
-            None => {
-                self.bufs.insert(block, Buf { data: data.to_vec().into_boxed_slice(), dirty: true });
-                self.dirty_count += 1;
+        match self.bufs.entry(block) {
+            Entry::Occupied(mut e) => e.get_mut().copy_from_slice(data),
+            Entry::Vacant(e) => {
+                e.insert(data.into());
             }
         }
+        self.dirty.insert(block);
         Ok(())
     }
 
@@ -112,11 +104,8 @@ impl BufferCache {
         let end = start.saturating_add(len);
         let doomed: Vec<BlockNumber> = self.bufs.range(start..end).map(|(b, _)| *b).collect();
         for b in doomed {
-            if let Some(buf) = self.bufs.remove(&b) {
-                if buf.dirty {
-                    self.dirty_count -= 1;
-                }
-            }
+            self.bufs.remove(&b);
+            self.dirty.remove(&b);
         }
     }
 
@@ -132,7 +121,10 @@ impl BufferCache {
             }
             Ok(())
         };
-        for (&b, buf) in self.bufs.iter_mut().filter(|(_, buf)| buf.dirty) {
+        // A block leaves the dirty set once staged, as it did when each block
+        // carried its own flag: an error part way leaves the rest dirty.
+        while let Some(b) = self.dirty.pop_first() {
+            let data = self.bufs.get(&b).ok_or_else(|| Error::InvalidArgument(format!("dirty block {b} not in the cache")))?;
             let contiguous = run_start.is_some_and(|s| s + (staged.len() / bs) as u64 == b);
             if !contiguous || staged.len() + bs > MAX_WRITE_BYTES {
                 if let Some(s) = run_start {
@@ -140,33 +132,28 @@ impl BufferCache {
                 }
                 run_start = Some(b);
             }
-            staged.extend_from_slice(&buf.data);
-            buf.dirty = false;
+            staged.extend_from_slice(data);
         }
         if let Some(s) = run_start {
             emit(dev, s, &mut staged)?;
         }
-        self.dirty_count = 0;
         Ok(())
     }
 
     /// Every dirty block in ascending order: what a transaction logs.
     pub fn dirty_blocks(&self) -> impl Iterator<Item = (BlockNumber, &[u8])> + '_ {
-        self.bufs.iter().filter(|(_, b)| b.dirty).map(|(n, b)| (*n, &b.data[..]))
+        self.dirty.iter().filter_map(|b| self.bufs.get(b).map(|d| (*b, &d[..])))
     }
 
     /// Marks every block clean: a committed transaction holds them now.
     pub fn mark_all_clean(&mut self) {
-        for buf in self.bufs.values_mut() {
-            buf.dirty = false;
-        }
-        self.dirty_count = 0;
+        self.dirty.clear();
     }
 
     /// Forgets everything, dirty or not (a crash).
     pub fn drop_all(&mut self) {
         self.bufs.clear();
-        self.dirty_count = 0;
+        self.dirty.clear();
     }
 }
 

@@ -133,31 +133,65 @@ impl<D: BlockDevice> Ext4<D> {
             node.map.set_state(span.clone(), false);
             node.map_dirty = true;
         }
-        // One block-aligned buffer for the span, edges read back where written.
-        let span_len = ((span.end - span.start) * bs) as usize;
-        let mut buf = vec![0u8; span_len];
-        let last_at = span_len - bs as usize;
-        if head_keep {
-            let p = node.map.lookup(span.start).ok_or(Errno::EIO)?;
-            ctx.read_blocks(p.physical, &mut buf[..bs as usize])?;
+        // Only the span's edge blocks that the data covers partly need a
+        // buffer of their own (kept bytes read back where written, zeros past
+        // the old EOF, then the data); every other block is the caller's
+        // bytes as they stand. The reads are the ones a whole-span buffer
+        // would take, in the same order.
+        let first = span.start;
+        let last = span.end - 1;
+        let covered = |b: u64| b * bs >= offset && (b + 1) * bs <= end;
+        let mut edges: Vec<(u64, Vec<u8>)> = Vec::with_capacity(2);
+        if !covered(first) {
+            let mut block = vec![0u8; bs as usize];
+            if head_keep || (first == last && tail_keep) {
+                let p = node.map.lookup(first).ok_or(Errno::EIO)?;
+                ctx.read_blocks(p.physical, &mut block)?;
+            }
+            edges.push((first, block));
         }
-        if tail_keep && (span.end - 1 != span.start || !head_keep) {
-            let p = node.map.lookup(span.end - 1).ok_or(Errno::EIO)?;
-            ctx.read_blocks(p.physical, &mut buf[last_at..])?;
+        if last != first && !covered(last) {
+            let mut block = vec![0u8; bs as usize];
+            if tail_keep {
+                let p = node.map.lookup(last).ok_or(Errno::EIO)?;
+                ctx.read_blocks(p.physical, &mut block)?;
+            }
+            edges.push((last, block));
         }
         // Bytes past the old EOF read back from disk may be a lost write's.
         let old_size = node.disk.size;
-        let span_start = span.start * bs;
-        if old_size < span_start + span_len as u64 {
-            buf[old_size.saturating_sub(span_start) as usize..].fill(0);
+        for (b, block) in &mut edges {
+            let block_start = *b * bs;
+            if old_size < block_start + bs {
+                block[old_size.saturating_sub(block_start) as usize..].fill(0);
+            }
+            let lo = block_start.max(offset);
+            let hi = (block_start + bs).min(end);
+            block[(lo - block_start) as usize..(hi - block_start) as usize].copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
         }
         ctx.zero_past_eof(node, old_size, offset)?;
-        let at = (offset % bs) as usize;
-        buf[at..at + count].copy_from_slice(data);
+        // The caller's bytes of fully covered blocks `from..to`.
+        let whole = |from: u64, to: u64| if from < to { &data[(from * bs - offset) as usize..(to * bs - offset) as usize] } else { &[][..] };
         for p in node.map.pieces(span.clone()) {
-            let from = ((p.logical - span.start) * bs) as usize;
-            let len = (p.len * bs) as usize;
-            ctx.write_blocks(p.physical, &buf[from..from + len])?;
+            let piece_end = p.logical + p.len;
+            let inside: Vec<&(u64, Vec<u8>)> = edges.iter().filter(|(b, _)| (p.logical..piece_end).contains(b)).collect();
+            if inside.is_empty() {
+                ctx.write_blocks(p.physical, whole(p.logical, piece_end))?;
+                continue;
+            }
+            // One device write per piece, as ever: stage it whole.
+            let mut staged = std::mem::take(&mut ctx.scratch);
+            staged.clear();
+            let mut at = p.logical;
+            for (b, block) in inside {
+                staged.extend_from_slice(whole(at, *b));
+                staged.extend_from_slice(block);
+                at = b + 1;
+            }
+            staged.extend_from_slice(whole(at, piece_end));
+            let written = ctx.write_blocks(p.physical, &staged);
+            ctx.scratch = staged;
+            written?;
         }
         if end > node.disk.size {
             node.disk.size = end;
@@ -189,12 +223,25 @@ impl<D: BlockDevice> Ext4<D> {
             if p.unwritten {
                 continue;
             }
-            let mut blocks = vec![0u8; (p.len * bs) as usize];
-            ctx.read_blocks(p.physical, &mut blocks)?;
             let piece_start = p.logical * bs;
+            let piece_end = piece_start + p.len * bs;
             let lo = piece_start.max(offset);
-            let hi = (piece_start + p.len * bs).min(end);
-            out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&blocks[(lo - piece_start) as usize..(hi - piece_start) as usize]);
+            let hi = piece_end.min(end);
+            let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+            if lo == piece_start && hi == piece_end {
+                // The whole piece lands in the answer: read it in place.
+                ctx.read_blocks(p.physical, dst)?;
+                continue;
+            }
+            // The device reads the piece whole; stage it and keep the part asked for.
+            let mut staged = std::mem::take(&mut ctx.scratch);
+            staged.resize((p.len * bs) as usize, 0);
+            let read = ctx.read_blocks(p.physical, &mut staged);
+            if read.is_ok() {
+                dst.copy_from_slice(&staged[(lo - piece_start) as usize..(hi - piece_start) as usize]);
+            }
+            ctx.scratch = staged;
+            read?;
         }
         #[cfg(feature = "test-hooks")]
         self.bug_on_read(offset, size, &mut out);

@@ -68,6 +68,10 @@ pub(crate) struct Ctx<D: BlockDevice> {
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
+    /// Staging buffer for a data write that must be assembled (an edge block
+    /// joined to the caller's bytes), kept between ops so a large write does
+    /// not allocate and fault in fresh pages every time.
+    scratch: Vec<u8>,
 }
 
 impl<D: BlockDevice> Ctx<D> {
@@ -156,7 +160,7 @@ impl<D: BlockDevice> Ext4<D> {
         alloc.set_hold_freed(journal.is_some());
         let cache = BufferCache::new(geo.block_size, geo.blocks_count);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
-        let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, journal, clock_secs, clock_ticks: 0, next_generation: 0 };
+        let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, journal, clock_secs, clock_ticks: 0, next_generation: 0, scratch: Vec::new() };
         Ok(Ext4 {
             ctx,
             nodes: BTreeMap::new(),

@@ -2,6 +2,9 @@
 //! directories, once listed or edited) the loaded directory. Reading an inode
 //! from its table slot, writing it back, and the bookkeeping both need.
 
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+
 use ext4_model::op::inode_flags;
 use ext4_model::{Errno, FileKind};
 
@@ -162,17 +165,12 @@ impl<D: BlockDevice> Ctx<D> {
 impl<D: BlockDevice> Ext4<D> {
     /// The inode `ino`, read on first use.
     pub(crate) fn node(&mut self, ino: InodeNumber) -> std::result::Result<&mut Node, Errno> {
-        if !self.nodes.contains_key(&ino) {
-            let n = self.ctx.read_node(ino)?;
-            self.nodes.insert(ino, n);
-        }
-        self.nodes.get_mut(&ino).ok_or(Errno::EIO)
+        load_node(&mut self.nodes, &mut self.ctx, ino)
     }
 
     /// The directory `ino`, loaded; EIO if `ino` is not one.
     pub(crate) fn dir_node(&mut self, ino: InodeNumber) -> std::result::Result<&mut Node, Errno> {
-        self.node(ino)?;
-        let node = self.nodes.get_mut(&ino).ok_or(Errno::EIO)?;
+        let node = load_node(&mut self.nodes, &mut self.ctx, ino)?;
         if !node.disk.is_dir() {
             return Err(Errno::ENOTDIR);
         }
@@ -182,8 +180,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// The shared context and inode `ino` at once, for edits that need both.
     pub(crate) fn split(&mut self, ino: InodeNumber) -> std::result::Result<(&mut Ctx<D>, &mut Node), Errno> {
-        self.node(ino)?;
-        let node = self.nodes.get_mut(&ino).ok_or(Errno::EIO)?;
+        let node = load_node(&mut self.nodes, &mut self.ctx, ino)?;
         Ok((&mut self.ctx, node))
     }
 
@@ -193,5 +190,14 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn kind_of(&mut self, ino: InodeNumber) -> std::result::Result<FileKind, Errno> {
         self.node(ino)?.kind().ok_or(Errno::EIO)
+    }
+}
+
+/// Inode `ino` from `nodes`, read into it on a miss: one tree search when it
+/// is already loaded, which is nearly every call.
+fn load_node<'a, D: BlockDevice>(nodes: &'a mut BTreeMap<InodeNumber, Node>, ctx: &mut Ctx<D>, ino: InodeNumber) -> std::result::Result<&'a mut Node, Errno> {
+    match nodes.entry(ino) {
+        Entry::Occupied(e) => Ok(e.into_mut()),
+        Entry::Vacant(e) => Ok(e.insert(ctx.read_node(ino)?)),
     }
 }

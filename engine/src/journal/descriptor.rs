@@ -55,9 +55,14 @@ pub fn tag_checksum_ok(fmt: &LogFormat, tid: u32, tag: &Tag, logged: &[u8]) -> b
     }
 }
 
+/// Whether a block starts with the magic, so its logged copy must be escaped.
+pub fn needs_escape(block: &[u8]) -> bool {
+    block.len() >= 4 && be32(block, 0) == JBD2_MAGIC
+}
+
 /// Zeroes the magic at the start of a copy; true if it had to.
 pub fn escape(copy: &mut [u8]) -> bool {
-    if copy.len() >= 4 && be32(copy, 0) == JBD2_MAGIC {
+    if needs_escape(copy) {
         put_be32(copy, 0, 0);
         return true;
     }

@@ -190,7 +190,7 @@ impl Journal {
 
     /// Writes `blocks` to the log from `pos` on, one device write per
     /// physically contiguous piece. Returns the position after them.
-    fn write_log<D: BlockDevice>(&mut self, dev: &mut D, mut pos: u32, blocks: &[Vec<u8>]) -> Result<u32> {
+    fn write_log<D: BlockDevice, B: AsRef<[u8]>>(&mut self, dev: &mut D, mut pos: u32, blocks: &[B]) -> Result<u32> {
         let bs = self.bs() as usize;
         let mut i = 0usize;
         while i < blocks.len() {
@@ -199,8 +199,8 @@ impl Journal {
             let n = room.min(blocks.len() - i).max(1);
             let mut buf = Vec::with_capacity(n * bs);
             for b in &blocks[i..i + n] {
-                debug_assert_eq!(b.len(), bs);
-                buf.extend_from_slice(b);
+                debug_assert_eq!(b.as_ref().len(), bs);
+                buf.extend_from_slice(b.as_ref());
             }
             dev.write(phys * self.bs(), &buf, WriteFlags::JOURNAL)?;
             i += n;

@@ -11,6 +11,7 @@
 //! 3. revoke blocks, then descriptors each followed by its copies (escaped);
 //! 4. flush, then the commit block with FUA.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::device::{BlockDevice, WriteFlags};
@@ -125,10 +126,13 @@ impl Journal {
         let fmt = self.format();
         debug_assert_eq!(fmt, self.commit_format());
         let tid = self.next_tid;
-        let mut out: Vec<Vec<u8>> = Vec::new();
+        // Log blocks in order; a copy is made only for a block that must be
+        // escaped (its first word is the jbd2 magic), the rest are logged
+        // straight from the transaction.
+        let mut out: Vec<Cow<'_, [u8]>> = Vec::new();
         let revokes: Vec<BlockNumber> = txn.revokes.iter().copied().collect();
         for chunk in revokes.chunks(revoke::capacity(&fmt).max(1)) {
-            out.push(revoke::write(&fmt, tid, chunk));
+            out.push(Cow::Owned(revoke::write(&fmt, tid, chunk)));
         }
         let blocks: Vec<(&BlockNumber, &Vec<u8>)> = txn.blocks.iter().collect();
         for chunk in blocks.chunks(descriptor::capacity(&fmt).max(1)) {
@@ -138,12 +142,12 @@ impl Journal {
                 if b >= self.fs_blocks || data.len() as u64 != self.bs() {
                     return Err(Error::InvalidArgument(format!("logging {} bytes for block {b}", data.len())));
                 }
-                let mut copy = (*data).clone();
-                let escaped = descriptor::escape(&mut copy);
+                let mut copy = Cow::Borrowed(&data[..]);
+                let escaped = descriptor::needs_escape(&copy) && descriptor::escape(copy.to_mut());
                 tags.push(Tag { fs_block: b, escaped, checksum: descriptor::tag_checksum(&fmt, tid, &copy) });
                 copies.push(copy);
             }
-            out.push(descriptor::write(&fmt, tid, &tags));
+            out.push(Cow::Owned(descriptor::write(&fmt, tid, &tags)));
             out.extend(copies);
         }
         debug_assert_eq!(out.len() as u64 + 1, need);
