@@ -47,10 +47,16 @@ fn path_str(img: &Path) -> Result<&str, String> {
 /// Runs `e2fsck -fn` and requires exit 0 and nothing but clean-run lines.
 /// Returns the output, whose summary line callers may read.
 pub fn e2fsck_clean(e2fsck: &Path, img: &Path) -> Result<String, String> {
+    e2fsck_clean_allowing(e2fsck, img, |_| false)
+}
+
+/// Like [`e2fsck_clean`], also letting through lines `allowed` accepts: a
+/// kernel-written image may draw optimisation offers that are no errors.
+pub fn e2fsck_clean_allowing(e2fsck: &Path, img: &Path, allowed: impl Fn(&str) -> bool) -> Result<String, String> {
     let name = path_str(img)?;
     let out = run(e2fsck, &["-fn", name])?;
     let text = combined(&out);
-    let stray: Vec<&str> = text.lines().filter(|l| !is_clean_fsck_line(l, name)).collect();
+    let stray: Vec<&str> = text.lines().filter(|l| !is_clean_fsck_line(l, name) && !allowed(l)).collect();
     let summary = text.lines().any(|l| l.starts_with(&format!("{name}: ")) && l.ends_with(" blocks"));
     if out.status.success() && stray.is_empty() && summary {
         Ok(text)

@@ -23,6 +23,10 @@ pub enum Alloc {
     UnwrittenDirty,
     /// Reserved by delayed allocation: dirty data, no block yet.
     Delayed,
+    /// Held data, then ZERO_RANGE: reads as zeros, and ext4 either converted
+    /// it to unwritten or left it written with zeros on disk, which FIEMAP
+    /// shows as a written extent (the Linux oracle sees both).
+    Zeroed,
 }
 
 impl Alloc {
@@ -111,12 +115,37 @@ impl FileData {
         }
         let existing = self.blocks.overlapping(span.clone());
         self.blocks.insert(span, fill);
-        for (r, old) in existing {
-            let now = if old == Alloc::Unwritten { Alloc::UnwrittenDirty } else { old };
-            self.blocks.insert(r, now);
-        }
         self.size = self.size.max(offset + data.len() as u64);
+        for (r, old) in existing {
+            let converts = matches!(old, Alloc::Unwritten | Alloc::Zeroed);
+            self.blocks.insert(r.clone(), if converts { Alloc::UnwrittenDirty } else { old });
+            if converts {
+                self.zeroout_around(r, bs);
+            }
+        }
         new_blocks
+    }
+
+    /// Converting part of an unwritten extent, ext4 writes zeros over short
+    /// unwritten neighbours instead of splitting them off (up to
+    /// s_extent_max_zeroout_kb, 32 KiB, of an extent within EOF), so those may
+    /// turn up written. Which ones is layout; they become [`Alloc::Zeroed`].
+    fn zeroout_around(&mut self, converted: Range<u64>, bs: u64) {
+        const MAX_ZEROOUT_BYTES: u64 = 32 << 10;
+        let reach = MAX_ZEROOUT_BYTES / bs;
+        let eof_block = self.size.div_ceil(bs);
+        if reach == 0 {
+            return;
+        }
+        let before = converted.start.saturating_sub(reach)..converted.start;
+        let after = converted.end..converted.end.saturating_add(reach).min(eof_block);
+        for side in [before, after] {
+            for (r, a) in self.blocks.overlapping(side) {
+                if a == Alloc::Unwritten && r.end <= eof_block {
+                    self.blocks.insert(r, Alloc::Zeroed);
+                }
+            }
+        }
     }
 
     /// Zeroes bytes `[from, to)` of content, keeping allocation as it is.
@@ -187,6 +216,7 @@ impl FileData {
                     Alloc::Unwritten => (fiemap_flags::UNWRITTEN, false),
                     Alloc::UnwrittenDirty => (fiemap_flags::UNWRITTEN, true),
                     Alloc::Delayed => (fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN, true),
+                    Alloc::Zeroed => (fiemap_flags::UNWRITTEN, true),
                 };
                 FiemapExtent { logical: r.start * bs, length: (r.end - r.start) * bs, flags, writeback_pending: pending }
             })

@@ -4,8 +4,9 @@
 //!   the end of the range unless KEEP_SIZE.
 //! - PUNCH_HOLE needs KEEP_SIZE. It does nothing at or past EOF, ends at the
 //!   page holding EOF, frees whole blocks and zeroes partial edges.
-//! - ZERO_RANGE: whole blocks become unwritten, partial edges are allocated
-//!   and zeroed (an edge wholly past EOF stays clean and unwritten).
+//! - ZERO_RANGE: whole blocks become unwritten (ones that held data may also
+//!   stay written, as zeros); partial edges are zeroed, and an edge that was
+//!   a hole becomes a clean unwritten block.
 //! - COLLAPSE_RANGE / INSERT_RANGE: block aligned, no KEEP_SIZE; collapse must
 //!   end before EOF, insert must start before it. Dirty data from the page
 //!   holding the offset onwards is written back first.
@@ -102,25 +103,27 @@ impl Model {
         let last_full = end / bs;
         let file = self.file_mut(ino);
         let new_size = if !keep_size && end > file.size { end } else { file.size };
-        // Edges keep their data outside the range and are dirtied by zeroing;
-        // writeback skips folios past EOF, so an edge wholly past the new EOF
-        // stays a clean unwritten block.
+        // Edges keep their data outside the range. A hole at an edge is
+        // allocated unwritten and stays clean: it reads as zeros already, so
+        // there is nothing to zero (Linux 6.18 leaves it unwritten even
+        // after fsync). Written, dirty and delayed edges keep their state.
         let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
         for edge in edges.iter().filter(|e| !e.is_empty()) {
             let existing = file.blocks.overlapping(edge.clone());
-            for b in edge.clone() {
-                let past_eof = b * bs >= new_size;
-                file.blocks.insert(b..b + 1, if past_eof { Alloc::Unwritten } else { Alloc::UnwrittenDirty });
-            }
+            file.blocks.insert(edge.clone(), Alloc::Unwritten);
             for (r, a) in existing {
-                if a == Alloc::Written {
-                    file.blocks.insert(r, a);
-                }
+                file.blocks.insert(r, a);
             }
         }
         if first_full < last_full {
             file.content.retain(|b, _| *b < first_full || *b >= last_full);
+            let held = file.blocks.overlapping(first_full..last_full);
             file.blocks.insert(first_full..last_full, Alloc::Unwritten);
+            for (r, a) in held {
+                if a != Alloc::Unwritten {
+                    file.blocks.insert(r, Alloc::Zeroed);
+                }
+            }
         }
         file.zero_bytes(offset, end, bs);
         file.size = new_size;

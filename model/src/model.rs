@@ -206,6 +206,10 @@ impl Model {
             size,
             blocks: if kind == FileKind::Directory { 1 } else { inode_blocks(inode) } * (bs / 512),
             flags: inode.flags,
+            blocks_slack: match &inode.node {
+                Node::File(_) => extent_tree_blocks_bound(inode_blocks(inode), bs) * (bs / 512),
+                _ => 0,
+            },
         }
     }
 
@@ -287,6 +291,20 @@ impl Model {
 
 /// Symlink targets shorter than this live in the inode (i_block is 60 bytes).
 pub const FAST_SYMLINK_MAX: usize = 60;
+
+/// The most extent-tree blocks a file of `data_blocks` can have: one extent
+/// per block at worst, four in the inode, (bs - 12) / 12 per tree block. At
+/// least one, since ext4 keeps a tree block after the extents that needed it
+/// are punched away.
+fn extent_tree_blocks_bound(data_blocks: u64, bs: u64) -> u64 {
+    let per_block = (bs.saturating_sub(12) / 12).max(2);
+    let (mut level, mut total) = (data_blocks, 0u64);
+    while level > 4 {
+        level = level.div_ceil(per_block);
+        total += level;
+    }
+    total.max(1)
+}
 
 /// Data blocks an inode holds, as counted against [`Limits::data_blocks`].
 /// Directory blocks are layout, the engine's business, and are not counted.

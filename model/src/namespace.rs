@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::data::FileData;
 use crate::model::{split, Model};
 use crate::op::{DirEntry, LINK_MAX};
-use crate::path::Last;
+use crate::path::{check_name, Last};
 use crate::state::{Ino, Node};
 use crate::Errno;
 
@@ -17,10 +17,15 @@ impl Model {
     }
 
     /// Parent and new name for creating `path`: "." / ".." / "/" exist already.
-    fn new_name<'p>(&self, path: &'p str) -> Result<(Ino, &'p str, bool), Errno> {
+    fn new_name<'p>(&self, path: &'p str, open_create: bool) -> Result<(Ino, &'p str, bool), Errno> {
         let sp = split(path)?;
         let (dir, last) = self.st.resolve_parent(&sp)?;
         let Last::Normal(name) = last else { return Err(Errno::EEXIST) };
+        if open_create && sp.trailing_slash {
+            // open(O_CREAT) refuses a trailing slash before it looks.
+            return Err(Errno::EISDIR);
+        }
+        check_name(name)?;
         if self.lookup_in(dir, name).is_some() {
             return Err(Errno::EEXIST);
         }
@@ -28,10 +33,7 @@ impl Model {
     }
 
     pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
-        let (dir, name, slash) = self.new_name(path)?;
-        if slash {
-            return Err(Errno::EISDIR);
-        }
+        let (dir, name, _) = self.new_name(path, true)?;
         self.writable()?;
         self.reserve_inode()?;
         self.add_inode(dir, name, Node::File(FileData::default()), perm);
@@ -39,7 +41,7 @@ impl Model {
     }
 
     pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
-        let (dir, name, _) = self.new_name(path)?;
+        let (dir, name, _) = self.new_name(path, false)?;
         self.writable()?;
         self.reserve_inode()?;
         self.add_inode(dir, name, Node::Dir { entries: BTreeMap::new(), parent: dir }, perm);
@@ -48,7 +50,7 @@ impl Model {
 
     pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
         crate::vfs::check_symlink_target(target)?;
-        let (dir, name, slash) = self.new_name(path)?;
+        let (dir, name, slash) = self.new_name(path, false)?;
         if slash {
             return Err(Errno::ENOENT);
         }
@@ -69,7 +71,7 @@ impl Model {
 
     pub(crate) fn do_link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         let ino = self.st.resolve(&split(from)?, false)?;
-        let (dir, name, slash) = self.new_name(to)?;
+        let (dir, name, slash) = self.new_name(to, false)?;
         if slash {
             return Err(Errno::ENOENT);
         }
@@ -92,6 +94,7 @@ impl Model {
         let (dir, last) = self.st.resolve_parent(&sp)?;
         let Last::Normal(name) = last else { return Err(Errno::EISDIR) };
         self.writable()?;
+        check_name(name)?;
         let ino = self.lookup_in(dir, name).ok_or(Errno::ENOENT)?;
         if self.st.is_dir(ino) {
             return Err(Errno::EISDIR);
@@ -115,6 +118,7 @@ impl Model {
             Last::Root => return Err(Errno::EBUSY),
         };
         self.writable()?;
+        check_name(name)?;
         let ino = self.lookup_in(dir, name).ok_or(Errno::ENOENT)?;
         let Some(entries) = self.st.entries(ino) else { return Err(Errno::ENOTDIR) };
         if !entries.is_empty() {
@@ -133,7 +137,11 @@ impl Model {
         let (ndir, nlast) = self.st.resolve_parent(&nsp)?;
         let (Last::Normal(oname), Last::Normal(nname)) = (olast, nlast) else { return Err(Errno::EBUSY) };
         self.writable()?;
+        check_name(oname)?;
         let old = self.lookup_in(odir, oname).ok_or(Errno::ENOENT)?;
+        // The new name is looked up (and refused if too long) before the
+        // trailing-slash checks.
+        check_name(nname)?;
         let old_is_dir = self.st.is_dir(old);
         if !old_is_dir && (osp.trailing_slash || nsp.trailing_slash) {
             return Err(Errno::ENOTDIR);

@@ -254,6 +254,10 @@ pub struct Stat {
     /// delalloc); extent-tree blocks are not counted.
     pub blocks: u64,
     pub flags: u32,
+    /// Model only: 512-byte units of extent-tree blocks a filesystem may count
+    /// in `blocks` on top of the data (ext4's i_blocks does; how many is
+    /// layout). Implementations set 0.
+    pub blocks_slack: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -280,6 +284,13 @@ pub struct FiemapExtent {
     /// Model only: dirty data whose writeback may already have happened, so the
     /// range may also be reported as plain written. Implementations set false.
     pub writeback_pending: bool,
+}
+
+impl FiemapExtent {
+    /// The model's FIEMAP answer for a directory: its blocks are written from
+    /// offset 0 with no holes, but how many there are is layout (entry
+    /// packing), so only that shape is checked ([`crate::agree`]).
+    pub const DIRECTORY_BLOCKS: FiemapExtent = FiemapExtent { logical: 0, length: u64::MAX, flags: fiemap_flags::LAST, writeback_pending: false };
 }
 
 /// The successful result of an op.

@@ -51,6 +51,9 @@ fn error_table() {
         (create("/nope/x"), Err(ENOENT)),
         (create("/f2/x"), Err(ENOTDIR)),
         (create("/new/"), Err(EISDIR)),
+        // O_CREAT refuses a trailing slash before looking (the host kernel agrees).
+        (create("/d/"), Err(EISDIR)),
+        (create("/f2/"), Err(EISDIR)),
         (create(&format!("/{long}")), Err(ENAMETOOLONG)),
         (create("relative"), Err(EINVAL)),
         (create(""), Err(ENOENT)),

@@ -80,30 +80,12 @@ impl<D: BlockDevice> Ext4<D> {
         let span = block_span(offset, end - offset, bs);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
-        // Partial edges are zeroed through the page cache in ext4, so after
-        // writeback they are written blocks of zeros (with their old bytes
-        // outside the range); whole blocks become unwritten extents.
-        // An edge wholly past the new EOF is never written back (writeback
-        // stops at EOF): it stays unwritten, as e2fsck requires.
-        let new_size = if !keep_size && end > node.disk.size { end } else { node.disk.size };
+        // A hole at a partial edge becomes a clean unwritten block (it reads
+        // as zeros, so ext4 has nothing to zero there); written edges get
+        // their bytes in the range zeroed below.
         let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
         for edge in edges.into_iter().filter(|e| !e.is_empty()) {
-            let past_eof = edge.start * bs >= new_size;
-            if past_eof {
-                ctx.map_range(ino, node, edge.clone(), true)?;
-                continue;
-            }
-            let fresh: Vec<u64> = edge.clone().filter(|&b| node.map.lookup(b).is_none_or(|p| p.unwritten)).collect();
-            ctx.map_range(ino, node, edge.clone(), false)?;
-            if !fresh.is_empty() {
-                node.map.set_state(edge.clone(), false);
-                node.map_dirty = true;
-                let zeros = vec![0u8; bs as usize];
-                for b in fresh {
-                    let p = node.map.lookup(b).ok_or(Errno::EIO)?;
-                    ctx.dev.write(p.physical * bs, &zeros, crate::device::WriteFlags::DATA).map_err(crate::error::Error::from)?;
-                }
-            }
+            ctx.map_range(ino, node, edge, true)?;
         }
         if first_full < last_full {
             ctx.map_range(ino, node, first_full..last_full, true)?;
@@ -162,10 +144,8 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn do_fiemap(&mut self, path: &str) -> Result<Vec<ext4_model::FiemapExtent>, Errno> {
         use ext4_model::op::fiemap_flags;
+        // Directories map their blocks too; open_path followed any symlink.
         let ino = self.open_path(path)?;
-        if self.kind_of(ino)? != FileKind::Regular {
-            return Err(Errno::EISDIR);
-        }
         let bs = self.ctx.bs();
         let node = self.node(ino)?;
         let mut out: Vec<ext4_model::FiemapExtent> = node

@@ -3,7 +3,7 @@
 //! then space.
 
 use ext4_model::op::{DirEntry, LINK_MAX};
-use ext4_model::path::{Last, SplitPath};
+use ext4_model::path::{check_name, Last, SplitPath};
 use ext4_model::{Errno, FileKind, Stat};
 
 use crate::device::{BlockDevice, WriteFlags};
@@ -24,10 +24,15 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     /// Parent and new name for creating `path`.
-    fn new_name<'p>(&mut self, path: &'p str) -> Result<(InodeNumber, &'p str, bool), Errno> {
+    fn new_name<'p>(&mut self, path: &'p str, open_create: bool) -> Result<(InodeNumber, &'p str, bool), Errno> {
         let sp = split(path)?;
         let (dir, last) = self.resolve_parent(&sp)?;
         let Last::Normal(name) = last else { return Err(Errno::EEXIST) };
+        if open_create && sp.trailing_slash {
+            // open(O_CREAT) refuses a trailing slash before it looks.
+            return Err(Errno::EISDIR);
+        }
+        check_name(name)?;
         if self.lookup_in(dir, name)?.is_some() {
             return Err(Errno::EEXIST);
         }
@@ -46,17 +51,14 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
-        let (dir, name, slash) = self.new_name(path)?;
-        if slash {
-            return Err(Errno::EISDIR);
-        }
+        let (dir, name, _) = self.new_name(path, true)?;
         self.ctx.writable()?;
         self.make(dir, name, FileKind::Regular, perm)?;
         Ok(())
     }
 
     pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
-        let (dir, name, _) = self.new_name(path)?;
+        let (dir, name, _) = self.new_name(path, false)?;
         self.ctx.writable()?;
         self.make(dir, name, FileKind::Directory, perm)?;
         Ok(())
@@ -64,7 +66,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
         ext4_model::vfs::check_symlink_target(target)?;
-        let (dir, name, slash) = self.new_name(path)?;
+        let (dir, name, slash) = self.new_name(path, false)?;
         if slash {
             return Err(Errno::ENOENT);
         }
@@ -104,7 +106,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn do_link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         let ino = self.resolve(&split(from)?, false)?;
-        let (dir, name, slash) = self.new_name(to)?;
+        let (dir, name, slash) = self.new_name(to, false)?;
         if slash {
             return Err(Errno::ENOENT);
         }
@@ -129,6 +131,7 @@ impl<D: BlockDevice> Ext4<D> {
         let (dir, last) = self.resolve_parent(&sp)?;
         let Last::Normal(name) = last else { return Err(Errno::EISDIR) };
         self.ctx.writable()?;
+        check_name(name)?;
         let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
         if self.is_dir(slot.ino)? {
             return Err(Errno::EISDIR);
@@ -150,6 +153,7 @@ impl<D: BlockDevice> Ext4<D> {
             Last::Root => return Err(Errno::EBUSY),
         };
         self.ctx.writable()?;
+        check_name(name)?;
         let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
         if !self.is_dir(slot.ino)? {
             return Err(Errno::ENOTDIR);
@@ -184,7 +188,11 @@ impl<D: BlockDevice> Ext4<D> {
         let (ndir, nlast) = self.resolve_parent(&nsp)?;
         let (Last::Normal(oname), Last::Normal(nname)) = (olast, nlast) else { return Err(Errno::EBUSY) };
         self.ctx.writable()?;
+        check_name(oname)?;
         let old = self.lookup_in(odir, oname)?.ok_or(Errno::ENOENT)?;
+        // The new name is looked up (and refused if too long) before the
+        // trailing-slash checks.
+        check_name(nname)?;
         let old_is_dir = old.file_type == FT_DIR;
         if !old_is_dir && (osp.trailing_slash || nsp.trailing_slash) {
             return Err(Errno::ENOTDIR);
@@ -266,6 +274,7 @@ impl<D: BlockDevice> Ext4<D> {
             size: node.disk.size,
             blocks: node.map.blocks() * sectors,
             flags: node.visible_flags(),
+            blocks_slack: 0,
         })
     }
 

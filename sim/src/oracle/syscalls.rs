@@ -289,7 +289,7 @@ impl FileSystem for SyscallFs {
             FileKind::Symlink => FLAGS_UNKNOWN,
             _ => self.inode_flags(path)?,
         };
-        Ok(Stat { ino: st.st_ino, kind, mode: st.st_mode, nlink: st.st_nlink as u32, size: st.st_size as u64, blocks: st.st_blocks as u64, flags })
+        Ok(Stat { ino: st.st_ino, kind, mode: st.st_mode, nlink: st.st_nlink as u32, size: st.st_size as u64, blocks: st.st_blocks as u64, flags, blocks_slack: 0 })
     }
 
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {

@@ -259,7 +259,7 @@ impl<'a> Decoder<'a> {
                 let kind = self.kind()?;
                 let (mode, nlink) = (self.u32()?, self.u32()?);
                 let (size, blocks) = (self.u64()?, self.u64()?);
-                Ok(Reply::Stat(Stat { ino, kind, mode, nlink, size, blocks, flags: self.u32()? }))
+                Ok(Reply::Stat(Stat { ino, kind, mode, nlink, size, blocks, flags: self.u32()?, blocks_slack: 0 }))
             }
             5 => {
                 let n = self.u32()?;
@@ -303,7 +303,7 @@ mod tests {
             Ok(Reply::Done),
             Ok(Reply::Written(7)),
             Ok(Reply::Data(vec![1, 2, 3])),
-            Ok(Reply::Stat(Stat { ino: 12, kind: FileKind::Symlink, mode: 0o120777, nlink: 1, size: 3, blocks: 0, flags: u32::MAX })),
+            Ok(Reply::Stat(Stat { ino: 12, kind: FileKind::Symlink, mode: 0o120777, nlink: 1, size: 3, blocks: 0, flags: u32::MAX, blocks_slack: 0 })),
             Ok(Reply::Entries(vec![DirEntry { name: "x".into(), kind: FileKind::Directory }])),
             Ok(Reply::Target("/t".into())),
             Ok(Reply::Extents(vec![FiemapExtent { logical: 0, length: 4096, flags: 0x801, writeback_pending: false }])),
