@@ -3,7 +3,7 @@
 //! - Default / KEEP_SIZE: holes in the range become unwritten; size grows to
 //!   the end of the range unless KEEP_SIZE.
 //! - PUNCH_HOLE needs KEEP_SIZE. It does nothing at or past EOF, ends at the
-//!   page holding EOF, frees whole blocks and zeroes partial edges.
+//!   page (or larger block) holding EOF, frees whole blocks and zeroes partial edges.
 //! - ZERO_RANGE: whole blocks become unwritten (ones that held data may also
 //!   stay written, as zeros); partial edges are zeroed, and an edge that was
 //!   a hole becomes a clean unwritten block.
@@ -76,7 +76,10 @@ impl Model {
         if offset >= file.size {
             return;
         }
-        let end = if end > file.size { file.size.div_ceil(ps) * ps } else { end };
+        // Past EOF the hole ends with the folio holding EOF: a page, or a
+        // whole block when blocks are larger (Linux 7.3 frees such a block).
+        let unit = ps.max(bs);
+        let end = if end > file.size { file.size.div_ceil(unit) * unit } else { end };
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         let mut freed = 0;

@@ -21,6 +21,8 @@ for a in $(/bin/busybox --list); do [ -e "$T/bin/$a" ] || ln -s busybox "$T/bin/
 cp "$cache/modules/"*.ko "$cache/modules/ORDER" "$T/modules/"
 
 cp "$guest" "$T/bin/ext4sim"
+# Debug info only slows the boot; the guest never needs it.
+strip --strip-debug "$T/bin/ext4sim" 2>/dev/null || true
 if ldd "$guest" >"$T/ldd" 2>&1; then
   if grep -q 'not found' "$T/ldd"; then cat "$T/ldd" >&2; exit 1; fi
   awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' "$T/ldd" |

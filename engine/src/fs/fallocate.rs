@@ -61,7 +61,9 @@ impl<D: BlockDevice> Ext4<D> {
         if offset >= size {
             return Ok(());
         }
-        let end = if end > size { size.div_ceil(ps) * ps } else { end };
+        // The hole ends with the folio holding EOF: a page, or a larger block.
+        let unit = ps.max(bs);
+        let end = if end > size { size.div_ceil(unit) * unit } else { end };
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         if first_full < last_full {

@@ -40,6 +40,10 @@ pub struct OracleArgs {
     pub trace: Option<PathBuf>,
     #[arg(long)]
     pub no_swarm: bool,
+    /// Report divergences as found, without shrinking them (a qemu shrink
+    /// costs boots).
+    #[arg(long)]
+    pub no_shrink: bool,
     /// Where the qemu kernel is kept between runs. Default:
     /// $EXT4SIM_QEMU_CACHE, else ~/.cache/ext4sim/qemu.
     #[arg(long)]
@@ -154,7 +158,7 @@ fn run(args: &OracleArgs) -> Result<u8, String> {
     let specs = specs(args)?;
     let scratch = scratch_dir()?;
     let mut kernel: Box<dyn Kernel> = match args.kernel.as_str() {
-        "host" => Box::new(HostKernel::new(&scratch)),
+        "host" => Box::new(HostKernel::new(&scratch)?),
         "qemu" => {
             let cache = args.qemu_cache.clone().unwrap_or_else(default_qemu_cache);
             match QemuKernel::new(&cache, &scratch) {
@@ -169,12 +173,14 @@ fn run(args: &OracleArgs) -> Result<u8, String> {
         other => return Err(format!("unknown kernel backend `{other}`: use host or qemu")),
     };
     if !args.json {
-        println!("ext4sim oracle: kernel {} {}, {} seed(s) x {} ops, mount \"{}\", mkfs \"{}\"", kernel.name(), kernel.release(), specs.len(), args.ops, args.mount, args.mkfs);
+        let ops = specs.first().map_or(args.ops, |s| s.ops);
+        let mount = specs.first().map(|s| crate::mount_opts::format_mount_opts(&s.mount)).unwrap_or_default();
+        println!("ext4sim oracle: kernel {} {}, {} seed(s) x {ops} ops, mount \"{mount}\", mkfs \"{}\"", kernel.name(), kernel.release(), specs.len(), args.mkfs);
         for (kind, why) in kernel.refused_kinds() {
             println!("  left out   {kind:?}: {why}");
         }
     }
-    let reports = run_oracle(kernel.as_mut(), &specs, &scratch, &args.trace_dir);
+    let reports = run_oracle(kernel.as_mut(), &specs, &scratch, &args.trace_dir, !args.no_shrink);
     let _ = std::fs::remove_dir_all(&scratch);
     let count = |f: fn(&Verdict) -> bool| reports.iter().filter(|r| f(&r.verdict)).count();
     let (passed, skipped) = (count(|v| matches!(v, Verdict::Pass)), count(|v| matches!(v, Verdict::Skipped(_))));

@@ -44,6 +44,7 @@ fn run() -> Result<(), String> {
     let disk = OpenOptions::new().read(true).write(true).open(CONTROL_DISK).map_err(|e| format!("{CONTROL_DISK}: {e}"))?;
     let cases = decode_manifest(&read_manifest(&disk)?)?;
     let release = kernel_release();
+    let exe = std::env::current_exe().map_err(|e| format!("own binary: {e}"))?;
     println!("oracle-guest: kernel {release}, {} cases", cases.len());
     let mut results = Vec::new();
     for (i, case) in cases.iter().enumerate() {
@@ -54,7 +55,7 @@ fn run() -> Result<(), String> {
         match mount_ext4(Path::new(&case.disk), dir, &case.opts, case.read_only) {
             Err(e) => result.error = Some(e),
             Ok(()) => {
-                match run_chrooted(dir, &case.ops) {
+                match run_chrooted(&exe, dir, &case.ops) {
                     Ok(outcomes) => result.outcomes = outcomes,
                     Err(e) => result.error = Some(e),
                 }

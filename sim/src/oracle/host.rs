@@ -16,11 +16,21 @@ const CAP_SYS_RESOURCE: u32 = 24;
 pub struct HostKernel {
     release: String,
     scratch: PathBuf,
+    /// The ext4sim binary that runs the ops chrooted (`oracle-exec`).
+    runner: PathBuf,
 }
 
 impl HostKernel {
-    pub fn new(scratch: &Path) -> HostKernel {
-        HostKernel { release: kernel_release(), scratch: scratch.to_path_buf() }
+    /// With this very binary as the op runner.
+    pub fn new(scratch: &Path) -> Result<HostKernel, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("own binary: {e}"))?;
+        Ok(HostKernel::with_runner(scratch, &exe))
+    }
+
+    /// With `runner` (an ext4sim binary) running the ops: tests pass the
+    /// binary cargo built, since their own executable is a test harness.
+    pub fn with_runner(scratch: &Path, runner: &Path) -> HostKernel {
+        HostKernel { release: kernel_release(), scratch: scratch.to_path_buf(), runner: runner.to_path_buf() }
     }
 }
 
@@ -100,7 +110,7 @@ impl Kernel for HostKernel {
                 Err(e) => run.error = Some(e),
                 Ok(()) => {
                     lo.mounted = true;
-                    match run_chrooted(&dir, &case.ops) {
+                    match run_chrooted(&self.runner, &dir, &case.ops) {
                         Ok(outcomes) => run.outcomes = outcomes,
                         Err(e) => run.error = Some(e),
                     }

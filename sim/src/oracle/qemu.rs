@@ -128,6 +128,10 @@ impl Kernel for QemuKernel {
         Vec::new()
     }
 
+    fn batch(&self) -> usize {
+        CASES_PER_BOOT
+    }
+
     fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
         let mut out = Vec::new();
         for chunk in cases.chunks(CASES_PER_BOOT) {

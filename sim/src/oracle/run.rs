@@ -289,9 +289,9 @@ fn evaluate(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, lists: &[
     Ok(findings)
 }
 
-/// Runs every spec on `kernel`; failures are shrunk and written as traces
-/// into `trace_dir`.
-pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path, trace_dir: &Path) -> Vec<OracleReport> {
+/// Runs every spec on `kernel`; failures are shrunk (if `shrink`) and
+/// written as traces into `trace_dir`.
+pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path, trace_dir: &Path, shrink: bool) -> Vec<OracleReport> {
     let tools = match (tool("mke2fs"), tool("e2fsck")) {
         (Some(mke2fs), Some(e2fsck)) => Tools { mke2fs, e2fsck },
         _ => {
@@ -342,7 +342,7 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
                 Err(e) => Verdict::Error(e.clone()),
                 Ok(found) => match found.get(k).cloned().flatten() {
                     None => Verdict::Pass,
-                    Some(finding) => shrink_finding(kernel, &tools, &spec, ops, finding, scratch, trace_dir),
+                    Some(finding) => shrink_finding(kernel, &tools, &spec, ops, finding, scratch, trace_dir, shrink),
                 },
             };
         }
@@ -354,9 +354,11 @@ fn report(kernel: &dyn Kernel, spec: &OracleSpec, ops: usize, left_out: Vec<(OpK
     OracleReport { spec: spec.clone(), kernel: kernel.name(), release: kernel.release(), ops, left_out, verdict }
 }
 
-fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops: Vec<Op>, finding: Finding, scratch: &Path, trace_dir: &Path) -> Verdict {
+#[allow(clippy::too_many_arguments)]
+fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops: Vec<Op>, finding: Finding, scratch: &Path, trace_dir: &Path, shrink: bool) -> Verdict {
     let mut rounds_error = None;
-    let (shrunk, rounds) = shrink_in_rounds(&ops, MAX_SHRINK_ROUNDS, |candidates| {
+    let max_rounds = if shrink { MAX_SHRINK_ROUNDS } else { 0 };
+    let (shrunk, rounds) = shrink_in_rounds(&ops, max_rounds, |candidates| {
         let lists: Vec<(u64, Vec<Op>)> = candidates.iter().map(|c| (spec.seed, c.clone())).collect();
         match evaluate(kernel, tools, spec, &lists, scratch, true) {
             Ok(found) => found.iter().position(|f| f.as_ref().is_some_and(|f| f.same_kind(&finding))),
@@ -370,10 +372,10 @@ fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops
         eprintln!("oracle: shrinking seed {} stopped early: {e}", spec.seed);
     }
     // Report the shrunk sequence's own finding: its index is the one to read.
-    let finding = match evaluate(kernel, tools, spec, &[(spec.seed, shrunk.clone())], scratch, true) {
+    let finding = if rounds == 0 { finding } else { match evaluate(kernel, tools, spec, &[(spec.seed, shrunk.clone())], scratch, true) {
         Ok(mut f) => f.pop().flatten().unwrap_or(finding),
         Err(_) => finding,
-    };
+    } };
     let trace = Trace {
         seed: spec.seed,
         mount: format_mount_opts(&spec.mount),

@@ -57,10 +57,10 @@ struct FiemapRequest {
 }
 
 /// Runs `ops` on the filesystem mounted at `dir` in a child process that
-/// chroots there (`ext4sim oracle-exec DIR`), and returns each op's outcome.
-pub fn run_chrooted(dir: &Path, ops: &[ext4_model::Op]) -> Result<Vec<ext4_model::Outcome>, String> {
+/// chroots there (`EXT4SIM oracle-exec DIR`, `exe` being the ext4sim
+/// binary), and returns each op's outcome.
+pub fn run_chrooted(exe: &Path, dir: &Path, ops: &[ext4_model::Op]) -> Result<Vec<ext4_model::Outcome>, String> {
     use std::io::Write as _;
-    let exe = std::env::current_exe().map_err(|e| format!("own binary: {e}"))?;
     let mut child = std::process::Command::new(exe)
         .arg("oracle-exec")
         .arg(dir)
