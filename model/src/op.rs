@@ -200,16 +200,16 @@ impl OpKind {
 /// The bytes a [`Op::Write`] carries: a cheap seeded stream (splitmix64), so the
 /// same (seed, len) always gives the same bytes and shifted data is visible.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len);
+    let mut out = vec![0u8; len];
     let mut state = seed;
-    while out.len() < len {
+    // Filled in place, eight bytes per step: this runs for every write.
+    for chunk in out.chunks_mut(8) {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
-        let take = (len - out.len()).min(8);
-        out.extend_from_slice(&z.to_le_bytes()[..take]);
+        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
     }
     out
 }

@@ -51,6 +51,9 @@ pub struct RunArgs {
     /// Where failing traces are written.
     #[arg(long, default_value = ".")]
     pub trace_dir: PathBuf,
+    /// Simulated tasks whose ops a seeded scheduler interleaves.
+    #[arg(long, default_value_t = 1)]
+    pub tasks: u32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -129,6 +132,7 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         crash_every: args.crash_every,
         swarm: !args.no_swarm,
         faults: args.faults.clone(),
+        tasks: args.tasks.max(1),
     })
 }
 

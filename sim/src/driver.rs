@@ -9,7 +9,8 @@ use crate::lockstep::{Failure, Lockstep, OpStats, Target};
 use crate::mount_opts::format_mount_opts;
 use crate::shrink::{shrink, simpler_step};
 use crate::trace::{Step, Trace};
-use crate::workload::{Workload, WorkloadConfig};
+use crate::scheduler::Tasks;
+use crate::workload::WorkloadConfig;
 
 /// Everything that fixes a run. Same spec, same binary: same result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub struct RunSpec {
     pub swarm: bool,
     /// Device faults to inject (see `faults::parse_faults`). Default: none.
     pub faults: String,
+    /// Simulated tasks interleaved by the seeded scheduler. Default: 1.
+    pub tasks: u32,
 }
 
 impl RunSpec {
@@ -43,11 +46,12 @@ impl RunSpec {
             crash_every: t.crash_every,
             swarm: true,
             faults: t.faults.clone(),
+            tasks: t.tasks,
         })
     }
 
     pub fn new(seed: u64, ops: u64, mount: MountConfig) -> Self {
-        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true, faults: String::new() }
+        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true, faults: String::new(), tasks: 1 }
     }
 
     /// The command that repeats this run.
@@ -72,6 +76,9 @@ impl RunSpec {
         if !self.faults.is_empty() {
             cmd.push_str(&format!(" --faults {}", self.faults));
         }
+        if self.tasks > 1 {
+            cmd.push_str(&format!(" --tasks {}", self.tasks));
+        }
         cmd
     }
 }
@@ -93,11 +100,13 @@ pub struct RunResult {
     pub image_hash: u64,
     pub report: Vec<(String, String)>,
     pub enabled_kinds: Vec<OpKind>,
+    /// Ops each task ran (one entry per task).
+    pub task_ops: Vec<u64>,
 }
 
 /// Where steps come from: the seeded generator, or a fixed list.
 enum Source<'a> {
-    Generated(Box<Workload>),
+    Generated(Box<Tasks>),
     Fixed(std::slice::Iter<'a, Step>),
 }
 
@@ -114,8 +123,10 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     }
     let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
     crash_rng.set_stream(0x0063_7261_7368); // "crash"
-    let workload = Workload::new(spec.seed, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+    let workload = Tasks::new(spec.seed, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
     let enabled_kinds = workload.enabled_kinds();
+    let mut task_ops = vec![0u64; workload.count() as usize];
+    let mut task = 0u32;
     let mut source = match fixed {
         Some(ops) => Source::Fixed(ops.iter()),
         None => Source::Generated(Box::new(workload)),
@@ -126,7 +137,15 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     loop {
         let step = match &mut source {
             Source::Generated(_) if ops_run >= spec.ops => break,
-            Source::Generated(w) => Step::Op(w.next_op()),
+            Source::Generated(w) => {
+                let (next, op) = w.next_op();
+                if next != task && w.count() > 1 {
+                    // A switch is a step: the trace shows who ran what.
+                    ran.push(Step::Task(next));
+                }
+                task = next;
+                Step::Op(op)
+            }
             Source::Fixed(it) => match it.next() {
                 Some(s) => s.clone(),
                 None => break,
@@ -145,9 +164,16 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 ls.arm_fault(event);
                 continue;
             }
+            Step::Task(t) => {
+                task = t;
+                continue;
+            }
             Step::Op(op) => op,
         };
         ops_run += 1;
+        if let Some(n) = task_ops.get_mut(task as usize) {
+            *n += 1;
+        }
         let stepped = ls.step(&op);
         if let Source::Generated(_) = source {
             // Faults the op met go into the trace just before it.
@@ -186,7 +212,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
             break;
         }
         if let Source::Generated(w) = &mut source {
-            w.observe(&op, &outcome);
+            w.observe(task, &op, &outcome);
             // Crash points are drawn here and recorded as steps, so a trace
             // replays (and shrinks) with its crashes where they happened.
             if spec.crash_every > 0 && crash_rng.random_range(0..spec.crash_every) == 0 {
@@ -205,7 +231,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let trace_hash = ls.trace_hash();
     let image_hash = ls.target.image_hash();
     let report = ls.target.report();
-    let result = RunResult { spec: spec.clone(), steps: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds };
+    let result = RunResult { spec: spec.clone(), steps: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds, task_ops };
     Ok((result, ls.target))
 }
 
@@ -247,6 +273,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         crash_every: spec.crash_every,
         fsck_every: spec.fsck_every,
         faults: spec.faults.clone(),
+        tasks: spec.tasks,
         steps,
     };
     Some((trace, runs))

@@ -17,3 +17,4 @@ pub mod engine_target;
 pub mod layout;
 pub mod faults;
 pub mod oracle;
+pub mod scheduler;

@@ -41,6 +41,11 @@ pub fn summary(r: &RunResult) -> String {
     let ok: u64 = r.stats.ok.values().sum();
     let errs: Vec<String> = r.stats.errors.iter().map(|(e, n)| format!("{e:?} {n}")).collect();
     let _ = writeln!(s, "  ops         {} run: {} ok, {} errors ({})", r.stats.ops, ok, r.stats.ops - ok, errs.join(", "));
+    if r.task_ops.len() > 1 {
+        let per: Vec<String> = r.task_ops.iter().enumerate().map(|(t, n)| format!("task {t}: {n}")).collect();
+        let switches = r.steps.iter().filter(|st| matches!(st, crate::trace::Step::Task(_))).count();
+        let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
+    }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
     for (k, v) in &r.report {
         let _ = writeln!(s, "  {k:<11} {v}");

@@ -43,6 +43,8 @@ pub enum Step {
     Op(Op),
     Crash { seed: u64 },
     Fault(FaultEvent),
+    /// The scheduler switched to this task; the ops after it are its.
+    Task(u32),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +60,8 @@ pub struct Trace {
     pub fsck_every: u64,
     /// Device faults, as given to `--faults`. Default: none.
     pub faults: String,
+    /// Simulated tasks. Default: 1.
+    pub tasks: u32,
     pub steps: Vec<Step>,
 }
 
@@ -110,6 +114,7 @@ pub fn format_step(step: &Step) -> String {
         Step::Op(op) => format!("op {}", format_op(op)),
         Step::Crash { seed } => format!("crash seed={seed}"),
         Step::Fault(e) => format!("fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
+        Step::Task(t) => format!("task {t}"),
     }
 }
 
@@ -229,8 +234,8 @@ pub fn parse_op(text: &str) -> Result<Op, String> {
 impl Trace {
     pub fn to_text(&self) -> String {
         let mut out = format!(
-            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\nfaults {}\n",
-            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults
+            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\nfaults {}\ntasks {}\n",
+            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults, self.tasks
         );
         for step in &self.steps {
             out.push_str(&format_step(step));
@@ -246,6 +251,7 @@ impl Trace {
         let mut crash_every = 0;
         let mut fsck_every = 500;
         let mut faults = String::new();
+        let mut tasks = 1;
         let mut steps = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -261,6 +267,8 @@ impl Trace {
                 "faults" => faults = rest.trim().to_string(),
                 "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
                 "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
+                "tasks" => tasks = rest.trim().parse().map_err(|_| err(format!("bad tasks `{rest}`")))?,
+                "task" => steps.push(Step::Task(rest.trim().parse().map_err(|_| err(format!("bad task `{rest}`")))?)),
                 "op" => steps.push(Step::Op(parse_op(rest).map_err(err)?)),
                 "crash" => {
                     let f = Fields(fields(rest).map_err(err)?);
@@ -275,7 +283,7 @@ impl Trace {
                 other => return Err(err(format!("unknown line kind `{other}`"))),
             }
         }
-        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, faults, steps })
+        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, faults, tasks, steps })
     }
 }
 
@@ -302,7 +310,9 @@ mod tests {
             crash_every: 50,
             fsck_every: 7,
             faults: "read,write=0.1".into(),
+            tasks: 3,
             steps: vec![
+                Step::Task(2),
                 Step::Op(Op::Sync),
                 Step::Crash { seed: 77 },
                 Step::Fault(FaultEvent { kind: ScriptedFault::ReadOnly, command: 4, sector: 0 }),

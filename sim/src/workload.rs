@@ -67,8 +67,14 @@ pub struct Workload {
 
 impl Workload {
     pub fn new(seed: u64, cfg: WorkloadConfig) -> Workload {
+        Workload::for_task(seed, 0, cfg)
+    }
+
+    /// Task `task`'s workload: its own stream (task 0's is [`Workload::new`]'s),
+    /// its own swarm weights and its own view of the namespace.
+    pub fn for_task(seed: u64, task: u32, cfg: WorkloadConfig) -> Workload {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(0x776f_726b); // "work": apart from the disk's streams
+        rng.set_stream(0x776f_726b + (u64::from(task) << 32)); // "work": apart from the disk's streams
         let mut weights = BASE_WEIGHTS;
         if cfg.swarm {
             for (i, w) in weights.iter_mut().enumerate() {
