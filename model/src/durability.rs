@@ -139,6 +139,10 @@ impl Model {
         self.log = on.then(|| CrashLog::new(self.st.clone()));
     }
 
+    pub fn crash_log_enabled(&self) -> bool {
+        self.log.is_some()
+    }
+
     /// The set of states a crash right now may recover to.
     ///
     /// Panics if the crash log is off ([`Model::set_crash_log`]): asking what a

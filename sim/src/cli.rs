@@ -54,6 +54,9 @@ pub struct RunArgs {
     /// Simulated tasks whose ops a seeded scheduler interleaves.
     #[arg(long, default_value_t = 1)]
     pub tasks: u32,
+    /// Simulated disk size, e.g. 64M or 2G (default 8G); small disks fill up.
+    #[arg(long, default_value = "8G")]
+    pub disk_size: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -133,7 +136,22 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         swarm: !args.no_swarm,
         faults: args.faults.clone(),
         tasks: args.tasks.max(1),
+        disk_bytes: parse_size(&args.disk_size)?,
     })
+}
+
+/// A byte count like 67108864, 64M or 2G.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        Some('T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("bad size `{text}` (e.g. 64M, 2G)"))?;
+    n.checked_mul(1 << shift).filter(|b| b % 512 == 0 && *b > 0).ok_or(format!("size `{text}` must be a positive multiple of 512 bytes"))
 }
 
 pub fn parse_range(text: &str) -> Result<(u64, u64), String> {

@@ -31,6 +31,9 @@ pub struct RunSpec {
     pub faults: String,
     /// Simulated tasks interleaved by the seeded scheduler. Default: 1.
     pub tasks: u32,
+    /// Size of the simulated disk. Default: [`crate::engine_target::DISK_BYTES`];
+    /// small disks run into ENOSPC.
+    pub disk_bytes: u64,
 }
 
 impl RunSpec {
@@ -47,11 +50,12 @@ impl RunSpec {
             swarm: true,
             faults: t.faults.clone(),
             tasks: t.tasks,
+            disk_bytes: t.disk_bytes,
         })
     }
 
     pub fn new(seed: u64, ops: u64, mount: MountConfig) -> Self {
-        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true, faults: String::new(), tasks: 1 }
+        RunSpec { seed, ops, mount, profile: "ram".into(), fsck_every: 500, crash_every: 0, swarm: true, faults: String::new(), tasks: 1, disk_bytes: crate::engine_target::DISK_BYTES }
     }
 
     /// The command that repeats this run.
@@ -78,6 +82,9 @@ impl RunSpec {
         }
         if self.tasks > 1 {
             cmd.push_str(&format!(" --tasks {}", self.tasks));
+        }
+        if self.disk_bytes != crate::engine_target::DISK_BYTES {
+            cmd.push_str(&format!(" --disk-size {}", self.disk_bytes));
         }
         cmd
     }
@@ -111,11 +118,13 @@ enum Source<'a> {
 }
 
 fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>) -> Result<(RunResult, F::Target), String> {
-    let mut model = Model::new(&spec.mount).map_err(|e| format!("mount config refused: {e}"))?;
+    spec.mount.validate().map_err(|e| format!("mount config refused: {e}"))?;
+    let mut target = factory.make(spec)?;
+    // The model's ENOSPC limits are the target's free space after mkfs.
+    let mut model = Model::with_limits(&spec.mount, target.space_limits()).map_err(|e| format!("mount config refused: {e}"))?;
     // Crash checks replay a log holding every write's data; keep it only when crashing.
     let replays_crashes = fixed.is_some_and(|steps| steps.iter().any(|s| matches!(s, Step::Crash { .. })));
     model.set_crash_log(spec.crash_every > 0 || replays_crashes || !spec.faults.is_empty());
-    let target = factory.make(spec)?;
     let mut ls = Lockstep::new(spec.mount, model, target);
     if fixed.is_some() {
         // A replay fires exactly the trace's faults, each with its op.
@@ -191,6 +200,15 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 break;
             }
         };
+        if ls.space_pending() {
+            // The target ran out of room where the model, blind to metadata,
+            // still had some: the model takes the target's state.
+            if let Err(f) = ls.resync_after_space() {
+                failure = Some(f);
+                break;
+            }
+            continue;
+        }
         if ls.fault_pending() {
             // The op met a device fault: its answer is not comparable, and the
             // filesystem's state is whatever the fault left.
@@ -274,6 +292,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         fsck_every: spec.fsck_every,
         faults: spec.faults.clone(),
         tasks: spec.tasks,
+        disk_bytes: spec.disk_bytes,
         steps,
     };
     Some((trace, runs))

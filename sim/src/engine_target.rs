@@ -19,6 +19,9 @@ use crate::lockstep::Target;
 
 /// Simulated disk size. Sparse: only written chunks take memory. Default: 8 GiB.
 pub const DISK_BYTES: u64 = 8 << 30;
+/// Below this many free blocks an ENOSPC the model did not expect is taken
+/// as metadata the model does not count, not as a divergence.
+pub const NEARLY_FULL_BLOCKS: u64 = 512;
 /// Every timestamp mkfs and the engine write: a fixed instant, never the clock.
 pub const SIM_EPOCH_SECS: i64 = 1_700_000_000;
 
@@ -31,6 +34,8 @@ pub struct EngineTarget {
     faults: FaultConfig,
     /// The runner holds faults off.
     held: bool,
+    /// Data blocks free when the run began.
+    start_blocks: u64,
 }
 
 impl EngineTarget {
@@ -85,12 +90,12 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
         }
     };
     let faults = crate::faults::parse_faults(&spec.faults)?;
-    let mut disk = SimDisk::new(DISK_BYTES, profile, spec.seed, FaultConfig::NONE).map_err(|e| e.to_string())?;
+    let mut disk = SimDisk::new(spec.disk_bytes, profile, spec.seed, FaultConfig::NONE).map_err(|e| e.to_string())?;
     let mut ids = ChaCha8Rng::seed_from_u64(spec.seed);
     ids.set_stream(0x0069_6473); // "ids"
     let mut uuid: [u8; 16] = ids.random();
     uuid[0] |= 1; // never all zero
-    let mut opts = MkfsOptions::new(DISK_BYTES, uuid, ids.random(), SIM_EPOCH_SECS);
+    let mut opts = MkfsOptions::new(spec.disk_bytes, uuid, ids.random(), SIM_EPOCH_SECS);
     opts.block_size = spec.mount.block_size;
     if !spec.mount.has_journal {
         opts.journal = ext4_engine::mkfs::JournalSize::None;
@@ -100,7 +105,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(faults).map_err(|e| e.to_string())?;
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false, start_blocks: 0 })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -207,6 +212,21 @@ impl Target for EngineTarget {
 
     fn take_fired_faults(&mut self) -> Vec<crate::disk::FaultEvent> {
         self.fs.as_mut().map(|fs| fs.device_mut().take_fired_faults()).unwrap_or_default()
+    }
+
+    fn space_limits(&mut self) -> ext4_model::Limits {
+        let Some(fs) = self.fs.as_ref() else { return ext4_model::Limits::default() };
+        let (blocks, inodes) = fs.free_space();
+        self.start_blocks = blocks;
+        ext4_model::Limits { data_blocks: Some(blocks), inodes: Some(inodes) }
+    }
+
+    fn nearly_full(&mut self) -> bool {
+        let Some(fs) = self.fs.as_ref() else { return false };
+        let (blocks, inodes) = fs.free_space();
+        // Directory and extent-tree blocks come out of the same pool as data;
+        // the model does not count them, so it may see room the engine lacks.
+        blocks < NEARLY_FULL_BLOCKS.max(self.start_blocks / 16) || inodes == 0
     }
 
     fn image_hash(&mut self) -> u64 {

@@ -74,6 +74,15 @@ pub trait Target: FileSystem {
     fn remount_after_fault(&mut self) -> Result<(), String> {
         Ok(())
     }
+    /// ENOSPC limits for the model: the target's free space at the start.
+    fn space_limits(&mut self) -> ext4_model::Limits {
+        ext4_model::Limits::default()
+    }
+    /// True when the target is so full that metadata the model does not
+    /// count (directory and extent-tree blocks) may decide an ENOSPC.
+    fn nearly_full(&mut self) -> bool {
+        false
+    }
     /// Replays faults from trace steps instead of drawing them.
     fn script_faults(&mut self) {}
     /// Starts an op's fault window; `armed` are the trace's faults for it.
@@ -159,6 +168,9 @@ pub struct OpStats {
     pub crashes: u64,
     /// Ops that met a device fault (answers not compared; state resynced).
     pub faults: u64,
+    /// Ops the nearly full target refused for space the model still had
+    /// (state resynced from the target).
+    pub space_resyncs: u64,
 }
 
 /// A model and a target in lockstep.
@@ -177,11 +189,13 @@ pub struct Lockstep<T: Target> {
     envelope_before: Option<ext4_model::CrashEnvelope>,
     /// Fault steps waiting for the next op.
     armed: Vec<FaultEvent>,
+    /// The last op ran out of space on the target only.
+    space_short: bool,
 }
 
 impl<T: Target> Lockstep<T> {
     pub fn new(config: MountConfig, model: Model, target: T) -> Self {
-        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None, armed: Vec::new() }
+        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None, armed: Vec::new(), space_short: false }
     }
 
     /// Hash of every op and the model's answer so far.
@@ -224,9 +238,43 @@ impl<T: Target> Lockstep<T> {
             return Ok(expected);
         }
         if let Err(d) = agrees(&expected, &actual) {
+            if self.target_ran_short(&expected, &actual) {
+                self.stats.space_resyncs += 1;
+                self.space_short = true;
+                return Ok(expected);
+            }
             return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0 })));
         }
         Ok(expected)
+    }
+
+    /// An ENOSPC (or a short write) from a nearly full target where the
+    /// model had room: metadata the model does not count.
+    fn target_ran_short(&mut self, expected: &Outcome, actual: &Outcome) -> bool {
+        let short = match (expected, actual) {
+            (Err(Errno::ENOSPC), _) => false,
+            (_, Err(Errno::ENOSPC)) => true,
+            (Ok(Reply::Written(want)), Ok(Reply::Written(got))) => got < want,
+            _ => false,
+        };
+        short && self.target.nearly_full()
+    }
+
+    /// True when the last op ran out of space on the target only.
+    pub fn space_pending(&self) -> bool {
+        self.space_short
+    }
+
+    /// After a target-only ENOSPC: the model takes the target's state
+    /// (which the next full check holds to the target's own fsck).
+    pub fn resync_after_space(&mut self) -> Result<(), Failure> {
+        self.space_short = false;
+        let index = self.index;
+        let limits = self.model.limits();
+        let logged = self.model.crash_log_enabled();
+        self.model = Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })?;
+        self.model.set_crash_log(logged);
+        Ok(())
     }
 
     /// True when the last op met a device fault (its answer is not compared).

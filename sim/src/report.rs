@@ -47,6 +47,10 @@ pub fn summary(r: &RunResult) -> String {
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
+    if r.spec.disk_bytes != crate::engine_target::DISK_BYTES || r.stats.space_resyncs > 0 {
+        let enospc = r.stats.errors.get(&ext4_model::Errno::ENOSPC).copied().unwrap_or(0);
+        let _ = writeln!(s, "  space       {} MiB disk: {enospc} ENOSPC agreed, {} refused by the nearly full target only (model resynced)", r.spec.disk_bytes >> 20, r.stats.space_resyncs);
+    }
     for (k, v) in &r.report {
         let _ = writeln!(s, "  {k:<11} {v}");
     }

@@ -62,6 +62,8 @@ pub struct Trace {
     pub faults: String,
     /// Simulated tasks. Default: 1.
     pub tasks: u32,
+    /// Simulated disk size in bytes. Default: the simulator's 8 GiB.
+    pub disk_bytes: u64,
     pub steps: Vec<Step>,
 }
 
@@ -234,8 +236,8 @@ pub fn parse_op(text: &str) -> Result<Op, String> {
 impl Trace {
     pub fn to_text(&self) -> String {
         let mut out = format!(
-            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\nfaults {}\ntasks {}\n",
-            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults, self.tasks
+            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\nfaults {}\ntasks {}\ndisk_bytes {}\n",
+            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults, self.tasks, self.disk_bytes
         );
         for step in &self.steps {
             out.push_str(&format_step(step));
@@ -252,6 +254,7 @@ impl Trace {
         let mut fsck_every = 500;
         let mut faults = String::new();
         let mut tasks = 1;
+        let mut disk_bytes = crate::engine_target::DISK_BYTES;
         let mut steps = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -267,6 +270,7 @@ impl Trace {
                 "faults" => faults = rest.trim().to_string(),
                 "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
                 "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
+                "disk_bytes" => disk_bytes = rest.trim().parse().map_err(|_| err(format!("bad disk_bytes `{rest}`")))?,
                 "tasks" => tasks = rest.trim().parse().map_err(|_| err(format!("bad tasks `{rest}`")))?,
                 "task" => steps.push(Step::Task(rest.trim().parse().map_err(|_| err(format!("bad task `{rest}`")))?)),
                 "op" => steps.push(Step::Op(parse_op(rest).map_err(err)?)),
@@ -283,7 +287,7 @@ impl Trace {
                 other => return Err(err(format!("unknown line kind `{other}`"))),
             }
         }
-        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, faults, tasks, steps })
+        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, faults, tasks, disk_bytes, steps })
     }
 }
 
@@ -311,6 +315,7 @@ mod tests {
             fsck_every: 7,
             faults: "read,write=0.1".into(),
             tasks: 3,
+            disk_bytes: 64 << 20,
             steps: vec![
                 Step::Task(2),
                 Step::Op(Op::Sync),

@@ -246,3 +246,19 @@ fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
     let replay = run_steps(&EngineFactory, &s, &a.steps).unwrap();
     assert_eq!((replay.trace_hash, replay.image_hash), (a.trace_hash, a.image_hash));
 }
+
+/// A small disk fills up: the model's ENOSPC limits come from the engine's
+/// free space, both sides agree on most ENOSPCs, the ones only the nearly
+/// full engine gives (for metadata the model does not count) resync the
+/// model, and every fsck passes (no block leaks on a failed allocation).
+#[test]
+fn a_full_disk_gives_enospc_that_model_and_engine_agree_on() {
+    let mut agreed = 0;
+    for seed in 3..9 {
+        let s = RunSpec { disk_bytes: 48 << 20, fsck_every: 100, ..spec(seed, 3000, "") };
+        let r = run_seed(&EngineFactory, &s).unwrap();
+        assert!(r.failure.is_none(), "seed {seed}: {}", r.failure.unwrap());
+        agreed += r.stats.errors.get(&ext4_model::Errno::ENOSPC).copied().unwrap_or(0);
+    }
+    assert!(agreed > 0, "a 48 MiB disk must run out of space");
+}

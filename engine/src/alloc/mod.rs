@@ -130,6 +130,13 @@ impl Allocator {
         Totals { free_blocks: self.free_blocks, free_inodes: self.free_inodes }
     }
 
+    /// Blocks data allocation leaves free for extent-tree blocks, which are
+    /// placed at writeback and must never fail there: ext4's reserved
+    /// clusters, 2% of the filesystem capped at 4096 blocks.
+    pub fn metadata_reserve(&self) -> u64 {
+        (self.geo.blocks_count / 50).min(4096)
+    }
+
     fn has_flag(&self, g: GroupIndex, flag: u16) -> bool {
         self.lazy_groups && self.descs[g as usize].has_flag(flag)
     }

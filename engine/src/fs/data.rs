@@ -22,25 +22,40 @@ use super::{Ctx, Ext4};
 pub(crate) use ext4_model::vfs::{block_span, LOFF_MAX};
 
 impl<D: BlockDevice> Ctx<D> {
-    /// Allocates every hole of `range`, as unwritten or written extents.
-    pub fn map_range(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>, unwritten: bool) -> Result<(), Errno> {
-        let holes = node.map.holes(range);
-        let need: u64 = holes.iter().map(|h| h.end - h.start).sum();
-        if need == 0 {
-            return Ok(());
-        }
-        if need > self.alloc.totals().free_blocks {
+    /// ENOSPC unless the holes of `range` fit, leaving the metadata reserve.
+    pub fn check_room(&self, node: &Node, range: Range<u64>) -> Result<(), Errno> {
+        let need: u64 = node.map.holes(range).iter().map(|h| h.end - h.start).sum();
+        if need > 0 && need.saturating_add(self.alloc.metadata_reserve()) > self.alloc.totals().free_blocks {
             return Err(Errno::ENOSPC);
         }
+        Ok(())
+    }
+
+    /// Allocates every hole of `range`, as unwritten or written extents.
+    pub fn map_range(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>, unwritten: bool) -> Result<(), Errno> {
+        self.check_room(node, range.clone())?;
+        let holes = node.map.holes(range);
+        if holes.is_empty() {
+            return Ok(());
+        }
         let regular = node.disk.is_reg();
+        // All or nothing: blocks held until a commit can leave the count
+        // ahead of what the allocator can give; then this call's blocks go back.
+        let mut mapped: Vec<(u64, u64)> = Vec::new();
         for hole in holes {
             let mut l = hole.start;
             while l < hole.end {
                 let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
-                let (p, got) = self.alloc.alloc_blocks(&mut self.dev, goal, hole.end - l)?.ok_or(Errno::ENOSPC)?;
+                let Some((p, got)) = self.alloc.alloc_blocks(&mut self.dev, goal, hole.end - l)? else {
+                    for (l, got) in mapped {
+                        self.unmap_range(node, l..l + got)?;
+                    }
+                    return Err(Errno::ENOSPC);
+                };
                 debug_assert!(got > 0 && got <= hole.end - l);
                 self.cache.forget(p, got);
                 node.map.insert(l, got, p, unwritten);
+                mapped.push((l, got));
                 l += got;
             }
         }

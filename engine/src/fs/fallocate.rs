@@ -27,18 +27,21 @@ impl<D: BlockDevice> Ext4<D> {
         if end > self.ctx.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
-        match kind {
-            Mode::Allocate { keep_size } => self.allocate(ino, offset, end, keep_size)?,
-            Mode::Punch => self.punch(ino, offset, end)?,
-            Mode::Zero { keep_size } => self.zero_range(ino, offset, end, keep_size)?,
-            Mode::Collapse => self.collapse(ino, offset, len)?,
-            Mode::Insert => self.insert(ino, offset, len)?,
-        }
+        let done = match kind {
+            Mode::Allocate { keep_size } => self.allocate(ino, offset, end, keep_size),
+            Mode::Punch => self.punch(ino, offset, end),
+            Mode::Zero { keep_size } => self.zero_range(ino, offset, end, keep_size),
+            Mode::Collapse => self.collapse(ino, offset, len),
+            Mode::Insert => self.insert(ino, offset, len),
+        };
+        // A mode that failed part way may have mapped blocks already: the
+        // inode must still be written, or those blocks leak.
+        self.mark_dirty(ino);
+        done?;
         let (ctx, node) = self.split(ino)?;
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;
-        self.mark_dirty(ino);
         Ok(())
     }
 
@@ -80,6 +83,9 @@ impl<D: BlockDevice> Ext4<D> {
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
         let span = block_span(offset, end - offset, bs);
+        // Room for the whole range is checked first, so ENOSPC leaves the
+        // file as it was (the model reserves the same way).
+        ctx.check_room(node, span.clone())?;
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         // A hole at a partial edge becomes a clean unwritten block (it reads

@@ -222,6 +222,14 @@ impl<D: BlockDevice> Ext4<D> {
         &self.ctx.mount
     }
 
+    /// Data blocks a new allocation may take now (free, less those held until
+    /// the running transaction commits and the metadata reserve), and free
+    /// inodes: what ENOSPC is decided on.
+    pub fn free_space(&self) -> (u64, u64) {
+        let data = self.ctx.alloc.available_blocks().saturating_sub(self.ctx.alloc.metadata_reserve());
+        (data, self.ctx.alloc.totals().free_inodes)
+    }
+
     /// Checks the allocator's running counts against descriptors and bitmaps.
     pub fn check_allocator(&self) -> std::result::Result<(), String> {
         self.ctx.alloc.check_counts()

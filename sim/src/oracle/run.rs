@@ -384,6 +384,7 @@ fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops
         fsck_every: 0,
         faults: String::new(),
         tasks: 1,
+        disk_bytes: IMAGE_BYTES,
         steps: shrunk.iter().cloned().map(Step::Op).collect(),
     };
     let path = trace_dir.join(format!("ext4sim-oracle-{}-seed{}.trace", kernel.name(), spec.seed));
