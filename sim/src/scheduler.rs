@@ -30,7 +30,7 @@ impl Tasks {
         let count = count.max(1);
         let workloads = (0..count).map(|t| Workload::for_task(seed, t, cfg)).collect();
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(0x7363_6865_64); // "sched"
+        rng.set_stream(0x73_6368_6564); // "sched"
         Tasks { workloads, rng, current: 0 }
     }
 
