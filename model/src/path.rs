@@ -68,9 +68,10 @@ pub fn check_name(name: &str) -> Result<(), Errno> {
     }
 }
 
-/// Splits a symlink target (relative or absolute) into components.
-pub fn target_components(target: &str) -> (bool, Vec<&str>) {
-    (target.starts_with('/'), target.split('/').filter(|c| !c.is_empty()).collect())
+/// Splits a symlink target (relative or absolute) into components, lazily:
+/// the resolver pushes them straight onto its stack, last first.
+pub fn target_components(target: &str) -> (bool, impl DoubleEndedIterator<Item = &str>) {
+    (target.starts_with('/'), target.split('/').filter(|c| !c.is_empty()))
 }
 
 #[cfg(test)]

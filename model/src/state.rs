@@ -1,6 +1,6 @@
 //! The model's state: inodes in plain `BTreeMap`s, no physical blocks.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use crate::data::FileData;
 use crate::op::{inode_flags, FileKind};
@@ -153,9 +153,8 @@ impl State {
     /// Resolves a whole path. `follow_last` follows a symlink in the last
     /// component; a trailing slash always does and demands a directory.
     pub fn resolve(&self, path: &SplitPath, follow_last: bool) -> Result<Ino, Errno> {
-        let comps: VecDeque<String> = path.components.iter().map(|c| c.to_string()).collect();
         let mut followed = 0;
-        let ino = self.walk(ROOT_INO, comps, follow_last || path.trailing_slash, &mut followed)?;
+        let ino = self.walk(ROOT_INO, &path.components, follow_last || path.trailing_slash, &mut followed)?;
         if path.trailing_slash && !self.is_dir(ino) {
             return Err(Errno::ENOTDIR);
         }
@@ -165,29 +164,37 @@ impl State {
     /// Resolves all but the last component, which must be a directory.
     pub fn resolve_parent<'a>(&self, path: &SplitPath<'a>) -> Result<(Ino, Last<'a>), Errno> {
         let (parent, last) = path.split_last();
-        let comps: VecDeque<String> = parent.iter().map(|c| c.to_string()).collect();
         let mut followed = 0;
-        let dir = self.walk(ROOT_INO, comps, true, &mut followed)?;
+        let dir = self.walk(ROOT_INO, parent, true, &mut followed)?;
         if !self.is_dir(dir) {
             return Err(Errno::ENOTDIR);
         }
         Ok((dir, last))
     }
 
-    fn walk(&self, start: Ino, mut comps: VecDeque<String>, follow_last: bool, followed: &mut u32) -> Result<Ino, Errno> {
+    /// Components come from the path in order, or, once a symlink is followed,
+    /// from a stack with the next one on top, so a target goes in front of the
+    /// rest by pushing it. Every component stays a borrow of the path or of a
+    /// target: a walk through no symlink allocates nothing. The current inode
+    /// is carried along so each component costs one inode lookup, not two.
+    fn walk(&self, start: Ino, comps: &[&str], follow_last: bool, followed: &mut u32) -> Result<Ino, Errno> {
+        let mut rest = comps.iter().copied();
+        let mut pushed: Vec<&str> = Vec::new();
         let mut cur = start;
-        while let Some(name) = comps.pop_front() {
-            let Some(entries) = self.entries(cur) else { return Err(Errno::ENOTDIR) };
+        let mut cur_inode = self.inode(cur);
+        while let Some(name) = pushed.pop().or_else(|| rest.next()) {
+            let Node::Dir { entries, parent } = &cur_inode.node else { return Err(Errno::ENOTDIR) };
             if name.len() > crate::op::NAME_MAX {
                 return Err(Errno::ENAMETOOLONG);
             }
-            let next = match name.as_str() {
+            let next = match name {
                 "." => cur,
-                ".." => self.parent_of(cur),
-                _ => *entries.get(&name).ok_or(Errno::ENOENT)?,
+                ".." => *parent,
+                _ => *entries.get(name).ok_or(Errno::ENOENT)?,
             };
-            let is_last = comps.is_empty();
-            if let Node::Symlink(target) = &self.inode(next).node {
+            let next_inode = self.inode(next);
+            let is_last = pushed.is_empty() && rest.len() == 0;
+            if let Node::Symlink(target) = &next_inode.node {
                 if !is_last || follow_last {
                     *followed += 1;
                     if *followed > MAX_SYMLINKS {
@@ -196,14 +203,15 @@ impl State {
                     let (absolute, tcomps) = target_components(target);
                     if absolute {
                         cur = ROOT_INO;
+                        cur_inode = self.inode(cur);
                     }
-                    for c in tcomps.into_iter().rev() {
-                        comps.push_front(c.to_string());
-                    }
+                    // Reversed, so the target's first component is on top.
+                    pushed.extend(tcomps.rev());
                     continue;
                 }
             }
             cur = next;
+            cur_inode = next_inode;
         }
         Ok(cur)
     }

@@ -19,6 +19,7 @@
 //! rewritten sector destaged once) is not credited in time.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 use ext4_engine::device::{IoClass, SECTOR_SIZE};
 
@@ -53,6 +54,89 @@ struct Pending {
     data: Vec<u8>,
 }
 
+/// Which pending write each sector shows, as non-overlapping runs: start
+/// sector -> (end sector, seq). A write claims its range with one entry, not
+/// one per sector: per-sector entries made large data writes cost more in map
+/// inserts than in copying their bytes.
+#[derive(Clone, Debug, Default)]
+struct Runs {
+    map: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Runs {
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    /// Drops every claim on `range`, trimming runs that straddle its edges.
+    fn clear_range(&mut self, range: Range<u64>) {
+        if range.is_empty() {
+            return;
+        }
+        if let Some((&start, &(end, seq))) = self.map.range(..range.start).next_back() {
+            if end > range.start {
+                self.map.insert(start, (range.start, seq));
+                if end > range.end {
+                    // The run covered the whole range, so no other run is in it.
+                    self.map.insert(range.end, (end, seq));
+                    return;
+                }
+            }
+        }
+        // Each pass removes one run starting inside the range.
+        while let Some((&start, &(end, seq))) = self.map.range(range.clone()).next() {
+            self.map.remove(&start);
+            if end > range.end {
+                self.map.insert(range.end, (end, seq));
+            }
+        }
+    }
+
+    /// Makes write `seq` what every sector of `range` shows.
+    fn claim(&mut self, range: Range<u64>, seq: u64) {
+        if range.is_empty() {
+            return;
+        }
+        self.clear_range(range.clone());
+        self.map.insert(range.start, (range.end, seq));
+    }
+
+    /// Drops the runs of write `seq`, all of which lie inside its `range`.
+    fn forget(&mut self, range: Range<u64>, seq: u64) {
+        let mine: Vec<u64> = self.map.range(range).filter(|(_, &(_, s))| s == seq).map(|(&start, _)| start).collect();
+        for start in mine {
+            self.map.remove(&start);
+        }
+    }
+
+    /// The runs meeting `range`, clipped to it, ascending: (start, end, seq).
+    fn within(&self, range: Range<u64>) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        let before = self.map.range(..range.start).next_back();
+        before
+            .into_iter()
+            .chain(self.map.range(range.clone()))
+            .map(move |(&start, &(end, seq))| (start.max(range.start), end.min(range.end), seq))
+            .filter(|&(start, end, _)| start < end)
+    }
+
+    fn covers(&self, sector: u64) -> bool {
+        self.map.range(..=sector).next_back().is_some_and(|(_, &(end, _))| end > sector)
+    }
+
+    /// Every run as (start, end), ascending.
+    fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.map.iter().map(|(&start, &(end, _))| (start, end))
+    }
+}
+
+/// Spare pending-data buffers are kept up to this many bytes in all, so a run
+/// of large writes reuses memory instead of faulting in fresh pages each time.
+const SPARE_BYTES_MAX: usize = 64 << 20;
+
 /// Durable storage plus the overlay of pending writes.
 #[derive(Clone, Debug, Default)]
 pub struct WriteCache {
@@ -60,7 +144,7 @@ pub struct WriteCache {
     /// Pending writes by issue sequence, so iteration is issue order.
     pending: BTreeMap<u64, Pending>,
     /// Sector -> seq of the newest pending write covering it: what reads see.
-    newest: BTreeMap<u64, u64>,
+    newest: Runs,
     /// Sector -> seq of the newest write-through that made it durable while older
     /// writes to it were pending. Those older writes must skip the sector when
     /// applied. Emptied whenever nothing is pending.
@@ -68,6 +152,9 @@ pub struct WriteCache {
     /// Sum of pending write lengths: the cache occupancy.
     pending_bytes: u64,
     next_seq: u64,
+    /// Buffers of destaged writes, for reuse (see [`SPARE_BYTES_MAX`]).
+    spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
 }
 
 fn sector_range(offset: u64, len: usize) -> std::ops::Range<u64> {
@@ -86,11 +173,12 @@ impl WriteCache {
         self.durable.read(offset, buf);
         let sectors = sector_range(offset, buf.len());
         let first = sectors.start;
-        for (&sector, &seq) in self.newest.range(sectors) {
+        for (start, end, seq) in self.newest.within(sectors) {
             let pending = self.pending.get(&seq).expect("newest points at a pending write");
-            let src = ((sector - pending.record.first_sector()) as usize) * SECTOR;
-            let dst = ((sector - first) as usize) * SECTOR;
-            buf[dst..dst + SECTOR].copy_from_slice(&pending.data[src..src + SECTOR]);
+            let src = ((start - pending.record.first_sector()) as usize) * SECTOR;
+            let dst = ((start - first) as usize) * SECTOR;
+            let len = ((end - start) as usize) * SECTOR;
+            buf[dst..dst + len].copy_from_slice(&pending.data[src..src + len]);
         }
     }
 
@@ -112,12 +200,22 @@ impl WriteCache {
     /// Accepts a write into the cache; it is not durable.
     pub fn write_pending(&mut self, offset: u64, data: &[u8], class: IoClass) -> WriteRecord {
         let record = self.next_record(offset, data.len(), class);
-        for sector in sector_range(offset, data.len()) {
-            self.newest.insert(sector, record.seq);
-        }
-        self.pending.insert(record.seq, Pending { record, data: data.to_vec() });
+        self.newest.claim(sector_range(offset, data.len()), record.seq);
+        let mut copy = self.spare.pop().unwrap_or_default();
+        self.spare_bytes -= copy.capacity();
+        copy.extend_from_slice(data);
+        self.pending.insert(record.seq, Pending { record, data: copy });
         self.pending_bytes += record.len;
         record
+    }
+
+    /// Keeps a destaged write's buffer for the next pending write.
+    fn recycle(&mut self, mut data: Vec<u8>) {
+        if self.spare_bytes + data.capacity() <= SPARE_BYTES_MAX {
+            data.clear();
+            self.spare_bytes += data.capacity();
+            self.spare.push(data);
+        }
     }
 
     /// Writes straight to the medium; durable when this returns.
@@ -127,8 +225,9 @@ impl WriteCache {
         if !self.pending.is_empty() {
             // Every pending write is older than this one, so none of them may
             // show through or later land on these sectors.
-            for sector in sector_range(offset, data.len()) {
-                self.newest.remove(&sector);
+            let sectors = sector_range(offset, data.len());
+            self.newest.clear_range(sectors.clone());
+            for sector in sectors {
                 self.through.insert(sector, record.seq);
             }
         }
@@ -160,11 +259,7 @@ impl WriteCache {
 
     /// Drops `record`'s claim on the sectors it is still newest for.
     fn forget(&mut self, record: &WriteRecord) {
-        for sector in record.first_sector()..record.end_sector() {
-            if self.newest.get(&sector) == Some(&record.seq) {
-                self.newest.remove(&sector);
-            }
-        }
+        self.newest.forget(record.first_sector()..record.end_sector(), record.seq);
     }
 
     fn settle_if_empty(&mut self) {
@@ -183,7 +278,9 @@ impl WriteCache {
         self.forget(&pending.record);
         self.pending_bytes -= pending.record.len;
         self.settle_if_empty();
-        Some(pending.record)
+        let record = pending.record;
+        self.recycle(pending.data);
+        Some(record)
     }
 
     /// Empties the cache in issue order, applying to the medium the prefix of
@@ -197,6 +294,7 @@ impl WriteCache {
             let keep = keep_bytes(&write.record);
             self.apply(&write, keep);
             records.push(write.record);
+            self.recycle(write.data);
         }
         self.newest.clear();
         self.pending_bytes = 0;
@@ -224,26 +322,50 @@ impl WriteCache {
 
     /// A read of this sector is served from the cache, not the medium.
     pub fn covers_pending(&self, sector: u64) -> bool {
-        self.newest.contains_key(&sector)
+        self.newest.covers(sector)
     }
 
     /// Every sector of the range is served from the cache.
     pub fn fully_pending(&self, offset: u64, len: u64) -> bool {
         let sectors = sector_range(offset, len as usize);
         let wanted = sectors.end - sectors.start;
-        wanted > 0 && self.newest.range(sectors).count() as u64 == wanted
+        let covered: u64 = self.newest.within(sectors).map(|(start, end, _)| end - start).sum();
+        wanted > 0 && covered == wanted
     }
 
     /// Hash of what reads see, in the scheme of [`super::hash`]; equal to the
     /// durable hash whenever nothing pending differs from the medium.
     pub fn visible_hash(&self) -> u64 {
-        let mut chunks: BTreeSet<u64> = self.durable.chunk_indices().collect();
-        chunks.extend(self.newest.keys().map(|&sector| sector * SECTOR_SIZE / CHUNK_BYTES));
+        let mut pending_chunks = BTreeSet::new();
+        for (start, end) in self.newest.spans() {
+            pending_chunks.extend(start * SECTOR_SIZE / CHUNK_BYTES..=(end * SECTOR_SIZE - 1) / CHUNK_BYTES);
+        }
+        // Both sequences ascend; merge them so chunks no pending write meets are
+        // hashed where they lie instead of being copied out first.
+        let mut durable = self.durable.chunks().peekable();
+        let mut pending = pending_chunks.into_iter().peekable();
         let mut hasher = ImageHasher::new();
         let mut buf = vec![0u8; CHUNK_BYTES as usize];
-        for chunk in chunks {
-            self.read(chunk * CHUNK_BYTES, &mut buf);
-            hasher.add_chunk(chunk * CHUNK_BYTES, &buf);
+        loop {
+            let next_durable = durable.peek().map(|&(offset, _)| offset / CHUNK_BYTES);
+            let next_pending = pending.peek().copied();
+            let chunk = match (next_durable, next_pending) {
+                (None, None) => break,
+                (Some(d), Some(p)) => d.min(p),
+                (Some(d), None) => d,
+                (None, Some(p)) => p,
+            };
+            let offset = chunk * CHUNK_BYTES;
+            if next_pending == Some(chunk) {
+                pending.next();
+                if next_durable == Some(chunk) {
+                    durable.next();
+                }
+                self.read(offset, &mut buf);
+                hasher.add_chunk(offset, &buf);
+            } else if let Some((_, data)) = durable.next() {
+                hasher.add_chunk(offset, data);
+            }
         }
         hasher.finish()
     }
@@ -349,5 +471,39 @@ mod tests {
         let before_flush = cache.visible_hash();
         cache.flush_all();
         assert_eq!(cache.durable().content_hash(), before_flush);
+    }
+
+    #[test]
+    fn runs_trim_at_both_edges_and_forget_only_their_own_write() {
+        let mut runs = Runs::default();
+        runs.claim(0..10, 1);
+        runs.claim(3..5, 2);
+        runs.claim(8..12, 3);
+        let all: Vec<_> = runs.within(0..20).collect();
+        assert_eq!(all, vec![(0, 3, 1), (3, 5, 2), (5, 8, 1), (8, 12, 3)]);
+        assert_eq!(runs.within(4..9).collect::<Vec<_>>(), vec![(4, 5, 2), (5, 8, 1), (8, 9, 3)]);
+        runs.clear_range(2..9);
+        assert_eq!(runs.within(0..20).collect::<Vec<_>>(), vec![(0, 2, 1), (9, 12, 3)]);
+        assert!(runs.covers(1) && !runs.covers(2) && runs.covers(11) && !runs.covers(12));
+        runs.forget(0..10, 1);
+        assert_eq!(runs.spans().collect::<Vec<_>>(), vec![(9, 12)]);
+    }
+
+    #[test]
+    fn reads_stitch_runs_of_several_writes() {
+        let mut cache = WriteCache::new();
+        cache.write_pending(0, &[1; 4096], IoClass::Data);
+        cache.write_pending(1024, &[2; 1024], IoClass::Data);
+        cache.write_through(3072, &[3; 512], IoClass::Metadata);
+        let mut buf = vec![0u8; 4096];
+        cache.read(0, &mut buf);
+        let mut want = vec![1u8; 4096];
+        want[1024..2048].fill(2);
+        want[3072..3584].fill(3);
+        assert_eq!(buf, want);
+        assert!(!cache.fully_pending(0, 4096) && cache.fully_pending(0, 3072));
+        cache.destage_oldest();
+        cache.read(0, &mut buf);
+        assert_eq!(buf, want);
     }
 }
