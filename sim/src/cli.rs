@@ -123,9 +123,15 @@ pub enum Command {
     },
 }
 
-fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
-    let mount = parse_mount_opts(&args.mount, MountConfig::default()).map_err(|e| e.to_string())?;
+/// `--mount` text as a config ext4 would accept, or why not.
+pub(crate) fn mount_from_text(text: &str) -> Result<MountConfig, String> {
+    let mount = parse_mount_opts(text, MountConfig::default()).map_err(|e| e.to_string())?;
     mount.validate().map_err(|e| format!("mount options refused (EINVAL): {e}"))?;
+    Ok(mount)
+}
+
+fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
+    let mount = mount_from_text(&args.mount)?;
     Ok(RunSpec {
         seed,
         ops: args.ops,

@@ -119,7 +119,7 @@ enum Source<'a> {
 
 fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>) -> Result<(RunResult, F::Target), String> {
     spec.mount.validate().map_err(|e| format!("mount config refused: {e}"))?;
-    let mut target = factory.make(spec)?;
+    let target = factory.make(spec)?;
     // The model's ENOSPC limits are the target's free space after mkfs.
     let mut model = Model::with_limits(&spec.mount, target.space_limits()).map_err(|e| format!("mount config refused: {e}"))?;
     // Crash checks replay a log holding every write's data; keep it only when crashing.

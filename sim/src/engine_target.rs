@@ -34,8 +34,8 @@ pub struct EngineTarget {
     faults: FaultConfig,
     /// The runner holds faults off.
     held: bool,
-    /// Data blocks free when the run began.
-    start_blocks: u64,
+    /// Free data blocks and inodes right after mkfs and the first mount.
+    start_space: (u64, u64),
 }
 
 impl EngineTarget {
@@ -105,7 +105,8 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(faults).map_err(|e| e.to_string())?;
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false, start_blocks: 0 })
+    let start_space = fs.free_space();
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false, start_space })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -214,19 +215,17 @@ impl Target for EngineTarget {
         self.fs.as_mut().map(|fs| fs.device_mut().take_fired_faults()).unwrap_or_default()
     }
 
-    fn space_limits(&mut self) -> ext4_model::Limits {
-        let Some(fs) = self.fs.as_ref() else { return ext4_model::Limits::default() };
-        let (blocks, inodes) = fs.free_space();
-        self.start_blocks = blocks;
+    fn space_limits(&self) -> ext4_model::Limits {
+        let (blocks, inodes) = self.start_space;
         ext4_model::Limits { data_blocks: Some(blocks), inodes: Some(inodes) }
     }
 
-    fn nearly_full(&mut self) -> bool {
+    fn nearly_full(&self) -> bool {
         let Some(fs) = self.fs.as_ref() else { return false };
         let (blocks, inodes) = fs.free_space();
         // Directory and extent-tree blocks come out of the same pool as data;
         // the model does not count them, so it may see room the engine lacks.
-        blocks < NEARLY_FULL_BLOCKS.max(self.start_blocks / 16) || inodes == 0
+        blocks < NEARLY_FULL_BLOCKS.max(self.start_space.0 / 16) || inodes == 0
     }
 
     fn image_hash(&mut self) -> u64 {

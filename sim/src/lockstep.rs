@@ -75,12 +75,12 @@ pub trait Target: FileSystem {
         Ok(())
     }
     /// ENOSPC limits for the model: the target's free space at the start.
-    fn space_limits(&mut self) -> ext4_model::Limits {
+    fn space_limits(&self) -> ext4_model::Limits {
         ext4_model::Limits::default()
     }
     /// True when the target is so full that metadata the model does not
     /// count (directory and extent-tree blocks) may decide an ENOSPC.
-    fn nearly_full(&mut self) -> bool {
+    fn nearly_full(&self) -> bool {
         false
     }
     /// Replays faults from trace steps instead of drawing them.
@@ -128,12 +128,17 @@ impl Failure {
     }
 }
 
-fn brief(o: &Outcome) -> String {
+/// An outcome short enough for a failure report: bytes read by count, long
+/// replies cut (at a character boundary: names may be any UTF-8).
+pub(crate) fn brief(o: &Outcome) -> String {
     match o {
         Ok(Reply::Data(d)) => format!("Ok({} bytes)", d.len()),
         Ok(r) => {
             let s = format!("Ok({r:?})");
-            if s.len() > 300 { format!("{}...", &s[..300]) } else { s }
+            match s.char_indices().nth(300) {
+                Some((cut, _)) => format!("{}...", &s[..cut]),
+                None => s,
+            }
         }
         Err(e) => format!("Err({e:?})"),
     }

@@ -1,5 +1,7 @@
 //! The engine on the simulated disk, held to the model and to the real tools.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -13,27 +15,12 @@ use ext4_sim::lockstep::{Lockstep, Target};
 use ext4_sim::mount_opts::parse_mount_opts;
 use ext4_sim::workload::{Workload, WorkloadConfig};
 
+use common::Scratch;
+
 fn spec(seed: u64, ops: u64, mount: &str) -> RunSpec {
     RunSpec::new(seed, ops, parse_mount_opts(mount, MountConfig::default()).unwrap())
 }
 
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("ext4sim-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn lockstep(seed: u64, ops: u64, mount: &str) -> Lockstep<EngineTarget> {
     let s = spec(seed, ops, mount);
@@ -255,7 +242,7 @@ fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
 fn a_full_disk_gives_enospc_that_model_and_engine_agree_on() {
     let mut agreed = 0;
     for seed in 3..9 {
-        let s = RunSpec { disk_bytes: 48 << 20, fsck_every: 100, ..spec(seed, 3000, "") };
+        let s = RunSpec { disk_bytes: 48 << 20, ..spec(seed, 3000, "") };
         let r = run_seed(&EngineFactory, &s).unwrap();
         assert!(r.failure.is_none(), "seed {seed}: {}", r.failure.unwrap());
         agreed += r.stats.errors.get(&ext4_model::Errno::ENOSPC).copied().unwrap_or(0);

@@ -4,7 +4,9 @@
 //! answer must be caught and shrunk; with no plant, every seed passes. The
 //! real host kernel runs too when this is root with loop devices.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use ext4_engine::device_file::FileDevice;
 use ext4_engine::e2fsprogs::tool;
@@ -13,21 +15,8 @@ use ext4_model::{FileSystem, MountConfig, Op, OpKind, Outcome, Reply};
 use ext4_sim::oracle::host::HostKernel;
 use ext4_sim::oracle::{run_oracle, Case, CaseRun, Finding, Kernel, OracleSpec, Verdict};
 
-struct Scratch(PathBuf);
+use common::Scratch;
 
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("ext4sim-oracle-test-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The engine playing the kernel; optionally lying about the first byte of
 /// every non-empty read.
@@ -90,7 +79,7 @@ fn the_pipeline_passes_an_honest_kernel_on_mke2fs_images() {
     if !have_e2fsprogs() {
         return;
     }
-    let dir = Scratch::new("honest");
+    let dir = Scratch::new("oracle-honest");
     let mount = MountConfig::default();
     let mut kernel = EngineAsKernel { mount, lie_about_reads: false };
     let reports = run_oracle(&mut kernel, &specs(1..7, mount), &dir.0, &dir.0, true);
@@ -107,7 +96,7 @@ fn a_wrong_answer_is_caught_shrunk_and_written_as_a_replayable_trace() {
     if !have_e2fsprogs() {
         return;
     }
-    let dir = Scratch::new("liar");
+    let dir = Scratch::new("oracle-liar");
     let mount = MountConfig::default();
     let mut kernel = EngineAsKernel { mount, lie_about_reads: true };
     let reports = run_oracle(&mut kernel, &specs(1..5, mount), &dir.0, &dir.0, true);
@@ -136,7 +125,7 @@ fn the_host_kernel_agrees_with_the_model() {
     if !have_e2fsprogs() {
         return;
     }
-    let dir = Scratch::new("host");
+    let dir = Scratch::new("oracle-host");
     let mut kernel = HostKernel::with_runner(&dir.0, Path::new(env!("CARGO_BIN_EXE_ext4sim")));
     let mount = MountConfig::default();
     if let Some(why) = kernel.cannot_run(&mount) {

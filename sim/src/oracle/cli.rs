@@ -10,7 +10,6 @@ use ext4_model::MountConfig;
 use super::host::HostKernel;
 use super::qemu::QemuKernel;
 use super::{run_oracle, Kernel, OracleReport, OracleSpec, Verdict};
-use crate::mount_opts::parse_mount_opts;
 use crate::report::json_str;
 use crate::trace::{Step, Trace};
 
@@ -64,11 +63,7 @@ fn specs(args: &OracleArgs) -> Result<Vec<OracleSpec>, String> {
         swarm: !args.no_swarm,
         fixed,
     };
-    let parse = |text: &str| -> Result<MountConfig, String> {
-        let m = parse_mount_opts(text, MountConfig::default()).map_err(|e| e.to_string())?;
-        m.validate().map_err(|e| format!("mount options refused (EINVAL): {e}"))?;
-        Ok(m)
-    };
+    let parse = crate::cli::mount_from_text;
     if let Some(path) = &args.trace {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -17,6 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use super::syscalls::FLAGS_UNKNOWN;
 use super::{kernel_mount_data, Case, CaseRun, Kernel};
 use crate::engine_target::SIM_EPOCH_SECS;
+use crate::lockstep::brief;
 use crate::mount_opts::format_mount_opts;
 use crate::shrink::shrink_in_rounds;
 use crate::trace::{Step, Trace};
@@ -96,13 +97,6 @@ impl std::fmt::Display for Finding {
             Finding::Mount(e) => write!(f, "kernel mount: {e}"),
             Finding::Image(e) => write!(f, "kernel-written image: {e}"),
         }
-    }
-}
-
-fn brief(o: &Outcome) -> String {
-    match o {
-        Ok(Reply::Data(d)) => format!("{} bytes", d.len()),
-        other => format!("{other:?}"),
     }
 }
 
@@ -312,21 +306,21 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
     let mut reports = Vec::new();
     let mut runnable: Vec<(usize, Vec<Op>)> = Vec::new();
     for spec in specs {
-        let verdict = if let Some(why) = kernel.cannot_run(&spec.mount) {
-            Some(Verdict::Skipped(why))
-        } else if let Err(why) = kernel_mount_data(&spec.mount) {
-            Some(Verdict::Skipped(why))
+        let skip = kernel.cannot_run(&spec.mount).or_else(|| kernel_mount_data(&spec.mount).err());
+        let (verdict, n) = if let Some(why) = skip {
+            (Verdict::Skipped(why), 0)
         } else {
             match generate(spec, &refused) {
+                Err(e) => (Verdict::Error(e), 0),
                 Ok(ops) => {
+                    let n = ops.len();
                     runnable.push((reports.len(), ops));
-                    None
+                    // Pass until the kernel says otherwise, below.
+                    (Verdict::Pass, n)
                 }
-                Err(e) => Some(Verdict::Error(e)),
             }
         };
-        let n = runnable.last().filter(|(i, _)| *i == reports.len()).map_or(0, |(_, ops)| ops.len());
-        reports.push(report(kernel, spec, n, left_out.clone(), verdict.unwrap_or(Verdict::Pass)));
+        reports.push(report(kernel, spec, n, left_out.clone(), verdict));
     }
     // Specs differ in mount options and mkfs, so each is its own evaluation;
     // a VM backend still batches same-config seeds below.
@@ -363,26 +357,34 @@ fn report(kernel: &dyn Kernel, spec: &OracleSpec, ops: usize, left_out: Vec<(OpK
 
 #[allow(clippy::too_many_arguments)]
 fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops: Vec<Op>, finding: Finding, scratch: &Path, trace_dir: &Path, shrink: bool) -> Verdict {
-    let mut rounds_error = None;
-    let max_rounds = if shrink { MAX_SHRINK_ROUNDS } else { 0 };
-    let (shrunk, rounds) = shrink_in_rounds(&ops, max_rounds, |candidates| {
-        let lists: Vec<(u64, Vec<Op>)> = candidates.iter().map(|c| (spec.seed, c.clone())).collect();
-        match evaluate(kernel, tools, spec, &lists, scratch, true) {
-            Ok(found) => found.iter().position(|f| f.as_ref().is_some_and(|f| f.same_kind(&finding))),
-            Err(e) => {
-                rounds_error = Some(e);
-                None
+    let (shrunk, rounds) = if shrink {
+        let mut rounds_error = None;
+        let shrunk = shrink_in_rounds(&ops, MAX_SHRINK_ROUNDS, |candidates| {
+            let lists: Vec<(u64, Vec<Op>)> = candidates.iter().map(|c| (spec.seed, c.clone())).collect();
+            match evaluate(kernel, tools, spec, &lists, scratch, true) {
+                Ok(found) => found.iter().position(|f| f.as_ref().is_some_and(|f| f.same_kind(&finding))),
+                Err(e) => {
+                    rounds_error = Some(e);
+                    None
+                }
             }
+        });
+        if let Some(e) = rounds_error {
+            eprintln!("oracle: shrinking seed {} stopped early: {e}", spec.seed);
         }
-    });
-    if let Some(e) = rounds_error {
-        eprintln!("oracle: shrinking seed {} stopped early: {e}", spec.seed);
-    }
+        shrunk
+    } else {
+        (ops, 0)
+    };
     // Report the shrunk sequence's own finding: its index is the one to read.
-    let finding = if rounds == 0 { finding } else { match evaluate(kernel, tools, spec, &[(spec.seed, shrunk.clone())], scratch, true) {
-        Ok(mut f) => f.pop().flatten().unwrap_or(finding),
-        Err(_) => finding,
-    } };
+    let finding = if rounds == 0 {
+        finding
+    } else {
+        match evaluate(kernel, tools, spec, &[(spec.seed, shrunk.clone())], scratch, true) {
+            Ok(mut f) => f.pop().flatten().unwrap_or(finding),
+            Err(_) => finding,
+        }
+    };
     let trace = Trace {
         seed: spec.seed,
         mount: format_mount_opts(&spec.mount),
