@@ -184,6 +184,13 @@ proptest! {
             // A `to` that runs through `from` (a symlink moved away) no longer
             // resolves after the rename, in Linux as here.
             Ok(()) if to.starts_with(&format!("{from}/")) => {}
+            // A `from` that runs through `to` (a symlink replaced) now walks
+            // the moved inode: ENOTDIR through a file, or some other name.
+            Ok(()) if from.starts_with(&format!("{to}/")) => {
+                let src = src.unwrap();
+                prop_assert_eq!(m.stat(&to).unwrap().ino, src.ino);
+                prop_assert!(m.stat(&from).map_or(true, |s| s.ino != src.ino));
+            }
             Ok(()) => {
                 let src = src.unwrap();
                 let now = m.stat(&to).unwrap();
