@@ -201,17 +201,30 @@ impl OpKind {
 /// same (seed, len) always gives the same bytes and shifted data is visible.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut out = vec![0u8; len];
+    pattern_into(seed, &mut out);
+    out
+}
+
+/// Fills `out` with [`pattern`]`(seed, out.len())`, so a caller can reuse
+/// one buffer for every write.
+pub fn pattern_into(seed: u64, out: &mut [u8]) {
     let mut state = seed;
-    // Filled in place, eight bytes per step: this runs for every write.
-    for chunk in out.chunks_mut(8) {
+    let mut next = || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+        (z ^ (z >> 31)).to_le_bytes()
+    };
+    // Whole words first: a fixed-size copy compiles to one store, where a
+    // tail-sized one would be a memcpy call per word.
+    let mut words = out.chunks_exact_mut(8);
+    for word in &mut words {
+        word.copy_from_slice(&next());
     }
-    out
+    let tail = words.into_remainder();
+    let n = tail.len();
+    tail.copy_from_slice(&next()[..n]);
 }
 
 /// File type as readdir and stat report it.

@@ -201,6 +201,7 @@ fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path:
 }
 
 pub fn main_with<F: TargetFactory + Sync>(factory: F) -> ExitCode {
+    crate::heap::keep_freed_memory();
     let cli = Cli::parse();
     match cli.command {
         Command::Oracle(args) => return crate::oracle::cli::oracle_main(args),

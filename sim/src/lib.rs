@@ -18,3 +18,4 @@ pub mod layout;
 pub mod faults;
 pub mod oracle;
 pub mod scheduler;
+pub mod heap;

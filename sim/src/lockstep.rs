@@ -196,11 +196,13 @@ pub struct Lockstep<T: Target> {
     armed: Vec<FaultEvent>,
     /// The last op ran out of space on the target only.
     space_short: bool,
+    /// Reused for every write's bytes.
+    write_buf: Vec<u8>,
 }
 
 impl<T: Target> Lockstep<T> {
     pub fn new(config: MountConfig, model: Model, target: T) -> Self {
-        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None, armed: Vec::new(), space_short: false }
+        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None, armed: Vec::new(), space_short: false, write_buf: Vec::new() }
     }
 
     /// Hash of every op and the model's answer so far.
@@ -223,10 +225,12 @@ impl<T: Target> Lockstep<T> {
         let (expected, actual) = match op {
             // Generate a write's bytes once for both sides.
             Op::Write { path, offset, len, seed } if *len <= ext4_model::op::MAX_IO_LEN => {
-                let data = ext4_model::op::pattern(*seed, *len as usize);
+                let data = &mut self.write_buf;
+                data.resize(*len as usize, 0);
+                ext4_model::op::pattern_into(*seed, data);
                 (
-                    self.model.write(path, *offset, &data).map(Reply::Written),
-                    self.target.write(path, *offset, &data).map(Reply::Written),
+                    self.model.write(path, *offset, data).map(Reply::Written),
+                    self.target.write(path, *offset, data).map(Reply::Written),
                 )
             }
             _ => (self.model.apply(op), self.target.apply(op)),

@@ -152,8 +152,8 @@ pub struct WriteCache {
     /// Sum of pending write lengths: the cache occupancy.
     pending_bytes: u64,
     next_seq: u64,
-    /// Buffers of destaged writes, for reuse (see [`SPARE_BYTES_MAX`]).
-    spare: Vec<Vec<u8>>,
+    /// Buffers of destaged writes by capacity, for reuse (see [`SPARE_BYTES_MAX`]).
+    spare: BTreeMap<usize, Vec<Vec<u8>>>,
     spare_bytes: usize,
 }
 
@@ -201,8 +201,7 @@ impl WriteCache {
     pub fn write_pending(&mut self, offset: u64, data: &[u8], class: IoClass) -> WriteRecord {
         let record = self.next_record(offset, data.len(), class);
         self.newest.claim(sector_range(offset, data.len()), record.seq);
-        let mut copy = self.spare.pop().unwrap_or_default();
-        self.spare_bytes -= copy.capacity();
+        let mut copy = self.take_spare(data.len());
         copy.extend_from_slice(data);
         self.pending.insert(record.seq, Pending { record, data: copy });
         self.pending_bytes += record.len;
@@ -214,8 +213,25 @@ impl WriteCache {
         if self.spare_bytes + data.capacity() <= SPARE_BYTES_MAX {
             data.clear();
             self.spare_bytes += data.capacity();
-            self.spare.push(data);
+            self.spare.entry(data.capacity()).or_default().push(data);
         }
+    }
+
+    /// An empty buffer for `len` bytes: a spare no more than twice that size,
+    /// else a new one. A buffer that had to grow would be copied by realloc
+    /// and a much larger one would leave the next large write none to take.
+    fn take_spare(&mut self, len: usize) -> Vec<u8> {
+        let Some(cap) = self.spare.range(len..=len.saturating_mul(2)).next().map(|(&cap, _)| cap) else {
+            return Vec::with_capacity(len);
+        };
+        // Lists are removed when emptied, so the one found holds a buffer.
+        let list = self.spare.entry(cap).or_default();
+        let buf = list.pop().unwrap_or_default();
+        if list.is_empty() {
+            self.spare.remove(&cap);
+        }
+        self.spare_bytes -= buf.capacity();
+        buf
     }
 
     /// Writes straight to the medium; durable when this returns.

@@ -26,6 +26,8 @@
 
 use std::collections::BTreeSet;
 
+use ext4_model::range_map::RangeMap;
+
 use ext4_engine::device::{DeviceError, SECTOR_SIZE};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -199,8 +201,10 @@ pub struct FaultState {
     read_only_rng: ChaCha8Rng,
     /// Sectors that fail on read until rewritten.
     latent: BTreeSet<u64>,
-    /// Chunks any accepted write ever touched: the sparse file's allocation.
-    touched: BTreeSet<u64>,
+    /// Chunks any accepted write ever touched: the sparse file's allocation,
+    /// as runs (writes are mostly sequential), and how many chunks they hold.
+    touched: RangeMap<()>,
+    touched_chunks: u64,
     writes_accepted: u64,
     /// The accepted-write count at which the device turns read-only.
     read_only_after: u64,
@@ -222,9 +226,9 @@ fn sectors(offset: u64, len: u64) -> std::ops::Range<u64> {
     offset / SECTOR_SIZE..(offset + len) / SECTOR_SIZE
 }
 
-fn chunks(offset: u64, len: u64) -> std::ops::RangeInclusive<u64> {
+fn chunks(offset: u64, len: u64) -> std::ops::Range<u64> {
     debug_assert!(len > 0, "zero-length commands never reach the fault layer");
-    offset / CHUNK_BYTES..=(offset + len - 1) / CHUNK_BYTES
+    offset / CHUNK_BYTES..(offset + len - 1) / CHUNK_BYTES + 1
 }
 
 impl FaultState {
@@ -236,7 +240,8 @@ impl FaultState {
             latent_rng: stream_rng(seed, Stream::LatentSector),
             read_only_rng: stream_rng(seed, Stream::ReadOnly),
             latent: BTreeSet::new(),
-            touched: BTreeSet::new(),
+            touched: RangeMap::new(),
+            touched_chunks: 0,
             writes_accepted: 0,
             read_only_after: u64::MAX,
             drawn_trigger: None,
@@ -356,7 +361,13 @@ impl FaultState {
 
     /// Bytes of backing store accepted writes have touched.
     pub fn touched_bytes(&self) -> u64 {
-        (self.touched.len() as u64).saturating_mul(CHUNK_BYTES)
+        self.touched_chunks.saturating_mul(CHUNK_BYTES)
+    }
+
+    /// Chunks of `range` no accepted write has touched yet.
+    fn fresh_chunks(&self, range: std::ops::Range<u64>) -> u64 {
+        let seen: u64 = self.touched.overlapping(range.clone()).iter().map(|(r, _)| r.end - r.start).sum();
+        range.end - range.start - seen
     }
 
     pub fn writes_accepted(&self) -> u64 {
@@ -395,7 +406,7 @@ impl FaultState {
             return Err(FaultHit { kind: FaultKind::ReadOnly, error: DeviceError::ReadOnly });
         }
         if self.config.no_space.enabled {
-            let fresh = chunks(offset, len).filter(|chunk| !self.touched.contains(chunk)).count() as u64;
+            let fresh = self.fresh_chunks(chunks(offset, len));
             let after = self.touched_bytes().saturating_add(fresh.saturating_mul(CHUNK_BYTES));
             if fresh > 0 && after > self.config.no_space.budget_bytes {
                 return Err(FaultHit { kind: FaultKind::NoSpace, error: DeviceError::NoSpace });
@@ -413,7 +424,9 @@ impl FaultState {
     /// store and remaps the bad sectors it covers.
     pub fn note_write(&mut self, offset: u64, len: u64) {
         self.writes_accepted = self.writes_accepted.saturating_add(1);
-        self.touched.extend(chunks(offset, len));
+        let range = chunks(offset, len);
+        self.touched_chunks += self.fresh_chunks(range.clone());
+        self.touched.insert(range, ());
         let remapped: Vec<u64> = self.latent.range(sectors(offset, len)).copied().collect();
         for sector in remapped {
             self.latent.remove(&sector);
