@@ -225,8 +225,11 @@ impl<T: Target> Lockstep<T> {
         let (expected, actual) = match op {
             // Generate a write's bytes once for both sides.
             Op::Write { path, offset, len, seed } if *len <= ext4_model::op::MAX_IO_LEN => {
-                let data = &mut self.write_buf;
-                data.resize(*len as usize, 0);
+                let len = *len as usize;
+                if self.write_buf.len() < len {
+                    self.write_buf.resize(len, 0);
+                }
+                let data = &mut self.write_buf[..len];
                 ext4_model::op::pattern_into(*seed, data);
                 (
                     self.model.write(path, *offset, data).map(Reply::Written),
@@ -235,7 +238,7 @@ impl<T: Target> Lockstep<T> {
             }
             _ => (self.model.apply(op), self.target.apply(op)),
         };
-        self.trace.write(format_op(op).as_bytes());
+        std::hash::Hash::hash(op, &mut self.trace);
         hash_outcome(&mut self.trace, &expected);
         self.stats.ops += 1;
         match &expected {
