@@ -240,6 +240,7 @@ impl Target for EngineTarget {
         let mut out = vec![
             ("sim time".to_string(), crate::disk::clock::DisplayNs(stats.elapsed_ns).to_string()),
             ("disk I/O".to_string(), format!("{} reads / {} writes, {} / {} bytes, {} flushes, {} seeks", total.reads, total.writes, total.read_bytes, total.write_bytes, stats.flushes, stats.seeks)),
+            ("store".to_string(), format!("{} MiB of backing store touched", disk.touched_bytes() >> 20)),
         ];
         match self.with_unmounted(|mut dev| {
             let layout = crate::layout::image_layout(&mut dev);
