@@ -221,11 +221,10 @@ impl WriteCache {
     /// else a new one. A buffer that had to grow would be copied by realloc
     /// and a much larger one would leave the next large write none to take.
     fn take_spare(&mut self, len: usize) -> Vec<u8> {
-        let Some(cap) = self.spare.range(len..=len.saturating_mul(2)).next().map(|(&cap, _)| cap) else {
-            return Vec::with_capacity(len);
+        let (&cap, list) = match self.spare.range_mut(len..=len.saturating_mul(2)).next() {
+            Some(fit) => fit,
+            None => return Vec::with_capacity(len),
         };
-        // Lists are removed when emptied, so the one found holds a buffer.
-        let list = self.spare.entry(cap).or_default();
         let buf = list.pop().unwrap_or_default();
         if list.is_empty() {
             self.spare.remove(&cap);

@@ -26,9 +26,8 @@
 
 use std::collections::BTreeSet;
 
-use ext4_model::range_map::RangeMap;
-
 use ext4_engine::device::{DeviceError, SECTOR_SIZE};
+use ext4_model::range_map::RangeMap;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
