@@ -225,7 +225,12 @@ impl Model {
             match &inode.node {
                 Node::File(f) => f.check(bs).map_err(|e| format!("{path} (inode {ino}): {e}"))?,
                 Node::Dir { parent, .. } => {
-                    if ino != ROOT_INO && !self.st.entries(*parent).is_some_and(|e| e.values().any(|c| *c == ino)) {
+                    // The path's last name usually is the entry; scanning a
+                    // large parent for it is the fallback, not the rule.
+                    let named = |e: &std::collections::BTreeMap<String, Ino>| {
+                        sp.components.last().is_some_and(|name| e.get(*name) == Some(&ino)) || e.values().any(|c| *c == ino)
+                    };
+                    if ino != ROOT_INO && !self.st.entries(*parent).is_some_and(named) {
                         return Err(format!("{path}: directory {ino} is not in its parent {parent}"));
                     }
                 }

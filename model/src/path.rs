@@ -37,7 +37,9 @@ impl<'a> SplitPath<'a> {
         }
         // Over-long names are refused when looked up (ext4_lookup), in walk
         // order: see [`check_name`].
-        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        // Sized up front: growing the vector was a measurable share of every op.
+        let mut components = Vec::with_capacity(path.bytes().filter(|&b| b == b'/').count());
+        components.extend(path.split('/').filter(|c| !c.is_empty()));
         let trailing_slash = path.len() > 1 && path.ends_with('/');
         Ok(SplitPath { components, trailing_slash })
     }

@@ -332,7 +332,7 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             }
             if what == "all" || what == "lockstep" {
                 println!("lockstep throughput (ram profile, host time)");
-                match crate::bench::bench_lockstep(factory, lockstep_ops, seeds) {
+                match crate::bench::bench_lockstep(factory, runs, lockstep_ops, seeds) {
                     Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
                     Err(e) => {
                         println!("  failed: {e}");

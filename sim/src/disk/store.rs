@@ -3,6 +3,7 @@
 //! as on a fresh sparse file. Offsets are trusted here; the device checks ranges
 //! before anything reaches the store.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
 use super::hash::ImageHasher;
@@ -38,6 +39,19 @@ fn pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, u
     })
 }
 
+/// A new chunk holding `src` at `within`, zeros elsewhere. A whole chunk is
+/// copied straight in rather than zeroed first.
+fn fresh_chunk(within: usize, src: &[u8]) -> Box<[u8; CHUNK]> {
+    if src.len() == CHUNK {
+        if let Ok(whole) = Box::<[u8]>::from(src).try_into() {
+            return whole;
+        }
+    }
+    let mut chunk = Box::new([0; CHUNK]);
+    chunk[within..within + src.len()].copy_from_slice(src);
+    chunk
+}
+
 impl SparseStore {
     pub fn new() -> SparseStore {
         SparseStore::default()
@@ -56,8 +70,13 @@ impl SparseStore {
 
     pub fn write(&mut self, offset: u64, data: &[u8]) {
         for (index, within, at, take) in pieces(offset, data.len()) {
-            let chunk = self.chunks.entry(index).or_insert_with(|| Box::new([0; CHUNK]));
-            chunk[within..within + take].copy_from_slice(&data[at..at + take]);
+            let src = &data[at..at + take];
+            match self.chunks.entry(index) {
+                Entry::Occupied(mut chunk) => chunk.get_mut()[within..within + take].copy_from_slice(src),
+                Entry::Vacant(slot) => {
+                    slot.insert(fresh_chunk(within, src));
+                }
+            }
         }
     }
 
