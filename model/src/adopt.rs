@@ -3,8 +3,10 @@
 //! debugfs) can be put in lockstep from its first op.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::config::MountConfig;
+use crate::content::Source;
 use crate::data::{Alloc, FileData};
 use crate::durability::{data_ranges, read_range, view_tree, CrashViolation, MAX_CHECKED_BYTES};
 use crate::fs::FileSystem;
@@ -109,17 +111,15 @@ fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result
         return Err(inconsistent(path, format!("{total} bytes of data is more than adoption reads")));
     }
     for range in ranges {
-        let bytes = read_range(fs, path, range.clone())?;
+        let bytes: Arc<[u8]> = read_range(fs, path, range.clone())?.into();
+        // Blocks that read as zeros stay holes in the content; the rest
+        // share the buffer read (neighbouring blocks make one run).
         let mut off = range.start;
         while off < range.end {
-            let b = off / bs;
-            let take = ((b + 1) * bs).min(range.end) - off;
-            let piece = &bytes[(off - range.start) as usize..(off - range.start + take) as usize];
-            if piece.iter().any(|&x| x != 0) {
-                let mut block = file.block_bytes(b, bs as usize);
-                let within = (off % bs) as usize;
-                block[within..within + take as usize].copy_from_slice(piece);
-                file.content.insert(b, block.into());
+            let take = ((off / bs + 1) * bs).min(range.end) - off;
+            let at = (off - range.start) as usize;
+            if bytes[at..at + take as usize].iter().any(|&x| x != 0) {
+                file.content.put(off, take, Source::Literal { bytes: bytes.clone(), at });
             }
             off += take;
         }

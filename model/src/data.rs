@@ -1,14 +1,13 @@
 //! A regular file's contents and block allocation, in logical blocks.
 //!
 //! Contents and allocation are kept apart: `blocks` says what each logical
-//! block is (written, unwritten, delayed), `content` holds the bytes of blocks
-//! that were ever written. A block without content reads as zeros. Bytes past
-//! `size` are always zero, so growing a file never exposes old data.
+//! block is (written, unwritten, delayed), `content` holds the bytes that
+//! were ever written ([`Content`]); everything else reads as zeros. No
+//! content lies past `size`, so growing a file never exposes old data.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Arc;
 
+use crate::content::{Content, Source};
 use crate::op::{fiemap_flags, FiemapExtent};
 use crate::range_map::RangeMap;
 
@@ -43,38 +42,25 @@ impl Alloc {
 pub struct FileData {
     pub size: u64,
     pub blocks: RangeMap<Alloc>,
-    /// Block index -> exactly one block of bytes.
-    pub content: BTreeMap<u64, Arc<[u8]>>,
+    pub content: Content,
 }
 
 pub use crate::vfs::block_span;
 
-impl FileData {
-    /// Bytes of block `b` as read returns them (ignoring size).
-    pub fn block_bytes(&self, b: u64, bs: usize) -> Vec<u8> {
-        match self.content.get(&b) {
-            Some(bytes) => bytes.to_vec(),
-            None => vec![0; bs],
-        }
-    }
+/// Byte range of a block range (saturating: spans may run to `u64::MAX`).
+fn byte_span(span: &Range<u64>, bs: u64) -> Range<u64> {
+    span.start.saturating_mul(bs)..span.end.saturating_mul(bs)
+}
 
-    pub fn read(&self, offset: u64, len: u64, bs: u64) -> Vec<u8> {
+impl FileData {
+    /// Up to `len` bytes at `offset`, as read returns them (none past size).
+    pub fn read(&self, offset: u64, len: u64) -> Vec<u8> {
         if offset >= self.size {
             return Vec::new();
         }
         let end = self.size.min(offset.saturating_add(len));
-        let mut out = Vec::with_capacity((end - offset) as usize);
-        let mut pos = offset;
-        while pos < end {
-            let b = pos / bs;
-            let within = (pos % bs) as usize;
-            let take = ((bs - pos % bs).min(end - pos)) as usize;
-            match self.content.get(&b) {
-                Some(bytes) => out.extend_from_slice(&bytes[within..within + take]),
-                None => out.resize(out.len() + take, 0),
-            }
-            pos += take as u64;
-        }
+        let mut out = vec![0; (end - offset) as usize];
+        self.content.read_into(offset, &mut out);
         out
     }
 
@@ -84,38 +70,16 @@ impl FileData {
         (span.end - span.start) - covered
     }
 
-    /// Copies `data` in at `offset`; holes become `fill` (delayed, unwritten
-    /// or written, as the inode's mode says). Returns blocks newly allocated.
-    pub fn write(&mut self, offset: u64, data: &[u8], bs: u64, fill: Alloc) -> u64 {
-        let span = block_span(offset, data.len() as u64, bs);
+    /// Puts `len` bytes of `source` at `offset`; holes become `fill`
+    /// (delayed, unwritten or written, as the inode's mode says). Returns
+    /// blocks newly allocated.
+    pub fn write(&mut self, offset: u64, len: u64, source: Source, bs: u64, fill: Alloc) -> u64 {
+        let span = block_span(offset, len, bs);
         let new_blocks = self.holes_in(span.clone());
-        let mut pos = offset;
-        let mut src = data;
-        while !src.is_empty() {
-            let b = pos / bs;
-            let within = (pos % bs) as usize;
-            let take = ((bs as usize) - within).min(src.len());
-            let part = &src[..take];
-            // A block no snapshot shares is rewritten in place; a shared or
-            // missing one gets a fresh copy (built straight from the data
-            // when the write covers it whole).
-            match self.content.get_mut(&b).and_then(Arc::get_mut) {
-                Some(block) => block[within..within + take].copy_from_slice(part),
-                None if take == bs as usize => {
-                    self.content.insert(b, Arc::from(part));
-                }
-                None => {
-                    let mut block = self.block_bytes(b, bs as usize);
-                    block[within..within + take].copy_from_slice(part);
-                    self.content.insert(b, block.into());
-                }
-            }
-            src = &src[take..];
-            pos += take as u64;
-        }
+        self.content.put(offset, len, source);
         let existing = self.blocks.overlapping(span.clone());
         self.blocks.insert(span, fill);
-        self.size = self.size.max(offset + data.len() as u64);
+        self.size = self.size.max(offset + len);
         for (r, old) in existing {
             let converts = matches!(old, Alloc::Unwritten | Alloc::Zeroed);
             self.blocks.insert(r.clone(), if converts { Alloc::UnwrittenDirty } else { old });
@@ -149,36 +113,18 @@ impl FileData {
     }
 
     /// Zeroes bytes `[from, to)` of content, keeping allocation as it is.
-    pub fn zero_bytes(&mut self, from: u64, to: u64, bs: u64) {
-        let mut pos = from;
-        while pos < to {
-            let b = pos / bs;
-            let within = (pos % bs) as usize;
-            let take = ((bs - pos % bs).min(to - pos)) as usize;
-            if let Some(bytes) = self.content.get(&b) {
-                let mut block = bytes.to_vec();
-                block[within..within + take].fill(0);
-                if block.iter().all(|&x| x == 0) {
-                    self.content.remove(&b);
-                } else {
-                    self.content.insert(b, block.into());
-                }
-            }
-            pos += take as u64;
-        }
+    pub fn zero_bytes(&mut self, from: u64, to: u64) {
+        self.content.clear(from..to);
     }
 
     /// Drops blocks `span` entirely (allocation and content). Returns blocks freed.
-    pub fn free_blocks(&mut self, span: Range<u64>) -> u64 {
+    pub fn free_blocks(&mut self, span: Range<u64>, bs: u64) -> u64 {
         if span.is_empty() {
             return 0;
         }
         let freed: u64 = self.blocks.overlapping(span.clone()).iter().map(|(r, _)| r.end - r.start).sum();
         self.blocks.remove(span.clone());
-        let doomed: Vec<u64> = self.content.range(span).map(|(b, _)| *b).collect();
-        for b in doomed {
-            self.content.remove(&b);
-        }
+        self.content.clear(byte_span(&span, bs));
         freed
     }
 
@@ -192,16 +138,9 @@ impl FileData {
     }
 
     /// Moves blocks at or after `from` by `delta` blocks, content with them.
-    pub fn shift_blocks(&mut self, from: u64, delta: i64) {
+    pub fn shift_blocks(&mut self, from: u64, delta: i64, bs: u64) {
         self.blocks.shift_from(from, delta);
-        let moved: Vec<(u64, Arc<[u8]>)> = self.content.range(from..).map(|(b, c)| (*b, c.clone())).collect();
-        for (b, _) in &moved {
-            self.content.remove(b);
-        }
-        for (b, c) in moved {
-            let nb = b.checked_add_signed(delta).expect("shift stays in the block space");
-            self.content.insert(nb, c);
-        }
+        self.content.shift_from(from * bs, delta * bs as i64);
     }
 
     /// FIEMAP as the model sees it: one extent per run of equal state, the
@@ -237,22 +176,19 @@ impl FileData {
                 return Err(format!("blocks {r:?} past EOF {} are {a:?}", self.size));
             }
         }
-        // Both maps are in block order: walk the ranges alongside the
-        // content instead of looking every block up.
+        if self.content.end() > self.size {
+            return Err(format!("content runs to byte {}, past size {}", self.content.end(), self.size));
+        }
+        // Content and blocks are both in order: walk them alongside.
         let mut ranges = self.blocks.iter().peekable();
-        for (b, bytes) in &self.content {
-            if bytes.len() as u64 != bs {
-                return Err(format!("block {b} holds {} bytes, not {bs}", bytes.len()));
-            }
-            while ranges.next_if(|(r, _)| r.end <= *b).is_some() {}
-            if ranges.peek().is_none_or(|(r, _)| r.start > *b) {
-                return Err(format!("block {b} has content but no allocation"));
-            }
-            let start = b * bs;
-            if start + bs > self.size {
-                let from = self.size.saturating_sub(start) as usize;
-                if bytes[from..].iter().any(|&x| x != 0) {
-                    return Err(format!("block {b} has non-zero bytes past size {}", self.size));
+        for run in self.content.ranges() {
+            let last = (run.end - 1) / bs;
+            let mut b = run.start / bs;
+            while b <= last {
+                while ranges.next_if(|(r, _)| r.end <= b).is_some() {}
+                match ranges.peek() {
+                    Some((r, _)) if r.start <= b => b = r.end,
+                    _ => return Err(format!("bytes {run:?}: block {b} has content but no allocation")),
                 }
             }
         }
@@ -262,18 +198,21 @@ impl FileData {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
     fn write_read_and_states() {
         let mut f = FileData::default();
-        assert_eq!(f.write(100, &[7; 5000], 4096, Alloc::Delayed), 2);
+        let sevens: Arc<[u8]> = Arc::from(&[7u8; 5000][..]);
+        assert_eq!(f.write(100, 5000, Source::Literal { bytes: sevens, at: 0 }, 4096, Alloc::Delayed), 2);
         assert_eq!(f.size, 5100);
-        assert_eq!(f.read(0, 200, 4096)[99..101], [0, 7]);
-        assert_eq!(f.read(5000, 1000, 4096).len(), 100);
+        assert_eq!(f.read(0, 200)[99..101], [0, 7]);
+        assert_eq!(f.read(5000, 1000).len(), 100);
         assert_eq!(f.blocks.get(1), Some(&Alloc::Delayed));
         f.blocks.insert(2..4, Alloc::Unwritten);
-        f.write(8192, &[1], 4096, Alloc::Delayed);
+        f.write(8192, 1, Source::Pattern { seed: 1, at: 0 }, 4096, Alloc::Delayed);
         assert_eq!(f.blocks.get(2), Some(&Alloc::UnwrittenDirty));
         assert_eq!(f.blocks.get(3), Some(&Alloc::Unwritten));
         f.settle_from(0);
@@ -285,7 +224,7 @@ mod tests {
     #[test]
     fn fiemap_marks_dirty_and_last() {
         let mut f = FileData::default();
-        f.write(0, &[1; 4096], 4096, Alloc::Delayed);
+        f.write(0, 4096, Source::Pattern { seed: 2, at: 0 }, 4096, Alloc::Delayed);
         f.blocks.insert(1..3, Alloc::Unwritten);
         let m = f.fiemap(4096);
         assert_eq!(m.len(), 2);

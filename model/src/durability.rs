@@ -177,7 +177,7 @@ impl Model {
         // Outcomes were checked when the op first ran; replay wants only state.
         let _ = match call {
             Call::Op(op) => self.apply(op).map(|_| ()),
-            Call::Write { path, offset, data } => self.write(path, *offset, data).map(|_| ()),
+            Call::Write { path, offset, data } => self.write_literal(path, *offset, data.clone()).map(|_| ()),
         };
     }
 }
@@ -185,7 +185,7 @@ impl Model {
 fn call_path(call: &Call) -> Option<&str> {
     match call {
         Call::Write { path, .. } => Some(path),
-        Call::Op(Op::Create { path, .. } | Op::Truncate { path, .. } | Op::Fallocate { path, .. }) => Some(path),
+        Call::Op(Op::Create { path, .. } | Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Fallocate { path, .. }) => Some(path),
         _ => None,
     }
 }
@@ -284,8 +284,8 @@ fn describe_difference(a: &TreeView, b: &TreeView) -> (usize, String) {
 }
 
 /// Bytes `[off, off+len)` of a version, zeros past its size.
-fn version_bytes(v: &FileData, off: u64, len: u64, bs: u64) -> Vec<u8> {
-    let mut out = v.read(off, len, bs);
+fn version_bytes(v: &FileData, off: u64, len: u64) -> Vec<u8> {
+    let mut out = v.read(off, len);
     out.resize(len as usize, 0);
     out
 }
@@ -390,7 +390,8 @@ impl CrashEnvelope {
             // Outside these ranges both sides read zeros.
             let mut ranges = data_ranges(recovered, path, *size)?;
             for v in list {
-                ranges.extend(v.content.keys().map(|b| (b * bs).min(*size)..((b + 1) * bs).min(*size)));
+                // Whole blocks: the recovered side may hold anything in them.
+                ranges.extend(v.content.ranges().map(|r| (r.start / bs * bs).min(*size)..r.end.div_ceil(bs).saturating_mul(bs).min(*size)));
             }
             let ranges = merge_ranges(ranges);
             let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
@@ -408,12 +409,12 @@ impl CrashEnvelope {
                     let got = &bytes[at..at + len as usize];
                     let block = off / bs;
                     let stale_allowed = stale_ok && list.first().is_none_or(|v| v.blocks.get(block).is_none());
-                    if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len, bs) == got) {
+                    if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len) == got) {
                         let head = |b: &[u8]| b.iter().take(8).map(|x| format!("{x:02x}")).collect::<String>();
                         let seen: Vec<String> = list
                             .iter()
                             .map(|v| {
-                                let vb = version_bytes(v, off, len, bs);
+                                let vb = version_bytes(v, off, len);
                                 let at = vb.iter().zip(got).position(|(a, b)| a != b).unwrap_or(0);
                                 let around = |b: &[u8]| head(&b[at..]);
                                 format!("size {}: differs from byte {at}: {} vs recovered {}", v.size, around(&vb), around(got))

@@ -84,11 +84,11 @@ impl Model {
         let last_full = end / bs;
         let mut freed = 0;
         if first_full < last_full {
-            freed = file.free_blocks(first_full..last_full);
-            file.zero_bytes(offset, (first_full * bs).min(end), bs);
-            file.zero_bytes((last_full * bs).max(offset), end, bs);
+            freed = file.free_blocks(first_full..last_full, bs);
+            file.zero_bytes(offset, (first_full * bs).min(end));
+            file.zero_bytes((last_full * bs).max(offset), end);
         } else {
-            file.zero_bytes(offset, end, bs);
+            file.zero_bytes(offset, end);
         }
         self.st.used_blocks -= freed;
         if freed > 0 {
@@ -119,7 +119,6 @@ impl Model {
             }
         }
         if first_full < last_full {
-            file.content.retain(|b, _| *b < first_full || *b >= last_full);
             let held = file.blocks.overlapping(first_full..last_full);
             file.blocks.insert(first_full..last_full, Alloc::Unwritten);
             for (r, a) in held {
@@ -128,7 +127,7 @@ impl Model {
                 }
             }
         }
-        file.zero_bytes(offset, end, bs);
+        file.zero_bytes(offset, end);
         file.size = new_size;
         self.st.used_blocks += new_blocks;
         self.touch_datasync(ino);
@@ -161,8 +160,8 @@ impl Model {
         let bs = self.bs();
         let (first, count) = (offset / bs, len / bs);
         let file = self.file_mut(ino);
-        let freed = file.free_blocks(first..first + count);
-        file.shift_blocks(first + count, -(count as i64));
+        let freed = file.free_blocks(first..first + count, bs);
+        file.shift_blocks(first + count, -(count as i64), bs);
         file.size -= len;
         self.st.used_blocks -= freed;
         self.touch_datasync(ino);
@@ -180,7 +179,7 @@ impl Model {
         self.writeback_from(ino, offset);
         let bs = self.bs();
         let file = self.file_mut(ino);
-        file.shift_blocks(offset / bs, (len / bs) as i64);
+        file.shift_blocks(offset / bs, (len / bs) as i64, bs);
         file.size += len;
         self.touch_datasync(ino);
         Ok(())

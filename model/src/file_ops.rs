@@ -1,6 +1,7 @@
 //! Data operations: write, read, truncate, the sync family, FIEMAP and the
 //! per-inode journaling flag.
 
+use crate::content::Source;
 use crate::vfs::{block_span, LOFF_MAX};
 use crate::model::Model;
 use crate::op::{inode_flags, FiemapExtent};
@@ -8,13 +9,13 @@ use crate::state::{Ino, Node};
 use crate::Errno;
 
 impl Model {
-    pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+    /// pwrite of `len` bytes of `source` (fewer at the size limit).
+    pub(crate) fn do_write(&mut self, path: &str, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
         let ino = self.open_for_write(path)?;
-        let count = crate::vfs::write_count(offset, data.len(), self.mount.max_file_size())?;
+        let count = crate::vfs::write_count(offset, len, self.mount.max_file_size())?;
         if count == 0 {
             return Ok(0);
         }
-        let data = &data[..count];
         let bs = self.bs();
         let fill = self.write_fill(ino);
         let span = block_span(offset, count as u64, bs);
@@ -23,7 +24,7 @@ impl Model {
         self.reserve_blocks(new_blocks)?;
         let old_size = file.size;
         let file = self.file_mut(ino);
-        file.write(offset, data, bs, fill);
+        file.write(offset, count as u64, source, bs, fill);
         let grew = file.size != old_size;
         self.st.used_blocks += new_blocks;
         if grew || new_blocks > 0 {
@@ -38,7 +39,7 @@ impl Model {
         if offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
-        Ok(file.read(offset, len as u64, self.bs()))
+        Ok(file.read(offset, len as u64))
     }
 
     pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
@@ -59,8 +60,8 @@ impl Model {
         // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
         if size <= old {
             let keep = size.div_ceil(bs);
-            let freed = file.free_blocks(keep..u64::MAX);
-            file.zero_bytes(size, keep * bs, bs);
+            let freed = file.free_blocks(keep..u64::MAX, bs);
+            file.zero_bytes(size, keep * bs);
             file.size = size;
             self.st.used_blocks -= freed;
         } else {

@@ -18,6 +18,11 @@ pub trait FileSystem {
     fn stat(&mut self, path: &str) -> Result<Stat, Errno>;
     /// Returns the number of bytes written (short at the file size limit).
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno>;
+    /// pwrite of [`pattern`]`(seed, len)` at `offset`. An implementation that
+    /// can keep a pattern by reference instead of its bytes overrides this.
+    fn write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.write(path, offset, &pattern(seed, len as usize))
+    }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno>;
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno>;
     fn fsync(&mut self, path: &str) -> Result<(), Errno>;
@@ -46,7 +51,7 @@ pub trait FileSystem {
                 if *len > MAX_IO_LEN {
                     return Err(Errno::EINVAL);
                 }
-                self.write(path, *offset, &pattern(*seed, *len as usize)).map(Reply::Written)
+                self.write_pattern(path, *offset, *len, *seed).map(Reply::Written)
             }
             Op::Read { path, offset, len } => {
                 if *len > MAX_IO_LEN {

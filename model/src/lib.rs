@@ -9,6 +9,7 @@
 pub mod adopt;
 pub mod agree;
 pub mod config;
+pub mod content;
 pub mod data;
 pub mod durability;
 mod errno;
@@ -19,6 +20,7 @@ pub mod model;
 mod namespace;
 pub mod op;
 pub mod path;
+pub mod pattern;
 pub mod range_map;
 pub mod state;
 pub mod strategy;

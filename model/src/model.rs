@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::content::Source;
 use crate::config::{ConfigError, EffectiveMount, InodeJournalMode, MountConfig};
 use crate::data::{Alloc, FileData};
 use crate::durability::CrashLog;
@@ -85,6 +86,14 @@ impl Model {
         if let Some(log) = &mut self.log {
             log.calls.push(call());
         }
+    }
+
+    /// pwrite of a shared buffer: the model keeps it without a copy, and so
+    /// does the crash log.
+    pub(crate) fn write_literal(&mut self, path: &str, offset: u64, bytes: Arc<[u8]>) -> Result<u64, Errno> {
+        let len = bytes.len();
+        self.record(|| Call::Write { path: path.into(), offset, data: bytes.clone() });
+        self.do_write(path, offset, len, Source::Literal { bytes, at: 0 })
     }
 
     pub(crate) fn writable(&self) -> Result<(), Errno> {
@@ -365,8 +374,11 @@ impl FileSystem for Model {
         Ok(self.stat_of(ino))
     }
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        self.record(|| Call::Write { path: path.into(), offset, data: data.into() });
-        self.do_write(path, offset, data)
+        self.write_literal(path, offset, data.into())
+    }
+    fn write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.record(|| Call::Op(Op::Write { path: path.into(), offset, len, seed }));
+        self.do_write(path, offset, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         self.do_read(path, offset, len)

@@ -8,6 +8,8 @@ use std::fmt;
 
 use crate::Errno;
 
+pub use crate::pattern::{pattern, pattern_into};
+
 /// Longest file name component (EXT4_NAME_LEN).
 pub const NAME_MAX: usize = 255;
 /// Longest path including its NUL (PATH_MAX).
@@ -197,64 +199,6 @@ impl OpKind {
     ];
 }
 
-/// The bytes a [`Op::Write`] carries: the same (seed, len) always gives the
-/// same bytes, a shorter write is a prefix of a longer one, and no two 4 KiB
-/// pieces of a write (or of two writes) are alike, so misplaced or shifted
-/// data shows.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    pattern_into(seed, &mut out);
-    out
-}
-
-/// Bytes per piece of [`pattern`]: the first piece is a splitmix64 stream,
-/// each later one that piece XOR a word drawn for it. Filling at copy speed
-/// matters: writes average tens of KiB and this runs for every one.
-const PATTERN_PIECE: usize = 4096;
-
-/// One splitmix64 output.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Fills `out` with [`pattern`]`(seed, out.len())`, so a caller can reuse
-/// one buffer for every write.
-pub fn pattern_into(seed: u64, out: &mut [u8]) {
-    let (head, rest) = out.split_at_mut(out.len().min(PATTERN_PIECE));
-    let mut state = seed;
-    // Whole words by fixed-size stores: a tail-sized copy per word would be a
-    // memcpy call each.
-    let mut words = head.chunks_exact_mut(8);
-    for word in &mut words {
-        word.copy_from_slice(&splitmix64(&mut state).to_le_bytes());
-    }
-    let tail = words.into_remainder();
-    let n = tail.len();
-    tail.copy_from_slice(&splitmix64(&mut state).to_le_bytes()[..n]);
-    // A stream of its own for the piece words, so they are not head words.
-    let mut piece_state = !seed;
-    for piece in rest.chunks_mut(PATTERN_PIECE) {
-        let salt = splitmix64(&mut piece_state);
-        let piece_len = piece.len();
-        // `head` is a whole piece here, so words line up.
-        let mut words = piece.chunks_exact_mut(8);
-        for (word, first) in (&mut words).zip(head.chunks_exact(8)) {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(first);
-            word.copy_from_slice(&(u64::from_le_bytes(w) ^ salt).to_le_bytes());
-        }
-        let tail = words.into_remainder();
-        let at = piece_len - tail.len();
-        for ((byte, &first), s) in tail.iter_mut().zip(&head[at..]).zip(salt.to_le_bytes()) {
-            *byte = first ^ s;
-        }
-    }
-}
-
 /// File type as readdir and stat report it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, arbitrary::Arbitrary)]
 pub enum FileKind {
@@ -352,29 +296,6 @@ pub type Outcome = Result<Reply, Errno>;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pattern_is_deterministic_and_seed_dependent() {
-        assert_eq!(pattern(7, 100), pattern(7, 100));
-        assert_ne!(pattern(7, 100), pattern(8, 100));
-        assert_eq!(&pattern(7, 100)[..13], &pattern(7, 13)[..]);
-        assert_eq!(pattern(1, 0), Vec::<u8>::new());
-        // Across piece boundaries too, and with a ragged last piece.
-        assert_eq!(&pattern(7, 20_000)[..9_003], &pattern(7, 9_003)[..]);
-    }
-
-    #[test]
-    fn no_two_pieces_of_a_pattern_are_alike() {
-        let p = pattern(3, 16 * PATTERN_PIECE);
-        let q = pattern(4, 16 * PATTERN_PIECE);
-        let mut pieces: Vec<&[u8]> = p.chunks(PATTERN_PIECE).chain(q.chunks(PATTERN_PIECE)).collect();
-        // Also a piece shifted by one word within itself.
-        pieces.push(&p[8..8 + PATTERN_PIECE]);
-        let n = pieces.len();
-        pieces.sort();
-        pieces.dedup();
-        assert_eq!(pieces.len(), n);
-    }
 
     #[test]
     fn kinds_cover_every_op() {

@@ -223,16 +223,17 @@ impl<T: Target> Lockstep<T> {
         self.faults_before = self.target.faults_seen();
         self.envelope_before = self.target.faults_enabled().then(|| self.model.crash_envelope());
         let (expected, actual) = match op {
-            // Generate a write's bytes once for both sides.
+            // The model keeps a write's pattern by reference; the target gets
+            // its bytes in a buffer reused for every write.
             Op::Write { path, offset, len, seed } if *len <= ext4_model::op::MAX_IO_LEN => {
-                let len = *len as usize;
-                if self.write_buf.len() < len {
-                    self.write_buf.resize(len, 0);
+                let bytes = *len as usize;
+                if self.write_buf.len() < bytes {
+                    self.write_buf.resize(bytes, 0);
                 }
-                let data = &mut self.write_buf[..len];
+                let data = &mut self.write_buf[..bytes];
                 ext4_model::op::pattern_into(*seed, data);
                 (
-                    self.model.write(path, *offset, data).map(Reply::Written),
+                    self.model.write_pattern(path, *offset, *len, *seed).map(Reply::Written),
                     self.target.write(path, *offset, data).map(Reply::Written),
                 )
             }
