@@ -194,6 +194,10 @@ impl Target for EngineTarget {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
         let mut dev = fs.into_device_dropping_caches();
         let _ = dev.set_faults(FaultConfig::NONE);
+        // The model adopts what this mount shows as durable: so it must be.
+        // Flushing what the device already took is the crash in which its
+        // cache survived whole, one the runner's check allows.
+        dev.flush().map_err(|e| format!("flush after fault: {e}"))?;
         self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after fault: {e}"))?);
         self.hold_faults(self.held);
         Ok(())
