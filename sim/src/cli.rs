@@ -207,9 +207,7 @@ pub fn main_with<F: TargetFactory + Sync>(factory: F) -> ExitCode {
         Command::Oracle(args) => return crate::oracle::cli::oracle_main(args),
         Command::OracleGuest => return ExitCode::from(crate::oracle::guest::guest_main().clamp(0, 255) as u8),
         Command::OracleExec { dir } => return ExitCode::from(crate::oracle::syscalls::exec_main(&dir).clamp(0, 255) as u8),
-        // Oracle processes run in a guest or against a kernel; only
-        // simulations hold enough memory for huge pages to matter.
-        _ => crate::heap::use_huge_pages(),
+        _ => {}
     }
     match run_cli(&factory, cli) {
         Ok(true) => ExitCode::SUCCESS,
