@@ -42,11 +42,14 @@ impl Source {
         }
     }
 
-    /// Fills `out` with the source's first `out.len()` bytes.
-    fn fill(&self, out: &mut [u8]) {
+    /// Fills `out` with the source's bytes from `skip` on.
+    fn fill(&self, skip: u64, out: &mut [u8]) {
         match self {
-            Source::Pattern { seed, at } => pattern_at(*seed, *at, out),
-            Source::Literal { bytes, at } => out.copy_from_slice(&bytes[*at..*at + out.len()]),
+            Source::Pattern { seed, at } => pattern_at(*seed, at + skip, out),
+            Source::Literal { bytes, at } => {
+                let from = at + skip as usize;
+                out.copy_from_slice(&bytes[from..from + out.len()]);
+            }
         }
     }
 
@@ -117,7 +120,7 @@ impl Content {
                 continue;
             }
             out[(pos - offset) as usize..(lo - offset) as usize].fill(0);
-            source.advanced(lo - start).fill(&mut out[(lo - offset) as usize..(hi - offset) as usize]);
+            source.fill(lo - start, &mut out[(lo - offset) as usize..(hi - offset) as usize]);
             pos = hi;
         }
         out[(pos - offset) as usize..].fill(0);
