@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use clap::{Args, Parser, Subcommand};
 use ext4_model::MountConfig;
 
-use crate::driver::{run_seed, shrink_failure, RunResult, RunSpec, TargetFactory};
+use crate::driver::{run_seed, shrink_failure, RunResult, RunSpec, ShrunkTrace, TargetFactory};
 use crate::lockstep::Target as _;
 use crate::mount_opts::parse_mount_opts;
 use crate::report::{json, summary};
@@ -183,11 +183,13 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// Shrinks a failure, writes its trace, and prints how to reproduce it.
 fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path::Path) -> String {
     let mut out = String::new();
-    if let Some((trace, runs)) = shrink_failure(factory, r) {
+    if let Some(shrunk) = shrink_failure(factory, r) {
+        let ShrunkTrace { trace, runs, budget_spent } = shrunk;
         let path = dir.join(format!("ext4sim-seed{}.trace", r.spec.seed));
         match std::fs::write(&path, trace.to_text()) {
             Ok(()) => {
-                out.push_str(&format!("  shrunk      {} steps -> {} steps in {runs} runs\n", r.steps.len(), trace.steps.len()));
+                let spent = if budget_spent { " (budget spent: `ext4sim shrink` on the trace goes on)" } else { "" };
+                out.push_str(&format!("  shrunk      {} steps -> {} steps in {runs} runs{spent}\n", r.steps.len(), trace.steps.len()));
                 for step in &trace.steps {
                     out.push_str(&format!("    {}\n", crate::trace::format_step(step)));
                 }

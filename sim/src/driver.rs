@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::lockstep::{Failure, Lockstep, OpStats, Target};
 use crate::mount_opts::format_mount_opts;
-use crate::shrink::{shrink, simpler_step};
+use crate::shrink::{drop_by_class, shrink, simpler_step};
 use crate::trace::{Step, Trace};
 use crate::scheduler::Tasks;
 use crate::workload::WorkloadConfig;
@@ -109,6 +109,9 @@ pub struct RunResult {
     pub enabled_kinds: Vec<OpKind>,
     /// Ops each task ran (one entry per task).
     pub task_ops: Vec<u64>,
+    /// Indices into `steps` of ops the model answered with an errno: the
+    /// first thing a shrink tries to drop.
+    pub errored_steps: Vec<usize>,
 }
 
 /// Where steps come from: the seeded generator, or a fixed list.
@@ -141,6 +144,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
         None => Source::Generated(Box::new(workload)),
     };
     let mut ran: Vec<Step> = Vec::new();
+    let mut errored_steps = Vec::new();
     let mut failure = None;
     let mut ops_run = 0u64;
     loop {
@@ -194,7 +198,12 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
             }
         }
         let outcome = match stepped {
-            Ok(o) => o,
+            Ok(o) => {
+                if o.is_err() {
+                    errored_steps.push(ran.len() - 1);
+                }
+                o
+            }
             Err(f) => {
                 failure = Some(f);
                 break;
@@ -249,7 +258,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let trace_hash = ls.trace_hash();
     let image_hash = ls.target.image_hash();
     let report = ls.target.report();
-    let result = RunResult { spec: spec.clone(), steps: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds, task_ops };
+    let result = RunResult { spec: spec.clone(), steps: ran, stats: ls.stats, failure, trace_hash, image_hash, report, enabled_kinds, task_ops, errored_steps };
     Ok((result, ls.target))
 }
 
@@ -274,15 +283,26 @@ pub fn run_ops<F: TargetFactory>(factory: &F, spec: &RunSpec, ops: &[Op]) -> Res
     run_steps(factory, spec, &steps)
 }
 
+/// A failure's shrunk trace and what shrinking it cost.
+#[derive(Debug)]
+pub struct ShrunkTrace {
+    pub trace: Trace,
+    pub runs: usize,
+    /// The shrink budget ran out: `ext4sim shrink` on the trace goes on.
+    pub budget_spent: bool,
+}
+
 /// Shrinks a failing run to a minimal trace that fails the same way.
-pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Option<(Trace, usize)> {
+pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Option<ShrunkTrace> {
     let failure = result.failure.as_ref()?;
-    let (steps, runs) = shrink(&result.steps, simpler_step, |candidate| {
+    let mut fails = |candidate: &[Step]| {
         run_steps(factory, &result.spec, candidate)
             .ok()
             .and_then(|r| r.failure)
             .is_some_and(|f| f.same_kind(failure))
-    });
+    };
+    let (start, hinted) = drop_by_class(&result.steps, &result.errored_steps, &mut fails);
+    let found = shrink(&start, simpler_step, fails);
     let spec = &result.spec;
     let trace = Trace {
         seed: spec.seed,
@@ -293,7 +313,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         faults: spec.faults.clone(),
         tasks: spec.tasks,
         disk_bytes: spec.disk_bytes,
-        steps,
+        steps: found.items,
     };
-    Some((trace, runs))
+    Some(ShrunkTrace { trace, runs: hinted + found.runs, budget_spent: found.budget_spent })
 }

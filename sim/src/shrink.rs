@@ -2,12 +2,17 @@
 //! way: delta debugging (drop chunks, halving their size), then single ops,
 //! then simpler arguments. Every step re-runs from a fresh model and target.
 
+use std::collections::BTreeSet;
+
 use ext4_model::Op;
 
 use crate::trace::Step;
 
 /// Upper bound on re-runs one shrink may spend.
 pub const MAX_SHRINK_RUNS: usize = 4000;
+/// Upper bound on steps all re-runs of one shrink replay together: about
+/// three minutes for a long trace full of crashes, whose re-runs cost most.
+pub const MAX_SHRINK_STEPS: usize = 3_000_000;
 
 /// A smaller version of one step, if it has one: writes and reads halve.
 pub fn simpler_step(step: &Step) -> Option<Step> {
@@ -20,21 +25,75 @@ pub fn simpler_step(step: &Step) -> Option<Step> {
     }
 }
 
-/// Returns a subsequence of `ops` for which `fails` still holds, and the
-/// number of runs spent. `fails(ops)` must be true on entry.
-pub fn shrink<T: Clone>(ops: &[T], simpler: impl Fn(&T) -> Option<T>, mut fails: impl FnMut(&[T]) -> bool) -> (Vec<T>, usize) {
-    let mut current = ops.to_vec();
+/// Ops that only look: dropping them changes no state a later step sees
+/// (a FIEMAP with sync writes back, so it is not one of them).
+fn only_looks(op: &Op) -> bool {
+    matches!(op, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. })
+}
+
+/// The first cut, before delta debugging: a long random run is mostly ops
+/// that failed or only looked, and ddmin's halves seldom drop those without
+/// dropping one of the few that matter. Tries dropping them by class, all at
+/// once (with the fault steps aimed at them; never the last step, where the
+/// failure showed). `errored` indexes ops whose answer was an errno. Returns
+/// the steps to go on from and the runs spent.
+pub fn drop_by_class(steps: &[Step], errored: &[usize], mut fails: impl FnMut(&[Step]) -> bool) -> (Vec<Step>, usize) {
+    let errored: BTreeSet<usize> = errored.iter().copied().collect();
+    let looks = |i: usize| matches!(&steps[i], Step::Op(op) if only_looks(op));
+    let classes: [&dyn Fn(usize) -> bool; 3] = [&|i| errored.contains(&i) || looks(i), &|i| errored.contains(&i), &looks];
     let mut runs = 0;
+    for class in classes {
+        let mut dropped = vec![false; steps.len()];
+        for i in (0..steps.len().saturating_sub(1)).filter(|&i| class(i)) {
+            dropped[i] = true;
+            // A fault step fires in the op after it.
+            for j in (0..i).rev().take_while(|&j| matches!(steps[j], Step::Fault(_))) {
+                dropped[j] = true;
+            }
+        }
+        let kept: Vec<Step> = steps.iter().zip(&dropped).filter(|(_, d)| !**d).map(|(s, _)| s.clone()).collect();
+        if kept.len() == steps.len() {
+            continue;
+        }
+        runs += 1;
+        if fails(&kept) {
+            return (kept, runs);
+        }
+    }
+    (steps.to_vec(), runs)
+}
+
+/// What a shrink found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shrunk<T> {
+    /// The smallest list found that still fails.
+    pub items: Vec<T>,
+    /// Re-runs spent.
+    pub runs: usize,
+    /// True when the budget ran out first: shrinking the result again may
+    /// find more.
+    pub budget_spent: bool,
+}
+
+/// Returns a subsequence of `ops` for which `fails` still holds. `fails(ops)`
+/// must be true on entry. The work is bounded by [`MAX_SHRINK_RUNS`] and by
+/// [`MAX_SHRINK_STEPS`] items replayed in all, not by time, so the same
+/// failure shrinks to the same result on any machine.
+pub fn shrink<T: Clone>(ops: &[T], simpler: impl Fn(&T) -> Option<T>, mut fails: impl FnMut(&[T]) -> bool) -> Shrunk<T> {
+    let mut current = ops.to_vec();
+    let mut spent = Spent::default();
     let mut chunk = current.len().div_ceil(2).max(1);
-    while chunk >= 1 && runs < MAX_SHRINK_RUNS {
+    'ddmin: while chunk >= 1 {
         let mut removed_any = false;
         let mut start = 0;
-        while start < current.len() && runs < MAX_SHRINK_RUNS {
+        while start < current.len() {
+            if spent.exhausted() {
+                break 'ddmin;
+            }
             let end = (start + chunk).min(current.len());
             let mut candidate = current[..start].to_vec();
             candidate.extend_from_slice(&current[end..]);
-            runs += 1;
-            if fails(&candidate) {
+            if spent.try_one(&candidate, &mut fails) {
                 current = candidate;
                 removed_any = true;
             } else {
@@ -50,19 +109,37 @@ pub fn shrink<T: Clone>(ops: &[T], simpler: impl Fn(&T) -> Option<T>, mut fails:
     }
     // Smaller writes and reads make a trace easier to read.
     for i in 0..current.len() {
-        if runs >= MAX_SHRINK_RUNS {
+        if spent.exhausted() {
             break;
         }
         if let Some(op) = simpler(&current[i]) {
             let mut candidate = current.clone();
             candidate[i] = op;
-            runs += 1;
-            if fails(&candidate) {
+            if spent.try_one(&candidate, &mut fails) {
                 current = candidate;
             }
         }
     }
-    (current, runs)
+    Shrunk { items: current, runs: spent.runs, budget_spent: spent.exhausted() }
+}
+
+/// What a shrink has spent of its budget.
+#[derive(Default)]
+struct Spent {
+    runs: usize,
+    replayed: usize,
+}
+
+impl Spent {
+    fn exhausted(&self) -> bool {
+        self.runs >= MAX_SHRINK_RUNS || self.replayed >= MAX_SHRINK_STEPS
+    }
+
+    fn try_one<T>(&mut self, candidate: &[T], fails: &mut impl FnMut(&[T]) -> bool) -> bool {
+        self.runs += 1;
+        self.replayed += candidate.len();
+        fails(candidate)
+    }
 }
 
 /// Delta debugging for an expensive judge that prefers many candidates at
@@ -101,9 +178,9 @@ mod tests {
     fn finds_the_two_ops_that_matter() {
         let ops: Vec<Op> = (0..200).map(|i| Op::Stat { path: format!("/{i}") }).collect();
         let needs = |o: &[Op]| o.contains(&ops[37]) && o.contains(&ops[150]);
-        let (small, runs) = shrink(&ops, |_| None, needs);
-        assert_eq!(small, vec![ops[37].clone(), ops[150].clone()]);
-        assert!(runs < 200, "{runs} runs");
+        let found = shrink(&ops, |_| None, needs);
+        assert_eq!(found.items, vec![ops[37].clone(), ops[150].clone()]);
+        assert!(found.runs < 200 && !found.budget_spent, "{} runs", found.runs);
     }
 
     #[test]
@@ -119,9 +196,54 @@ mod tests {
     }
 
     #[test]
+    fn failed_and_looking_ops_go_first_in_one_run() {
+        let stat = |i: u32| Step::Op(Op::Stat { path: format!("/s{i}") });
+        let create = |i: u32| Step::Op(Op::Create { path: format!("/c{i}"), perm: 0o644 });
+        let fault = Step::Fault(crate::disk::FaultEvent { kind: crate::disk::ScriptedFault::Read, command: 0, sector: 0 });
+        // Creates 1..=4 matter; odd ones "failed"; stats only look; the
+        // fault aims at create 5, which failed, so it goes with it.
+        let mut steps = Vec::new();
+        for i in 0..10 {
+            if i == 5 {
+                steps.push(fault.clone());
+            }
+            steps.push(create(i));
+            steps.push(stat(i));
+        }
+        let errored: Vec<usize> = steps.iter().enumerate().filter(|(_, s)| matches!(s, Step::Op(Op::Create { path, .. }) if path.ends_with(['5', '7', '9']))).map(|(i, _)| i).collect();
+        let needs = |s: &[Step]| (1..=4).all(|i| s.contains(&create(i)));
+        let (kept, runs) = drop_by_class(&steps, &errored, needs);
+        assert_eq!(runs, 1);
+        let mut want: Vec<Step> = [0, 1, 2, 3, 4, 6, 8].into_iter().map(create).collect();
+        // The last step stays, whatever its class.
+        want.push(stat(9));
+        assert_eq!(kept, want);
+        // When dropping a class loses the failure, the next one is tried.
+        let needs_stat = |s: &[Step]| s.contains(&stat(2)) && s.contains(&create(1));
+        let (kept, runs) = drop_by_class(&steps, &errored, needs_stat);
+        assert_eq!(runs, 2);
+        assert!(kept.contains(&stat(2)) && !kept.contains(&create(5)) && !kept.contains(&fault));
+    }
+
+    #[test]
+    fn the_budget_counts_items_replayed() {
+        // Each candidate costs its length: a long list stops on the step
+        // budget, long before the run budget, with what it found so far.
+        let ops: Vec<u32> = (0..1_000_000).collect();
+        let ends = |o: &[u32], last: u32| o.first() == Some(&0) && o.last() == Some(&last);
+        let found = shrink(&ops, |_| None, |o| ends(o, 999_999));
+        assert!(found.budget_spent);
+        assert!(found.runs < 40, "{} runs", found.runs);
+        assert!(found.items.len() > 2 && found.items.len() < ops.len() && ends(&found.items, 999_999));
+        // The same judge on a short list finishes within budget.
+        let found = shrink(&ops[..1000], |_| None, |o| ends(o, 999));
+        assert_eq!((found.items, found.budget_spent), (vec![0, 999], false));
+    }
+
+    #[test]
     fn halves_write_lengths_while_failing() {
         let ops = vec![Step::Op(Op::Write { path: "/a".into(), offset: 0, len: 1000, seed: 1 })];
-        let (small, _) = shrink(&ops, simpler_step, |o| matches!(o.first(), Some(Step::Op(Op::Write { len, .. })) if *len >= 100));
-        assert_eq!(small, vec![Step::Op(Op::Write { path: "/a".into(), offset: 0, len: 500, seed: 1 })]);
+        let found = shrink(&ops, simpler_step, |o| matches!(o.first(), Some(Step::Op(Op::Write { len, .. })) if *len >= 100));
+        assert_eq!(found.items, vec![Step::Op(Op::Write { path: "/a".into(), offset: 0, len: 500, seed: 1 })]);
     }
 }

@@ -26,7 +26,8 @@ fn injected_engine_bug_is_caught_shrunk_and_replayed() {
         .find(|r| r.failure.is_some())
         .expect("some seed reads to EOF after a truncate");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Read { .. })));
-    let (trace, runs) = shrink_failure(&Buggy, &failing).unwrap();
+    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&Buggy, &failing).unwrap();
+    assert!(!budget_spent);
     assert!(trace.steps.len() <= 5, "shrunk to {} steps in {runs} runs: {:?}", trace.steps.len(), trace.steps);
     let back = Trace::parse(&trace.to_text()).unwrap();
     let spec = RunSpec::from_trace(&back).unwrap();

@@ -79,7 +79,8 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
         .find(|r| r.failure.is_some())
         .expect("some seed trips the injected bug");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, Op::Read { .. })));
-    let (trace, runs) = shrink_failure(&factory, &failing).unwrap();
+    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&factory, &failing).unwrap();
+    assert!(!budget_spent);
     assert!(trace.steps.len() <= 4, "shrunk to {} steps after {runs} runs: {:?}", trace.steps.len(), trace.steps);
     // The trace file is the whole repro.
     let text = trace.to_text();
