@@ -183,8 +183,7 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// Shrinks a failure, writes its trace, and prints how to reproduce it.
 fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path::Path) -> String {
     let mut out = String::new();
-    if let Some(shrunk) = shrink_failure(factory, r) {
-        let ShrunkTrace { trace, runs, budget_spent } = shrunk;
+    if let Some(ShrunkTrace { trace, runs, budget_spent }) = shrink_failure(factory, r) {
         let path = dir.join(format!("ext4sim-seed{}.trace", r.spec.seed));
         match std::fs::write(&path, trace.to_text()) {
             Ok(()) => {
