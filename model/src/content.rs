@@ -14,6 +14,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use crate::pattern::pattern_at;
+use crate::range_map::shift_entries;
 
 /// Where a run's bytes come from: its first byte is the source's first.
 #[derive(Clone)]
@@ -130,16 +131,7 @@ impl Content {
     /// The caller clears what a downward move lands on.
     pub fn shift_from(&mut self, from: u64, delta: i64) {
         self.split_at(from);
-        let moved: Vec<(u64, (u64, Source))> = self.runs.range(from..).map(|(s, r)| (*s, r.clone())).collect();
-        for (s, _) in &moved {
-            self.runs.remove(s);
-        }
-        for (s, (e, source)) in moved {
-            let ns = s.checked_add_signed(delta).expect("shift keeps runs in u64");
-            let ne = e.checked_add_signed(delta).expect("shift keeps runs in u64");
-            debug_assert!(self.runs.range(..ne).next_back().is_none_or(|(_, (pe, _))| *pe <= ns), "shift onto a run");
-            self.runs.insert(ns, (ne, source));
-        }
+        shift_entries(&mut self.runs, from, delta);
     }
 
     /// The byte ranges runs cover, in order.

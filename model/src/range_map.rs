@@ -81,16 +81,7 @@ impl<V: Clone + Eq> RangeMap<V> {
     /// The caller clears the range that would be overwritten.
     pub fn shift_from(&mut self, from: u64, delta: i64) {
         self.split_at(from);
-        let moved: Vec<(u64, (u64, V))> = self.ranges.range(from..).map(|(s, r)| (*s, r.clone())).collect();
-        for (s, _) in &moved {
-            self.ranges.remove(s);
-        }
-        for (s, (e, v)) in moved {
-            let ns = s.checked_add_signed(delta).expect("shift keeps ranges in u64");
-            let ne = e.checked_add_signed(delta).expect("shift keeps ranges in u64");
-            debug_assert!(self.overlapping(ns..ne).is_empty(), "shift onto occupied range");
-            self.ranges.insert(ns, (ne, v));
-        }
+        shift_entries(&mut self.ranges, from, delta);
         let starts: Vec<u64> = self.ranges.keys().copied().collect();
         for s in starts {
             if self.ranges.contains_key(&s) {
@@ -135,6 +126,18 @@ impl<V: Clone + Eq> RangeMap<V> {
             }
         }
         self.ranges.insert(start, (end, value));
+    }
+}
+
+/// Moves every entry of a start -> (end, value) map that starts at or after
+/// `from` by `delta`. The caller has split any entry across `from` and
+/// cleared what a downward move lands on.
+pub(crate) fn shift_entries<V>(map: &mut BTreeMap<u64, (u64, V)>, from: u64, delta: i64) {
+    for (s, (e, v)) in map.split_off(&from) {
+        let ns = s.checked_add_signed(delta).expect("shift keeps ranges in u64");
+        let ne = e.checked_add_signed(delta).expect("shift keeps ranges in u64");
+        debug_assert!(map.range(..ne).next_back().is_none_or(|(_, (pe, _))| *pe <= ns), "shift onto an occupied range");
+        map.insert(ns, (ne, v));
     }
 }
 
