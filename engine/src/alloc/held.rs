@@ -46,11 +46,45 @@ impl Allocator {
         std::mem::take(&mut self.freed)
     }
 
-    /// The transaction that freed the held blocks committed: reusable now.
+    /// Every transaction that freed held blocks committed: reusable now.
     pub fn release_held(&mut self) {
         self.held.clear();
         self.held_blocks = 0;
         self.freed.clear();
+    }
+
+    /// The committing transaction committed: the blocks it freed are
+    /// reusable. Those freed since it closed (still listed for the running
+    /// transaction's revokes) stay held until that one commits.
+    pub fn release_committed(&mut self) {
+        self.held.clear();
+        self.held_blocks = 0;
+        for (start, len) in self.freed.clone() {
+            self.hold_again(start, len);
+        }
+    }
+
+    /// Holds `start..start + len` (free in the bitmaps) once more.
+    fn hold_again(&mut self, start: BlockNumber, len: u64) {
+        let end = start.saturating_add(len);
+        let mut b = start;
+        while b < end {
+            let Some(g) = self.geo.group_of_block(b) else { return };
+            let gstart = self.geo.group_first_block(g);
+            let piece_end = end.min(gstart + u64::from(self.geo.group_len(g)));
+            let (lo, hi) = ((b - gstart) as usize, (piece_end - gstart) as usize);
+            if let Some(Some(real)) = self.block_bitmaps.get(g as usize) {
+                let view = self.held.entry(g).or_insert_with(|| real.clone());
+                for i in lo..hi {
+                    // A block freed since and taken again is not held.
+                    if !real.get(i) && !view.get(i) {
+                        view.set(i);
+                        self.held_blocks += 1;
+                    }
+                }
+            }
+            b = piece_end;
+        }
     }
 
     /// The bitmap allocation scans in group `g`.
@@ -121,6 +155,35 @@ mod tests {
         a.release_held();
         let (t, _) = a.alloc_blocks(&mut dev, s, 8).unwrap().unwrap();
         assert_eq!(t, s, "after the commit the goal is free again");
+        a.check_counts().unwrap();
+    }
+
+    #[test]
+    fn a_commit_releases_only_what_its_transaction_freed() {
+        let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
+        a.set_hold_freed(true);
+        let (x, xl) = a.alloc_blocks(&mut dev, 1, 32).unwrap().unwrap();
+        let (y, yl) = a.alloc_blocks(&mut dev, 1, 32).unwrap().unwrap();
+        a.free_blocks(&mut dev, x, xl).unwrap();
+        // The transaction that freed x closes; y is freed in the next one.
+        assert_eq!(a.take_freed(), vec![(x, xl)]);
+        a.free_blocks(&mut dev, y, yl).unwrap();
+        a.release_committed();
+        assert_eq!(a.held_blocks(), yl, "y's free has not committed");
+        a.check_held().unwrap();
+        let mut got = Vec::new();
+        while let Some((t, n)) = a.alloc_blocks(&mut dev, x, 8).unwrap() {
+            assert!(t + n <= y || t >= y + yl, "block {t}+{n} of y reused before its free committed");
+            got.push(t);
+            if got.len() == 4 {
+                break;
+            }
+        }
+        assert_eq!(got[0], x, "x's free committed: its blocks are the goal's again");
+        a.check_held().unwrap();
+        assert_eq!(a.take_freed(), vec![(y, yl)]);
+        a.release_committed();
+        assert_eq!(a.held_blocks(), 0);
         a.check_counts().unwrap();
     }
 

@@ -61,18 +61,43 @@ impl<D: BlockDevice> Ctx<D> {
     }
 }
 
+/// A transaction closed and waiting to be written: jbd2's committing
+/// transaction. Its blocks are copies taken when it closed, so ops that run
+/// meanwhile build the next (running) transaction on the cache freely.
+pub(crate) struct Committing {
+    /// The tid it commits under (its ticket).
+    tid: u32,
+    txn: Transaction,
+    time: (u64, u32),
+}
+
 impl<D: BlockDevice> Ext4<D> {
-    /// Commits everything dirty as one transaction (see the module docs).
+    /// Commits everything dirty as one transaction (see the module docs),
+    /// after the transaction already committing, if any.
     pub(crate) fn commit_transaction(&mut self) -> Result<()> {
+        self.finish_commit()?;
+        let closed = self.close_transaction()?;
+        self.finish_commit()?;
+        if closed.is_none() {
+            // Nothing to log; an fsync still owes the data its flush.
+            self.ctx.dev.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The first half of a commit: waits for the committing transaction,
+    /// then closes the running one (staging dirty inodes, trees, bitmaps and
+    /// descriptors, copying what it logs) and makes it the committing one.
+    /// Returns its tid, or None when there was nothing to log.
+    pub(crate) fn close_transaction(&mut self) -> Result<Option<u32>> {
+        self.finish_commit()?;
         self.ctx.alloc.set_reuse_held(true);
         let staged = self.stage_metadata();
         self.ctx.alloc.set_reuse_held(false);
         staged?;
         let freed = self.ctx.alloc.take_freed();
         if self.ctx.cache.dirty_count() == 0 && freed.is_empty() {
-            // Nothing to log; an fsync still owes the data its flush.
-            self.ctx.dev.flush()?;
-            return Ok(());
+            return Ok(None);
         }
         let mut txn = Transaction::new();
         for (b, data) in self.ctx.cache.dirty_blocks() {
@@ -81,8 +106,8 @@ impl<D: BlockDevice> Ext4<D> {
         let (sb_block, sb_data) = self.ctx.superblock_block()?;
         txn.add(sb_block, sb_data);
         let time = self.ctx.commit_time();
-        let Ctx { dev, journal, cache, alloc, .. } = &mut self.ctx;
-        let journal = journal.as_mut().ok_or_else(|| Error::InvalidArgument("commit without a journal".into()))?;
+        let Ctx { journal, cache, .. } = &mut self.ctx;
+        let journal = journal.as_ref().ok_or_else(|| Error::InvalidArgument("commit without a journal".into()))?;
         for (start, len) in &freed {
             let end = start.saturating_add(*len);
             let logged: Vec<BlockNumber> = journal.unhomed_in(*start, end).collect();
@@ -90,6 +115,20 @@ impl<D: BlockDevice> Ext4<D> {
                 txn.revoke(b);
             }
         }
+        let tid = journal.next_tid();
+        cache.mark_all_clean();
+        self.committing = Some(Committing { tid, txn, time });
+        Ok(Some(tid))
+    }
+
+    /// The second half: writes the committing transaction to the log (or
+    /// home, when it is larger than the log) and frees the blocks it held.
+    /// Blocks freed since it closed stay held: the running transaction has
+    /// not committed their frees.
+    pub(crate) fn finish_commit(&mut self) -> Result<()> {
+        let Some(Committing { txn, time, .. }) = self.committing.take() else { return Ok(()) };
+        let Ctx { dev, journal, cache, alloc, .. } = &mut self.ctx;
+        let journal = journal.as_mut().ok_or_else(|| Error::InvalidArgument("commit without a journal".into()))?;
         let need = journal.log_blocks_for(&txn);
         if need > u64::from(journal.free()) {
             journal.checkpoint(dev, false)?;
@@ -104,9 +143,13 @@ impl<D: BlockDevice> Ext4<D> {
         } else {
             journal.commit(dev, txn, time)?;
         }
-        cache.mark_all_clean();
-        alloc.release_held();
+        alloc.release_committed();
         Ok(())
+    }
+
+    /// The tid of the transaction committing now, if any.
+    pub(crate) fn committing_tid(&self) -> Option<u32> {
+        self.committing.as_ref().map(|c| c.tid)
     }
 
     /// Called before an op that may allocate up to `need_blocks` data blocks:

@@ -51,6 +51,7 @@ use crate::image::Image;
 use crate::journal::{recovery, Journal};
 
 pub use layout::LayoutReport;
+pub use syscalls::SyncTicket;
 use node::Node;
 
 /// What the engine's data structures share, apart from the inode table.
@@ -107,6 +108,8 @@ pub struct Ext4<D: BlockDevice> {
     nodes: BTreeMap<InodeNumber, Node>,
     /// Inodes whose on-disk copy (or extent tree) is stale.
     dirty: BTreeSet<InodeNumber>,
+    /// The transaction closed and not yet written ([`journaling`]).
+    committing: Option<journaling::Committing>,
     #[cfg(feature = "test-hooks")]
     bug: test_hooks::BugState,
 }
@@ -165,6 +168,7 @@ impl<D: BlockDevice> Ext4<D> {
             ctx,
             nodes: BTreeMap::new(),
             dirty: BTreeSet::new(),
+            committing: None,
             #[cfg(feature = "test-hooks")]
             bug: test_hooks::BugState::default(),
         })
