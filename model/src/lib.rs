@@ -29,6 +29,7 @@ pub mod vfs;
 pub use config::{AllocPolicy, ConfigError, DataMode, EffectiveMount, InodeJournalMode, MountConfig};
 pub use durability::{CrashEnvelope, CrashVerdict, CrashViolation};
 pub use errno::Errno;
+pub use file_ops::PendingFsync;
 pub use fs::FileSystem;
 pub use model::{Limits, Model};
 pub use op::{DirEntry, FallocFlags, FiemapExtent, FileKind, Op, OpKind, Outcome, Reply, Stat};

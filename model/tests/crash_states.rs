@@ -78,6 +78,32 @@ fn unsynced_data_may_be_old_new_or_torn_by_sector() {
     assert!(env.check(&mut r).is_err(), "a mix inside one sector is not");
 }
 
+/// An fsync that other ops overtake while its transaction commits: once it
+/// returns, what it fixed when its transaction closed is durable and what ran
+/// in between is not; before it returns nothing new is promised.
+#[test]
+fn an_overtaken_fsync_promises_what_its_transaction_closed_on() {
+    let mut m = Model::new(&ordered()).unwrap();
+    run(&mut m, &[Op::Create { path: "/f".into(), perm: 0o644 }, Op::Sync, write("/f", 0, 3000, 1)]);
+    let fixed = m.clone();
+    let pending = m.begin_fsync("/f", false).unwrap();
+    run(&mut m, &[write("/f", 0, 5000, 2), Op::Create { path: "/g".into(), perm: 0o644 }]);
+    let empty = {
+        let mut e = Model::new(&ordered()).unwrap();
+        run(&mut e, &[Op::Create { path: "/f".into(), perm: 0o644 }]);
+        e
+    };
+    // In flight: losing the write is still allowed.
+    assert!(m.crash_envelope().check(&mut empty.clone()).is_ok());
+    m.finish_fsync(pending);
+    let env = m.crash_envelope();
+    assert!(matches!(env.check(&mut empty.clone()).unwrap_err(), CrashViolation::Size { .. }), "the closed-on write is durable");
+    assert!(env.check(&mut fixed.clone()).is_ok(), "the ops that overtook it may be lost");
+    assert!(env.check(&mut m.clone()).is_ok());
+    // A missing file fails the first half, as fsync would.
+    assert_eq!(m.begin_fsync("/nope", true).unwrap_err(), ext4_model::Errno::ENOENT);
+}
+
 /// Stale data in a newly allocated block: refused under data=ordered,
 /// allowed under data=writeback.
 #[test]

@@ -1,11 +1,13 @@
 //! One simulation run from its spec: build model and target, generate (or
 //! replay) ops, check, crash, and on failure shrink to a trace that replays.
 
-use ext4_model::{Model, MountConfig, Op, OpKind};
+use std::collections::BTreeMap;
+
+use ext4_model::{Model, MountConfig, Op, OpKind, Outcome};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::lockstep::{Failure, Lockstep, OpStats, Target};
+use crate::lockstep::{Begun, Failure, InFlight, Lockstep, OpStats, Target};
 use crate::mount_opts::format_mount_opts;
 use crate::shrink::{drop_by_class, shrink, simpler_step};
 use crate::trace::{Step, Trace};
@@ -147,47 +149,97 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let mut errored_steps = Vec::new();
     let mut failure = None;
     let mut ops_run = 0u64;
+    // Split fsyncs waiting for their task to run again, by task.
+    let mut in_flight: BTreeMap<u32, InFlight> = BTreeMap::new();
     loop {
+        // Once the ops are all drawn (or the trace is over), begun ops return.
+        let wind_down = |task: &mut u32, ran: &mut Vec<Step>, in_flight: &BTreeMap<u32, InFlight>| {
+            let &next = in_flight.keys().next()?;
+            if next != *task {
+                ran.push(Step::Task(next));
+                *task = next;
+            }
+            Some(Step::Finish)
+        };
         let step = match &mut source {
-            Source::Generated(_) if ops_run >= spec.ops => break,
+            Source::Generated(_) if ops_run >= spec.ops => match wind_down(&mut task, &mut ran, &in_flight) {
+                Some(s) => s,
+                None => break,
+            },
             Source::Generated(w) => {
-                let (next, op) = w.next_op();
+                let next = w.pick(|t| in_flight.contains_key(&t));
                 if next != task && w.count() > 1 {
                     // A switch is a step: the trace shows who ran what.
                     ran.push(Step::Task(next));
                 }
                 task = next;
-                Step::Op(op)
+                if in_flight.contains_key(&task) {
+                    Step::Finish
+                } else {
+                    let op = w.op();
+                    if w.split(&op) {
+                        Step::Begin(op)
+                    } else {
+                        Step::Op(op)
+                    }
+                }
             }
             Source::Fixed(it) => match it.next() {
                 Some(s) => s.clone(),
-                None => break,
+                None => match wind_down(&mut task, &mut ran, &in_flight) {
+                    Some(s) => s,
+                    None => break,
+                },
             },
         };
         ran.push(step.clone());
-        let op = match step {
+        let (op, new_op) = match &step {
             Step::Crash { seed } => {
-                if let Err(f) = ls.crash(seed) {
+                // A crash ends what was in flight: those syncs never returned.
+                in_flight.clear();
+                if let Err(f) = ls.crash(*seed) {
                     failure = Some(f);
                     break;
                 }
                 continue;
             }
             Step::Fault(event) => {
-                ls.arm_fault(event);
+                ls.arm_fault(*event);
                 continue;
             }
             Step::Task(t) => {
-                task = t;
+                task = *t;
                 continue;
             }
-            Step::Op(op) => op,
+            Step::Op(op) | Step::Begin(op) => (op.clone(), true),
+            Step::Finish => match in_flight.get(&task) {
+                Some(flight) => (flight.op.clone(), false),
+                // Its begin was shrunk away: nothing to finish.
+                None => continue,
+            },
         };
-        ops_run += 1;
-        if let Some(n) = task_ops.get_mut(task as usize) {
-            *n += 1;
+        if new_op {
+            ops_run += 1;
+            if let Some(n) = task_ops.get_mut(task as usize) {
+                *n += 1;
+            }
         }
-        let stepped = ls.step(&op);
+        // None while the op is in flight.
+        let stepped: Result<Option<Outcome>, Failure> = match step {
+            Step::Begin(_) => match ls.begin(&op) {
+                Ok(Begun::InFlight(flight)) => {
+                    in_flight.insert(task, flight);
+                    Ok(None)
+                }
+                Ok(Begun::Completed(o)) => Ok(Some(o)),
+                Err(f) => Err(f),
+            },
+            Step::Finish => match in_flight.remove(&task) {
+                Some(flight) => ls.finish(flight).map(Some),
+                None => continue,
+            },
+            _ => ls.step(&op).map(Some),
+        };
         if let Source::Generated(_) = source {
             // Faults the op met go into the trace just before it.
             let fired = ls.target.take_fired_faults();
@@ -199,7 +251,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
         }
         let outcome = match stepped {
             Ok(o) => {
-                if o.is_err() {
+                if o.as_ref().is_some_and(|o| o.is_err()) {
                     errored_steps.push(ran.len() - 1);
                 }
                 o
@@ -209,6 +261,11 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 break;
             }
         };
+        if ls.space_pending() || ls.fault_pending() {
+            // The model adopts the target's state next: what was in flight
+            // is dropped with the model it began in.
+            in_flight.clear();
+        }
         if ls.space_pending() {
             // The target ran out of room where the model, blind to metadata,
             // still had some: the model takes the target's state.
@@ -229,7 +286,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
         }
         let mut checks = || -> Result<(), Failure> {
             ls.check_model()?;
-            if spec.fsck_every > 0 && ops_run % spec.fsck_every == 0 {
+            if new_op && spec.fsck_every > 0 && ops_run % spec.fsck_every == 0 {
                 ls.full_check()?;
             }
             Ok(())
@@ -239,12 +296,15 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
             break;
         }
         if let Source::Generated(w) = &mut source {
-            w.observe(task, &op, &outcome);
+            if let Some(outcome) = &outcome {
+                w.observe(task, &op, outcome);
+            }
             // Crash points are drawn here and recorded as steps, so a trace
             // replays (and shrinks) with its crashes where they happened.
-            if spec.crash_every > 0 && crash_rng.random_range(0..spec.crash_every) == 0 {
+            if new_op && spec.crash_every > 0 && crash_rng.random_range(0..spec.crash_every) == 0 {
                 let seed = crash_rng.random();
                 ran.push(Step::Crash { seed });
+                in_flight.clear();
                 if let Err(f) = ls.crash(seed) {
                     failure = Some(f);
                     break;

@@ -7,7 +7,7 @@
 
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
-use ext4_engine::fs::Ext4;
+use ext4_engine::fs::{Ext4, SyncTicket};
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Stat};
 use rand::{RngExt, SeedableRng};
@@ -36,12 +36,33 @@ pub struct EngineTarget {
     held: bool,
     /// Free data blocks and inodes right after mkfs and the first mount.
     start_space: (u64, u64),
+    /// Run on the engine after every mount (see [`EngineTarget::after_mount`]).
+    after_mount: Option<fn(&mut Ext4<SimDisk>)>,
 }
 
 impl EngineTarget {
     /// The mounted engine, for tests that reach inside (e.g. to inject a bug).
     pub fn engine_mut(&mut self) -> Option<&mut Ext4<SimDisk>> {
         self.fs.as_mut()
+    }
+
+    /// Runs `hook` on the engine now and after every later mount (a crash,
+    /// a check, a fault remount), e.g. to keep a test's injected bug in.
+    pub fn after_mount(&mut self, hook: fn(&mut Ext4<SimDisk>)) {
+        self.after_mount = Some(hook);
+        if let Some(fs) = self.fs.as_mut() {
+            hook(fs);
+        }
+    }
+
+    /// Mounts `dev` as the target's filesystem.
+    fn mount(&mut self, dev: SimDisk, what: &str) -> Result<(), String> {
+        let mut fs = Ext4::mount(dev, &self.config).map_err(|e| format!("{what}: {e}"))?;
+        if let Some(hook) = self.after_mount {
+            hook(&mut fs);
+        }
+        self.fs = Some(fs);
+        Ok(())
     }
 
     fn fs(&mut self) -> Result<&mut Ext4<SimDisk>, Errno> {
@@ -61,7 +82,7 @@ impl EngineTarget {
             let fs = self.fs.take().ok_or("filesystem is not mounted")?;
             let dev = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
             let (dev, out) = f(dev);
-            self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount: {e}"))?);
+            self.mount(dev, "mount")?;
             Ok(out)
         })();
         self.hold_faults(held);
@@ -106,7 +127,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false, start_space })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false, start_space, after_mount: None })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -161,7 +182,7 @@ impl Target for EngineTarget {
         dev.crash_seeded(&self.crash_policy, seed);
         // Recovery mounts on a healthy disk; faults return as the runner says.
         let _ = dev.set_faults(FaultConfig::NONE);
-        self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after crash: {e}"))?);
+        self.mount(dev, "mount after crash")?;
         self.hold_faults(self.held);
         Ok(())
     }
@@ -198,7 +219,7 @@ impl Target for EngineTarget {
         // Flushing what the device already took is the crash in which its
         // cache survived whole, one the runner's check allows.
         dev.flush().map_err(|e| format!("flush after fault: {e}"))?;
-        self.fs = Some(Ext4::mount(dev, &self.config).map_err(|e| format!("mount after fault: {e}"))?);
+        self.mount(dev, "mount after fault")?;
         self.hold_faults(self.held);
         Ok(())
     }
@@ -217,6 +238,18 @@ impl Target for EngineTarget {
 
     fn take_fired_faults(&mut self) -> Vec<crate::disk::FaultEvent> {
         self.fs.as_mut().map(|fs| fs.device_mut().take_fired_faults()).unwrap_or_default()
+    }
+
+    fn splits_fsync(&self) -> bool {
+        true
+    }
+
+    fn begin_fsync(&mut self, path: &str) -> Result<SyncTicket, Errno> {
+        self.fs()?.begin_fsync(path)
+    }
+
+    fn finish_sync(&mut self, ticket: SyncTicket) -> Result<(), Errno> {
+        self.fs()?.finish_sync(ticket)
     }
 
     fn space_limits(&self) -> ext4_model::Limits {

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use ext4_model::agree::agrees;
-use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
+use ext4_engine::fs::SyncTicket;
+use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, PendingFsync, Reply};
 
 pub use crate::disk::hash::Fnv64;
 use crate::disk::FaultEvent;
@@ -45,6 +46,10 @@ fn hash_outcome(h: &mut Fnv64, o: &Outcome) {
         }
     }
 }
+
+/// Trace-hash marks that tell a split op's halves from a whole op.
+const BEGIN_MARK: u8 = 0xB0;
+const FINISH_MARK: u8 = 0xF0;
 
 /// What the runner needs of an implementation beyond [`FileSystem`].
 pub trait Target: FileSystem {
@@ -91,6 +96,37 @@ pub trait Target: FileSystem {
     fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
         Vec::new()
     }
+    /// True when fsync can run in two halves ([`Target::begin_fsync`]).
+    fn splits_fsync(&self) -> bool {
+        false
+    }
+    /// The first half of fsync/fdatasync: find the file, close the running
+    /// transaction. Only called when [`Target::splits_fsync`].
+    fn begin_fsync(&mut self, _path: &str) -> Result<SyncTicket, Errno> {
+        Err(Errno::EINVAL)
+    }
+    /// The second half: return once what the first half closed is durable.
+    fn finish_sync(&mut self, _ticket: SyncTicket) -> Result<(), Errno> {
+        Ok(())
+    }
+}
+
+/// An fsync between its halves, on both sides.
+#[derive(Debug)]
+pub struct InFlight {
+    pub op: Op,
+    /// The op's index, for reports.
+    index: u64,
+    model: PendingFsync,
+    target: SyncTicket,
+}
+
+/// What the first half of a split op left.
+#[derive(Debug)]
+pub enum Begun {
+    /// The op is over (it failed, or it could not be split).
+    Completed(Outcome),
+    InFlight(InFlight),
 }
 
 /// The model and the target answered one op differently.
@@ -216,12 +252,8 @@ impl<T: Target> Lockstep<T> {
     }
 
     pub fn step(&mut self, op: &Op) -> Result<Outcome, Failure> {
-        let index = self.index;
-        self.target.begin_op(std::mem::take(&mut self.armed));
+        let index = self.start_op(op);
         self.index += 1;
-        self.last_op = Some(op.clone());
-        self.faults_before = self.target.faults_seen();
-        self.envelope_before = self.target.faults_enabled().then(|| self.model.crash_envelope());
         let (expected, actual) = match op {
             // The model keeps a write's pattern by reference; the target gets
             // its bytes in a buffer reused for every write.
@@ -240,8 +272,64 @@ impl<T: Target> Lockstep<T> {
             _ => (self.model.apply(op), self.target.apply(op)),
         };
         std::hash::Hash::hash(op, &mut self.trace);
-        hash_outcome(&mut self.trace, &expected);
         self.stats.ops += 1;
+        self.judge(op, index, expected, actual)
+    }
+
+    /// The first half of an fsync or fdatasync that other tasks' ops may
+    /// overtake: both sides close their transaction; the op returns in
+    /// [`Lockstep::finish`]. Other ops, and targets that cannot split, run whole.
+    pub fn begin(&mut self, op: &Op) -> Result<Begun, Failure> {
+        let (path, datasync) = match op {
+            Op::Fsync { path } if self.target.splits_fsync() => (path, false),
+            Op::Fdatasync { path } if self.target.splits_fsync() => (path, true),
+            _ => return self.step(op).map(Begun::Completed),
+        };
+        let index = self.start_op(op);
+        self.index += 1;
+        let expected = self.model.begin_fsync(path, datasync);
+        let actual = self.target.begin_fsync(path);
+        self.trace.write(&[BEGIN_MARK]);
+        std::hash::Hash::hash(op, &mut self.trace);
+        self.stats.ops += 1;
+        let (model, target) = match (expected, actual) {
+            (Ok(model), Ok(target)) => (model, target),
+            (expected, actual) => {
+                let expected = expected.map(|_| Reply::Done);
+                let actual = actual.map(|_| Reply::Done);
+                return self.judge(op, index, expected, actual).map(Begun::Completed);
+            }
+        };
+        if self.fault_pending() {
+            // The resync after the fault drops what is in flight.
+            return self.judge(op, index, Ok(Reply::Done), Ok(Reply::Done)).map(Begun::Completed);
+        }
+        Ok(Begun::InFlight(InFlight { op: op.clone(), index, model, target }))
+    }
+
+    /// The second half: the begun op returns on both sides.
+    pub fn finish(&mut self, flight: InFlight) -> Result<Outcome, Failure> {
+        let InFlight { op, index, model, target } = flight;
+        self.start_op(&op);
+        self.model.finish_fsync(model);
+        let actual = self.target.finish_sync(target).map(|()| Reply::Done);
+        self.trace.write(&[FINISH_MARK]);
+        self.judge(&op, index, Ok(Reply::Done), actual)
+    }
+
+    /// Opens an op's fault window and notes what the checks after it need;
+    /// returns the index a new op gets.
+    fn start_op(&mut self, op: &Op) -> u64 {
+        self.target.begin_op(std::mem::take(&mut self.armed));
+        self.last_op = Some(op.clone());
+        self.faults_before = self.target.faults_seen();
+        self.envelope_before = self.target.faults_enabled().then(|| self.model.crash_envelope());
+        self.index
+    }
+
+    /// Counts an outcome and holds the target's answer to the model's.
+    fn judge(&mut self, op: &Op, index: u64, expected: Outcome, actual: Outcome) -> Result<Outcome, Failure> {
+        hash_outcome(&mut self.trace, &expected);
         match &expected {
             Ok(_) => *self.stats.ok.entry(op.kind()).or_default() += 1,
             Err(e) => *self.stats.errors.entry(*e).or_default() += 1,
@@ -283,6 +371,9 @@ impl<T: Target> Lockstep<T> {
     pub fn resync_after_space(&mut self) -> Result<(), Failure> {
         self.space_short = false;
         let index = self.index;
+        // The adopted state is the new model's durable base, so it must be
+        // durable on the target too: commit what is running first.
+        self.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") })?;
         let limits = self.model.limits();
         let logged = self.model.crash_log_enabled();
         self.model = Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })?;

@@ -43,8 +43,15 @@ pub fn summary(r: &RunResult) -> String {
     let _ = writeln!(s, "  ops         {} run: {} ok, {} errors ({})", r.stats.ops, ok, r.stats.ops - ok, errs.join(", "));
     if r.task_ops.len() > 1 {
         let per: Vec<String> = r.task_ops.iter().enumerate().map(|(t, n)| format!("task {t}: {n}")).collect();
-        let switches = r.steps.iter().filter(|st| matches!(st, crate::trace::Step::Task(_))).count();
-        let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
+        let count = |f: fn(&crate::trace::Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
+        let switches = count(|st| matches!(st, crate::trace::Step::Task(_)));
+        let split = count(|st| matches!(st, crate::trace::Step::Begin(_)));
+        let _ = writeln!(
+            s,
+            "  tasks       {} interleaved by seed, {switches} switches, {split} fsyncs split at their commit ({})",
+            r.task_ops.len(),
+            per.join(", ")
+        );
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
     if r.spec.disk_bytes != crate::engine_target::DISK_BYTES || r.stats.space_resyncs > 0 {

@@ -45,6 +45,11 @@ pub enum Step {
     Fault(FaultEvent),
     /// The scheduler switched to this task; the ops after it are its.
     Task(u32),
+    /// The first half of an fsync or fdatasync that other tasks' ops may
+    /// overtake while its transaction commits.
+    Begin(Op),
+    /// The current task's begun op returns.
+    Finish,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,6 +122,8 @@ pub fn format_step(step: &Step) -> String {
         Step::Crash { seed } => format!("crash seed={seed}"),
         Step::Fault(e) => format!("fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
         Step::Task(t) => format!("task {t}"),
+        Step::Begin(op) => format!("begin {}", format_op(op)),
+        Step::Finish => "finish".to_string(),
     }
 }
 
@@ -274,6 +281,8 @@ impl Trace {
                 "tasks" => tasks = rest.trim().parse().map_err(|_| err(format!("bad tasks `{rest}`")))?,
                 "task" => steps.push(Step::Task(rest.trim().parse().map_err(|_| err(format!("bad task `{rest}`")))?)),
                 "op" => steps.push(Step::Op(parse_op(rest).map_err(err)?)),
+                "begin" => steps.push(Step::Begin(parse_op(rest).map_err(err)?)),
+                "finish" => steps.push(Step::Finish),
                 "crash" => {
                     let f = Fields(fields(rest).map_err(err)?);
                     steps.push(Step::Crash { seed: f.num("seed").map_err(err)? });
@@ -323,6 +332,9 @@ mod tests {
                 Step::Fault(FaultEvent { kind: ScriptedFault::ReadOnly, command: 4, sector: 0 }),
                 Step::Fault(FaultEvent { kind: ScriptedFault::Latent, command: 0, sector: 7 }),
                 Step::Op(Op::Stat { path: "/a".into() }),
+                Step::Begin(Op::Fdatasync { path: "/a".into() }),
+                Step::Task(0),
+                Step::Finish,
             ],
         };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);

@@ -8,13 +8,17 @@ use ext4_sim::engine_target::{make_engine, EngineTarget};
 use ext4_sim::lockstep::Failure;
 use ext4_sim::trace::Trace;
 
-struct Buggy;
+/// The engine with a bug injected, on every mount.
+struct Buggy(InjectedBug);
 
 impl TargetFactory for Buggy {
     type Target = EngineTarget;
     fn make(&self, spec: &RunSpec) -> Result<EngineTarget, String> {
         let mut t = make_engine(spec)?;
-        t.engine_mut().ok_or("not mounted")?.inject_bug(InjectedBug::ReadFlipsLastByteAfterTruncate);
+        t.after_mount(match self.0 {
+            InjectedBug::ReadFlipsLastByteAfterTruncate => |fs| fs.inject_bug(InjectedBug::ReadFlipsLastByteAfterTruncate),
+            InjectedBug::CommitReleasesEveryHold => |fs| fs.inject_bug(InjectedBug::CommitReleasesEveryHold),
+        });
         Ok(t)
     }
 }
@@ -22,18 +26,59 @@ impl TargetFactory for Buggy {
 #[test]
 fn injected_engine_bug_is_caught_shrunk_and_replayed() {
     let failing = (0..30)
-        .map(|s| run_seed(&Buggy, &RunSpec { swarm: false, ..RunSpec::new(s, 2000, MountConfig::default()) }).unwrap())
+        .map(|s| run_seed(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &RunSpec { swarm: false, ..RunSpec::new(s, 2000, MountConfig::default()) }).unwrap())
         .find(|r| r.failure.is_some())
         .expect("some seed reads to EOF after a truncate");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Read { .. })));
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&Buggy, &failing).unwrap();
+    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &failing).unwrap();
     assert!(!budget_spent);
     assert!(trace.steps.len() <= 5, "shrunk to {} steps in {runs} runs: {:?}", trace.steps.len(), trace.steps);
     let back = Trace::parse(&trace.to_text()).unwrap();
     let spec = RunSpec::from_trace(&back).unwrap();
-    let again = run_steps(&Buggy, &spec, &back.steps).unwrap();
+    let again = run_steps(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &spec, &back.steps).unwrap();
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     // The same steps on the real engine pass.
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &spec, &back.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
+}
+
+/// A commit that frees the blocks the running transaction freed too lets
+/// them be reused before that free commits. It shows only when another
+/// task's op overtakes an fsync while its transaction commits: here task 1
+/// unlinks /f meanwhile, /g's data lands in /f's blocks, and the crash
+/// undoes the unlink. The real engine passes the same steps, and so does the
+/// buggy one when the fsync is not split.
+#[test]
+fn a_commit_freeing_the_next_transactions_blocks_is_caught() {
+    let bug = Buggy(InjectedBug::CommitReleasesEveryHold);
+    let steps = |fsync: &str| {
+        format!(
+            "seed 1\nmount \ntasks 2\n\
+op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=65536 seed=1\nop sync\nop create path=\"/x\" perm=644\n\
+{fsync}\ntask 1\nop unlink path=\"/f\"\ntask 0\nfinish\ntask 1\nop create path=\"/g\" perm=644\n\
+op write path=\"/g\" offset=0 len=65536 seed=2\ncrash seed=2\n"
+        )
+    };
+    let run = |factory: &dyn Fn(&RunSpec, &[ext4_sim::trace::Step]) -> ext4_sim::driver::RunResult, text: &str| {
+        let trace = Trace::parse(text).unwrap();
+        factory(&RunSpec::from_trace(&trace).unwrap(), &trace.steps)
+    };
+    let buggy = |s: &RunSpec, st: &[ext4_sim::trace::Step]| run_steps(&bug, s, st).unwrap();
+    let clean = |s: &RunSpec, st: &[ext4_sim::trace::Step]| run_steps(&ext4_sim::engine_target::EngineFactory, s, st).unwrap();
+
+    let split = steps("begin fsync path=\"/x\"");
+    let failing = run(&buggy, &split);
+    match &failing.failure {
+        Some(Failure::Crash { what, .. }) => assert!(what.starts_with("/f: sector at 0"), "{what}"),
+        other => panic!("the reused blocks went unseen: {other:?}"),
+    }
+    let passing = run(&clean, &split);
+    assert!(passing.failure.is_none(), "{:?}", passing.failure);
+    let whole = run(&buggy, &steps("op fsync path=\"/x\""));
+    assert!(whole.failure.is_none(), "{:?}", whole.failure);
+    // It shrinks, and what it shrinks to still fails the same way.
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.trace.steps.len() <= failing.steps.len());
+    let again = run_steps(&bug, &failing.spec, &shrunk.trace.steps).unwrap();
+    assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
 }

@@ -233,9 +233,10 @@ fn fault_runs_replay_exactly_from_their_trace_steps() {
     }
 }
 
-/// Several tasks under the seeded scheduler: every task runs, the run passes
-/// (with crashes too), the same seed gives the same interleaving and hashes,
-/// and the trace (task switches included) replays to the same result.
+/// Several tasks under the seeded scheduler: every task runs, fsyncs split at
+/// their commit are overtaken, the run passes (with crashes too), the same
+/// seed gives the same interleaving and hashes, and the trace (task switches,
+/// begins and finishes included) replays to the same result.
 #[test]
 fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
     let s = RunSpec { tasks: 3, crash_every: 200, ..spec(61, 1200, "") };
@@ -244,6 +245,20 @@ fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
     assert_eq!(a.task_ops.len(), 3);
     assert!(a.task_ops.iter().all(|&n| n > 100), "every task runs: {:?}", a.task_ops);
     assert!(a.steps.iter().filter(|st| matches!(st, Step::Task(_))).count() > 50, "tasks interleave");
+    // Some fsyncs are split at their commit, and other tasks' ops overtake
+    // some of them: an op of another task between a begin and its finish.
+    let mut waiting: Option<u32> = None;
+    let (mut current, mut split, mut overtaken) = (0u32, 0, 0);
+    for st in &a.steps {
+        match st {
+            Step::Task(t) => current = *t,
+            Step::Begin(_) if waiting.is_none() => (waiting, split) = (Some(current), split + 1),
+            Step::Finish if waiting == Some(current) => waiting = None,
+            Step::Op(_) if waiting.is_some_and(|w| w != current) => overtaken += 1,
+            _ => {}
+        }
+    }
+    assert!(split > 5 && overtaken > 5, "{split} fsyncs split, {overtaken} ops overtook one");
     let b = run_seed(&EngineFactory, &s).unwrap();
     assert_eq!((a.trace_hash, a.image_hash, &a.steps), (b.trace_hash, b.image_hash, &b.steps));
     let single = run_seed(&EngineFactory, &RunSpec { tasks: 1, ..s.clone() }).unwrap();

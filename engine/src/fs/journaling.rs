@@ -127,6 +127,10 @@ impl<D: BlockDevice> Ext4<D> {
     /// not committed their frees.
     pub(crate) fn finish_commit(&mut self) -> Result<()> {
         let Some(Committing { txn, time, .. }) = self.committing.take() else { return Ok(()) };
+        #[cfg(feature = "test-hooks")]
+        let release_all = self.bug_releases_every_hold();
+        #[cfg(not(feature = "test-hooks"))]
+        let release_all = false;
         let Ctx { dev, journal, cache, alloc, .. } = &mut self.ctx;
         let journal = journal.as_mut().ok_or_else(|| Error::InvalidArgument("commit without a journal".into()))?;
         let need = journal.log_blocks_for(&txn);
@@ -143,7 +147,11 @@ impl<D: BlockDevice> Ext4<D> {
         } else {
             journal.commit(dev, txn, time)?;
         }
-        alloc.release_committed();
+        if release_all {
+            alloc.release_held();
+        } else {
+            alloc.release_committed();
+        }
         Ok(())
     }
 

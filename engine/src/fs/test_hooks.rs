@@ -12,6 +12,9 @@ pub enum InjectedBug {
     /// Once any truncate has succeeded, a read that reaches EOF returns its
     /// last byte flipped.
     ReadFlipsLastByteAfterTruncate,
+    /// A commit frees every held block, also those the running transaction
+    /// freed after the committing one closed (whose frees a crash can undo).
+    CommitReleasesEveryHold,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +30,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_saw_truncate(&mut self) {
         self.bug.armed |= self.bug.bug.is_some();
+    }
+
+    pub(crate) fn bug_releases_every_hold(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::CommitReleasesEveryHold)
     }
 
     pub(crate) fn bug_on_read(&self, offset: u64, size: u64, data: &mut [u8]) {
