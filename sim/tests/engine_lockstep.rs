@@ -192,6 +192,21 @@ op read path=\"/f\" offset=0 len=4096\ncrash seed=1\n";
     assert_eq!((r.stats.faults, r.stats.crashes), (1, 2));
 }
 
+/// Found by `ext4sim swarm --seeds 1..41 --ops 3000 --tasks 4 --disk-size 40M
+/// --crash-every 150` (seed 37), shrunk to 322 steps that are each needed:
+/// after an ENOSPC only the nearly full engine gave, the model adopted the
+/// engine's state as its durable base while the engine's transaction was
+/// still running, and the next crash lost it. The runner now syncs first.
+#[test]
+fn regression_state_adopted_after_a_target_only_enospc_is_durable() {
+    let text = include_str!("traces/enospc_resync_then_crash.trace");
+    let trace = ext4_sim::trace::Trace::parse(text).unwrap();
+    let s = RunSpec::from_trace(&trace).unwrap();
+    let r = ext4_sim::driver::run_steps(&EngineFactory, &s, &trace.steps).unwrap();
+    assert!(r.failure.is_none(), "{}", r.failure.unwrap());
+    assert_eq!((r.stats.space_resyncs, r.stats.crashes), (1, 1));
+}
+
 /// Each fault kind fires, the op it hits is not compared, and the state the
 /// fault left (remounted with faults held) is one a crash could leave.
 #[test]
