@@ -157,6 +157,15 @@ fn crashes_recover_to_allowed_states_in_every_journaling_mode() {
     }
 }
 
+/// Replays a regression trace on the engine; it must pass.
+fn replay_passes(text: &str) -> ext4_sim::driver::RunResult {
+    let trace = ext4_sim::trace::Trace::parse(text).unwrap();
+    let s = RunSpec::from_trace(&trace).unwrap();
+    let r = run_steps(&EngineFactory, &s, &trace.steps).unwrap();
+    assert!(r.failure.is_none(), "{}", r.failure.unwrap());
+    r
+}
+
 /// Found by `ext4sim run --seed 14 --ops 2000 --crash-every 200`: a crash kept
 /// an extending write's data past the old EOF but lost its size; a later
 /// extension must not show those bytes (ext4 zeroes past EOF in the page cache).
@@ -167,10 +176,7 @@ op write path=\"/a\" offset=3695418 len=20480 seed=14777585236392749734\nop fsyn
 op create path=\"/c/c\" perm=644\nop write path=\"/c/c\" offset=4173824 len=124 seed=15072100471797016189\n\
 op write path=\"/a\" offset=3712882 len=10240 seed=11945522898178674590\ncrash seed=12090716320914397557\n\
 op write path=\"/a\" offset=3729608 len=180 seed=15866634726541923782\nop sync\ncrash seed=5029244320653198525\n";
-    let trace = ext4_sim::trace::Trace::parse(text).unwrap();
-    let s = RunSpec::from_trace(&trace).unwrap();
-    let r = ext4_sim::driver::run_steps(&EngineFactory, &s, &trace.steps).unwrap();
-    assert!(r.failure.is_none(), "{}", r.failure.unwrap());
+    let r = replay_passes(text);
     assert_eq!(r.stats.crashes, 2);
 }
 
@@ -185,10 +191,7 @@ fn regression_state_adopted_after_a_fault_is_durable() {
 op write path=\"/f\" offset=0 len=65536 seed=1\nop sync\ncrash seed=1\n\
 op write path=\"/f\" offset=0 len=4096 seed=2\nfault kind=read command=0 sector=0\n\
 op read path=\"/f\" offset=0 len=4096\ncrash seed=1\n";
-    let trace = ext4_sim::trace::Trace::parse(text).unwrap();
-    let s = RunSpec::from_trace(&trace).unwrap();
-    let r = ext4_sim::driver::run_steps(&EngineFactory, &s, &trace.steps).unwrap();
-    assert!(r.failure.is_none(), "{}", r.failure.unwrap());
+    let r = replay_passes(text);
     assert_eq!((r.stats.faults, r.stats.crashes), (1, 2));
 }
 
@@ -200,10 +203,7 @@ op read path=\"/f\" offset=0 len=4096\ncrash seed=1\n";
 #[test]
 fn regression_state_adopted_after_a_target_only_enospc_is_durable() {
     let text = include_str!("traces/enospc_resync_then_crash.trace");
-    let trace = ext4_sim::trace::Trace::parse(text).unwrap();
-    let s = RunSpec::from_trace(&trace).unwrap();
-    let r = ext4_sim::driver::run_steps(&EngineFactory, &s, &trace.steps).unwrap();
-    assert!(r.failure.is_none(), "{}", r.failure.unwrap());
+    let r = replay_passes(text);
     assert_eq!((r.stats.space_resyncs, r.stats.crashes), (1, 1));
 }
 
