@@ -193,27 +193,42 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
             },
         };
         ran.push(step.clone());
-        let (op, new_op) = match &step {
+        // The op, whether it is a new one (not a finish), and its outcome
+        // (None while it is in flight).
+        let (op, new_op, stepped): (Op, bool, Result<Option<Outcome>, Failure>) = match step {
             Step::Crash { seed } => {
                 // A crash ends what was in flight: those syncs never returned.
                 in_flight.clear();
-                if let Err(f) = ls.crash(*seed) {
+                if let Err(f) = ls.crash(seed) {
                     failure = Some(f);
                     break;
                 }
                 continue;
             }
             Step::Fault(event) => {
-                ls.arm_fault(*event);
+                ls.arm_fault(event);
                 continue;
             }
             Step::Task(t) => {
-                task = *t;
+                task = t;
                 continue;
             }
-            Step::Op(op) | Step::Begin(op) => (op.clone(), true),
-            Step::Finish => match in_flight.get(&task) {
-                Some(flight) => (flight.op.clone(), false),
+            Step::Op(op) => {
+                let stepped = ls.step(&op).map(Some);
+                (op, true, stepped)
+            }
+            Step::Begin(op) => {
+                let stepped = ls.begin(&op).map(|begun| match begun {
+                    Begun::Completed(o) => Some(o),
+                    Begun::InFlight(flight) => {
+                        in_flight.insert(task, flight);
+                        None
+                    }
+                });
+                (op, true, stepped)
+            }
+            Step::Finish => match in_flight.remove(&task) {
+                Some(flight) => (flight.op.clone(), false, ls.finish(flight).map(Some)),
                 // Its begin was shrunk away: nothing to finish.
                 None => continue,
             },
@@ -224,22 +239,6 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 *n += 1;
             }
         }
-        // None while the op is in flight.
-        let stepped: Result<Option<Outcome>, Failure> = match step {
-            Step::Begin(_) => match ls.begin(&op) {
-                Ok(Begun::InFlight(flight)) => {
-                    in_flight.insert(task, flight);
-                    Ok(None)
-                }
-                Ok(Begun::Completed(o)) => Ok(Some(o)),
-                Err(f) => Err(f),
-            },
-            Step::Finish => match in_flight.remove(&task) {
-                Some(flight) => ls.finish(flight).map(Some),
-                None => continue,
-            },
-            _ => ls.step(&op).map(Some),
-        };
         if let Source::Generated(_) = source {
             // Faults the op met go into the trace just before it.
             let fired = ls.target.take_fired_faults();
