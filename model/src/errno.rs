@@ -20,6 +20,7 @@ pub enum Errno {
     ENOSPC = 28,
     EROFS = 30,
     EMLINK = 31,
+    EDEADLK = 35,
     ENAMETOOLONG = 36,
     ENOTEMPTY = 39,
     ELOOP = 40,
@@ -38,7 +39,7 @@ impl Errno {
         Self::ALL.iter().copied().find(|e| e.code() == code)
     }
 
-    pub const ALL: [Errno; 19] = [
+    pub const ALL: [Errno; 20] = [
         Errno::EPERM,
         Errno::ENOENT,
         Errno::EIO,
@@ -53,6 +54,7 @@ impl Errno {
         Errno::ENOSPC,
         Errno::EROFS,
         Errno::EMLINK,
+        Errno::EDEADLK,
         Errno::ENAMETOOLONG,
         Errno::ENOTEMPTY,
         Errno::ELOOP,
@@ -76,6 +78,7 @@ impl Errno {
             Errno::ENOSPC => "no space left on device",
             Errno::EROFS => "read-only file system",
             Errno::EMLINK => "too many links",
+            Errno::EDEADLK => "resource deadlock avoided",
             Errno::ENAMETOOLONG => "file name too long",
             Errno::ENOTEMPTY => "directory not empty",
             Errno::ELOOP => "too many levels of symbolic links",
@@ -104,6 +107,7 @@ mod tests {
         }
         assert_eq!(Errno::ENOENT.code(), 2);
         assert_eq!(Errno::ENOTEMPTY.code(), 39);
+        assert_eq!(Errno::EDEADLK.code(), 35);
         assert_eq!(Errno::EOPNOTSUPP.code(), 95);
         assert_eq!(Errno::from_code(4), None);
     }

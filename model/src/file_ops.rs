@@ -3,23 +3,10 @@
 
 use crate::content::Source;
 use crate::vfs::{block_span, LOFF_MAX};
-use crate::model::{Call, Model};
-use crate::op::{inode_flags, FiemapExtent, Op};
+use crate::model::Model;
+use crate::op::{inode_flags, FiemapExtent};
 use crate::state::{Ino, Node};
 use crate::Errno;
-
-/// An fsync between its halves ([`Model::begin_fsync`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PendingFsync {
-    path: String,
-    ino: Ino,
-    datasync: bool,
-    /// The last op its transaction holds.
-    closed_at: u64,
-    /// The namespace floor it sets: the file's last metadata (or, for
-    /// fdatasync, size and allocation) change when it closed.
-    committed: u64,
-}
 
 impl Model {
     /// pwrite of `len` bytes of `source` (fewer at the size limit).
@@ -102,33 +89,6 @@ impl Model {
         let committed = if datasync { marks.datasync_op } else { marks.meta_op };
         self.st.namespace_floor = self.st.namespace_floor.max(committed);
         Ok(())
-    }
-
-    /// The first half of an fsync (or fdatasync) that other ops may overtake
-    /// while its transaction commits: what it makes durable is fixed here,
-    /// when its transaction closes. The file's data is written back now, as
-    /// ext4 writes it before it commits. Nothing is promised until
-    /// [`Model::finish_fsync`]; a crash before that leaves the floor as it was.
-    pub fn begin_fsync(&mut self, path: &str, datasync: bool) -> Result<PendingFsync, Errno> {
-        let ino = self.open_path(path)?;
-        self.writeback(ino);
-        let marks = self.st.inode(ino).marks;
-        let committed = if datasync { marks.datasync_op } else { marks.meta_op };
-        Ok(PendingFsync { path: path.to_string(), ino, datasync, closed_at: self.st.seq, committed })
-    }
-
-    /// The second half: the fsync returns, and what it fixed is durable.
-    /// Ops that ran in between are in the next transaction and are not.
-    pub fn finish_fsync(&mut self, pending: PendingFsync) {
-        let PendingFsync { path, ino, datasync, closed_at, committed } = pending;
-        self.record(|| Call::Op(if datasync { Op::Fdatasync { path } } else { Op::Fsync { path } }));
-        // The inode may be gone (unlinked in between); its number is not
-        // reused while the run lasts, so the marks are its own if present.
-        if self.st.inodes.contains_key(&ino) {
-            let marks = &mut self.st.inode_mut(ino).marks;
-            marks.durable_at = marks.durable_at.max(closed_at);
-        }
-        self.st.namespace_floor = self.st.namespace_floor.max(committed);
     }
 
     pub(crate) fn do_sync(&mut self) {

@@ -125,6 +125,12 @@ impl Op {
         }
     }
 
+    /// Ops that only look: they change nothing a later op sees and start no
+    /// journal handle (a FIEMAP with sync writes back, so it is not one).
+    pub fn only_looks(&self) -> bool {
+        matches!(self, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. })
+    }
+
     /// Short name of the op kind, for tables and swarm switches.
     pub fn kind(&self) -> OpKind {
         match self {

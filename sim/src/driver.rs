@@ -119,7 +119,7 @@ pub struct RunResult {
 /// Where steps come from: the seeded generator, or a fixed list.
 enum Source<'a> {
     Generated(Box<Tasks>),
-    Fixed(std::slice::Iter<'a, Step>),
+    Fixed(std::iter::Peekable<std::slice::Iter<'a, Step>>),
 }
 
 fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>) -> Result<(RunResult, F::Target), String> {
@@ -142,7 +142,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let mut task_ops = vec![0u64; workload.count() as usize];
     let mut task = 0u32;
     let mut source = match fixed {
-        Some(ops) => Source::Fixed(ops.iter()),
+        Some(ops) => Source::Fixed(ops.iter().peekable()),
         None => Source::Generated(Box::new(workload)),
     };
     let mut ran: Vec<Step> = Vec::new();
@@ -151,7 +151,19 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let mut ops_run = 0u64;
     // Split fsyncs waiting for their task to run again, by task.
     let mut in_flight: BTreeMap<u32, InFlight> = BTreeMap::new();
+    // Ops drawn for a task that sleeps on a lock, by task: it runs them
+    // once the lock is free.
+    let mut asleep: BTreeMap<u32, Op> = BTreeMap::new();
+    // In a replay, the task to go back to after finishing a lock's holder.
+    let mut resume: Option<u32> = None;
+    let mut fsck_due = false;
     loop {
+        if let Some(t) = resume.take() {
+            if t != task {
+                ran.push(Step::Task(t));
+                task = t;
+            }
+        }
         // Once the ops are all drawn (or the trace is over), begun ops return.
         let wind_down = |task: &mut u32, ran: &mut Vec<Step>, in_flight: &BTreeMap<u32, InFlight>| {
             let &next = in_flight.keys().next()?;
@@ -167,30 +179,68 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 None => break,
             },
             Source::Generated(w) => {
-                let next = w.pick(|t| in_flight.contains_key(&t));
-                if next != task && w.count() > 1 {
-                    // A switch is a step: the trace shows who ran what.
-                    ran.push(Step::Task(next));
+                let sleeps = |t: u32| asleep.get(&t).is_some_and(|op| ls.target.waits_for(op).is_some());
+                let mut next = w.pick(|t| in_flight.contains_key(&t));
+                if sleeps(next) {
+                    match w.pick_among(|t| !sleeps(t)) {
+                        Some(t) => next = t,
+                        None => {
+                            let what = "every task sleeps on a lock that no op in flight holds".to_string();
+                            failure = Some(Failure::Lock { index: ls.index, what });
+                            break;
+                        }
+                    }
                 }
-                task = next;
-                if in_flight.contains_key(&task) {
+                let step = if in_flight.contains_key(&next) {
                     Step::Finish
                 } else {
-                    let op = w.op();
+                    let op = match asleep.remove(&next) {
+                        Some(op) => op,
+                        None => w.op(),
+                    };
+                    if ls.target.waits_for(&op).is_some() {
+                        ls.stats.lock_sleeps += 1;
+                        asleep.insert(next, op);
+                        continue;
+                    }
                     if w.split(&op) {
                         Step::Begin(op)
                     } else {
                         Step::Op(op)
                     }
+                };
+                if next != task && w.count() > 1 {
+                    // A switch is a step: the trace shows who ran what.
+                    ran.push(Step::Task(next));
+                }
+                task = next;
+                step
+            }
+            Source::Fixed(it) => {
+                // An op that would sleep on a lock waits until the lock's
+                // holder runs its second half.
+                let sleeps = matches!(it.peek(), Some(Step::Op(op) | Step::Begin(op)) if ls.target.waits_for(op).is_some());
+                let holder = if sleeps { in_flight.iter().find(|(_, f)| f.holder().is_some()).map(|(t, _)| *t) } else { None };
+                match holder {
+                    Some(holder) => {
+                        ls.stats.lock_sleeps += 1;
+                        resume = Some(task);
+                        if holder != task {
+                            ran.push(Step::Task(holder));
+                            task = holder;
+                        }
+                        Step::Finish
+                    }
+                    // With no holder in flight the op runs and meets the lock.
+                    None => match it.next() {
+                        Some(s) => s.clone(),
+                        None => match wind_down(&mut task, &mut ran, &in_flight) {
+                            Some(s) => s,
+                            None => break,
+                        },
+                    },
                 }
             }
-            Source::Fixed(it) => match it.next() {
-                Some(s) => s.clone(),
-                None => match wind_down(&mut task, &mut ran, &in_flight) {
-                    Some(s) => s,
-                    None => break,
-                },
-            },
         };
         ran.push(step.clone());
         // The op, whether it is a new one (not a finish), and its outcome
@@ -260,6 +310,12 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
                 break;
             }
         };
+        // Before any resync remounts: a lock left held by an op that has
+        // returned, error paths included, puts every later handle to sleep.
+        if let Err(f) = ls.check_locks(in_flight.values()) {
+            failure = Some(f);
+            break;
+        }
         if ls.space_pending() || ls.fault_pending() {
             // The model adopts the target's state next: what was in flight
             // is dropped with the model it began in.
@@ -283,9 +339,13 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
             }
             continue;
         }
+        fsck_due |= new_op && spec.fsck_every > 0 && ops_run % spec.fsck_every == 0;
         let mut checks = || -> Result<(), Failure> {
             ls.check_model()?;
-            if new_op && spec.fsck_every > 0 && ops_run % spec.fsck_every == 0 {
+            // The target's fsck unmounts it, which no op in flight would
+            // live through: the check waits until none is.
+            if fsck_due && in_flight.is_empty() {
+                fsck_due = false;
                 ls.full_check()?;
             }
             Ok(())

@@ -7,9 +7,10 @@
 
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
-use ext4_engine::fs::{Ext4, SyncTicket};
+use ext4_engine::fs::locks::{Lock, LockHolder};
+use ext4_engine::fs::{Ext4, SecondHalf};
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
-use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Stat};
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Op, Stat};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -240,16 +241,24 @@ impl Target for EngineTarget {
         self.fs.as_mut().map(|fs| fs.device_mut().take_fired_faults()).unwrap_or_default()
     }
 
-    fn splits_fsync(&self) -> bool {
-        true
+    fn splits(&self, op: &Op) -> bool {
+        Ext4::<SimDisk>::splits(op)
     }
 
-    fn begin_fsync(&mut self, path: &str) -> Result<SyncTicket, Errno> {
-        self.fs()?.begin_fsync(path)
+    fn begin_split(&mut self, op: &Op) -> Result<SecondHalf, Errno> {
+        self.fs()?.begin_split(op).unwrap_or(Err(Errno::EINVAL))
     }
 
-    fn finish_sync(&mut self, ticket: SyncTicket) -> Result<(), Errno> {
-        self.fs()?.finish_sync(ticket)
+    fn finish_split(&mut self, half: SecondHalf) -> Result<(), Errno> {
+        self.fs()?.finish_split(half)
+    }
+
+    fn waits_for(&self, op: &Op) -> Option<Lock> {
+        self.fs.as_ref().and_then(|fs| fs.waits_for(op))
+    }
+
+    fn locks_held(&self) -> Vec<(Lock, LockHolder)> {
+        self.fs.as_ref().map(|fs| fs.locks_held()).unwrap_or_default()
     }
 
     fn space_limits(&self) -> ext4_model::Limits {

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use ext4_model::agree::agrees;
-use ext4_engine::fs::SyncTicket;
-use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, PendingFsync, Reply};
+use ext4_engine::fs::locks::{Lock, LockHolder};
+use ext4_engine::fs::SecondHalf;
+use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pending, Reply};
 
 pub use crate::disk::hash::Fnv64;
 use crate::disk::FaultEvent;
@@ -96,29 +97,45 @@ pub trait Target: FileSystem {
     fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
         Vec::new()
     }
-    /// True when fsync can run in two halves ([`Target::begin_fsync`]).
-    fn splits_fsync(&self) -> bool {
+    /// True when `op` can run in two halves ([`Target::begin_split`]).
+    fn splits(&self, _op: &Op) -> bool {
         false
     }
-    /// The first half of fsync/fdatasync: find the file, close the running
-    /// transaction. Only called when [`Target::splits_fsync`].
-    fn begin_fsync(&mut self, _path: &str) -> Result<SyncTicket, Errno> {
+    /// The first half of a split op (fsync: close the running transaction;
+    /// journal-flag switch: take the updates lock and close it). Only
+    /// called when [`Target::splits`].
+    fn begin_split(&mut self, _op: &Op) -> Result<SecondHalf, Errno> {
         Err(Errno::EINVAL)
     }
-    /// The second half: return once what the first half closed is durable.
-    fn finish_sync(&mut self, _ticket: SyncTicket) -> Result<(), Errno> {
+    /// The second half: the op returns.
+    fn finish_split(&mut self, _half: SecondHalf) -> Result<(), Errno> {
         Ok(())
+    }
+    /// The lock `op` would sleep on now (held by a split op in flight).
+    fn waits_for(&self, _op: &Op) -> Option<Lock> {
+        None
+    }
+    /// Locks held between calls, with their holders.
+    fn locks_held(&self) -> Vec<(Lock, LockHolder)> {
+        Vec::new()
     }
 }
 
-/// An fsync between its halves, on both sides.
+/// A split op between its halves, on both sides.
 #[derive(Debug)]
 pub struct InFlight {
     pub op: Op,
     /// The op's index, for reports.
     index: u64,
-    model: PendingFsync,
-    target: SyncTicket,
+    model: Pending,
+    target: SecondHalf,
+}
+
+impl InFlight {
+    /// The lock the target's first half took, if any.
+    pub fn holder(&self) -> Option<LockHolder> {
+        self.target.holder()
+    }
 }
 
 /// What the first half of a split op left.
@@ -146,6 +163,8 @@ pub enum Failure {
     ModelInvariant { index: u64, what: String },
     TargetFsck { index: u64, what: String },
     Crash { index: u64, what: String },
+    /// A lock held after the op that took it returned, or every task asleep.
+    Lock { index: u64, what: String },
 }
 
 impl Failure {
@@ -154,7 +173,8 @@ impl Failure {
             Failure::Divergence(d) => d.index,
             Failure::ModelInvariant { index, .. }
             | Failure::TargetFsck { index, .. }
-            | Failure::Crash { index, .. } => *index,
+            | Failure::Crash { index, .. }
+            | Failure::Lock { index, .. } => *index,
         }
     }
 
@@ -195,6 +215,7 @@ impl fmt::Display for Failure {
             Failure::ModelInvariant { index, what } => write!(f, "model invariant broken after op {index}: {what}"),
             Failure::TargetFsck { index, what } => write!(f, "target fsck failed after op {index}: {what}"),
             Failure::Crash { index, what } => write!(f, "crash after op {index}: {what}"),
+            Failure::Lock { index, what } => write!(f, "lock discipline broken after op {index}: {what}"),
         }
     }
 }
@@ -209,6 +230,8 @@ pub struct OpStats {
     pub crashes: u64,
     /// Ops that met a device fault (answers not compared; state resynced).
     pub faults: u64,
+    /// Times a task's op slept on a lock a split op held.
+    pub lock_sleeps: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -276,19 +299,17 @@ impl<T: Target> Lockstep<T> {
         self.judge(op, index, expected, actual)
     }
 
-    /// The first half of an fsync or fdatasync that other tasks' ops may
-    /// overtake: both sides close their transaction; the op returns in
+    /// The first half of an op that other tasks' ops may overtake (fsync,
+    /// fdatasync, a journal-flag switch); the op returns in
     /// [`Lockstep::finish`]. Other ops, and targets that cannot split, run whole.
     pub fn begin(&mut self, op: &Op) -> Result<Begun, Failure> {
-        let (path, datasync) = match op {
-            Op::Fsync { path } if self.target.splits_fsync() => (path, false),
-            Op::Fdatasync { path } if self.target.splits_fsync() => (path, true),
-            _ => return self.step(op).map(Begun::Completed),
-        };
+        if !self.target.splits(op) {
+            return self.step(op).map(Begun::Completed);
+        }
         let index = self.start_op(op);
         self.index += 1;
-        let expected = self.model.begin_fsync(path, datasync);
-        let actual = self.target.begin_fsync(path);
+        let expected = self.model.begin_split(op).unwrap_or(Err(Errno::EINVAL));
+        let actual = self.target.begin_split(op);
         self.trace.write(&[BEGIN_MARK]);
         std::hash::Hash::hash(op, &mut self.trace);
         self.stats.ops += 1;
@@ -301,8 +322,9 @@ impl<T: Target> Lockstep<T> {
             }
         };
         if self.fault_pending() {
-            // The resync after the fault drops what is in flight.
-            return self.judge(op, index, Ok(Reply::Done), Ok(Reply::Done)).map(Begun::Completed);
+            // Counted as faulted; the op stays in flight (holding what it
+            // took) until the resync drops it with the mount it began in.
+            let _faulted: Outcome = self.judge(op, index, Ok(Reply::Done), Ok(Reply::Done))?;
         }
         Ok(Begun::InFlight(InFlight { op: op.clone(), index, model, target }))
     }
@@ -311,10 +333,10 @@ impl<T: Target> Lockstep<T> {
     pub fn finish(&mut self, flight: InFlight) -> Result<Outcome, Failure> {
         let InFlight { op, index, model, target } = flight;
         self.start_op(&op);
-        self.model.finish_fsync(model);
-        let actual = self.target.finish_sync(target).map(|()| Reply::Done);
+        let expected = self.model.finish_split(model).map(|()| Reply::Done);
+        let actual = self.target.finish_split(target).map(|()| Reply::Done);
         self.trace.write(&[FINISH_MARK]);
-        self.judge(&op, index, Ok(Reply::Done), actual)
+        self.judge(&op, index, expected, actual)
     }
 
     /// Opens an op's fault window and notes what the checks after it need;
@@ -409,6 +431,28 @@ impl<T: Target> Lockstep<T> {
         self.model = judged?;
         self.faults_before = self.target.faults_seen();
         Ok(())
+    }
+
+    /// Every lock the target holds belongs to an op in flight, and every op
+    /// in flight still holds the lock it took.
+    pub fn check_locks<'a>(&self, in_flight: impl Iterator<Item = &'a InFlight>) -> Result<(), Failure> {
+        let mut owed: Vec<LockHolder> = in_flight.filter_map(InFlight::holder).collect();
+        for (lock, holder) in self.target.locks_held() {
+            match owed.iter().position(|h| *h == holder) {
+                Some(i) => {
+                    owed.swap_remove(i);
+                }
+                None => {
+                    let last = self.last_op.as_ref().map(format_op).unwrap_or_default();
+                    let what = format!("{lock} is still held by {holder:?} after its op returned (last op: {last})");
+                    return Err(Failure::Lock { index: self.index, what });
+                }
+            }
+        }
+        match owed.first() {
+            Some(h) => Err(Failure::Lock { index: self.index, what: format!("an op in flight took a lock as {h:?} and no longer holds it") }),
+            None => Ok(()),
+        }
     }
 
     /// Cheap invariants after an op: what the last op touched.

@@ -45,12 +45,18 @@ pub fn summary(r: &RunResult) -> String {
         let per: Vec<String> = r.task_ops.iter().enumerate().map(|(t, n)| format!("task {t}: {n}")).collect();
         let count = |f: fn(&crate::trace::Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
         let switches = count(|st| matches!(st, crate::trace::Step::Task(_)));
-        let split = count(|st| matches!(st, crate::trace::Step::Begin(_)));
+        let split = count(|st| matches!(st, crate::trace::Step::Begin(ext4_model::Op::Fsync { .. } | ext4_model::Op::Fdatasync { .. })));
+        let switched = count(|st| matches!(st, crate::trace::Step::Begin(ext4_model::Op::SetJournalData { .. })));
         let _ = writeln!(
             s,
-            "  tasks       {} interleaved by seed, {switches} switches, {split} fsyncs split at their commit ({})",
+            "  tasks       {} interleaved by seed, {switches} switches ({})",
             r.task_ops.len(),
             per.join(", ")
+        );
+        let _ = writeln!(
+            s,
+            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (one that flips holds the updates lock); {} ops slept on a lock",
+            r.stats.lock_sleeps
         );
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);

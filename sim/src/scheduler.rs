@@ -65,6 +65,15 @@ impl Tasks {
         self.current
     }
 
+    /// Picks among the tasks that can run (None when none can), when the
+    /// one [`Tasks::pick`] chose sleeps on a lock.
+    pub fn pick_among(&mut self, runnable: impl Fn(u32) -> bool) -> Option<u32> {
+        let can: Vec<u32> = (0..self.count()).filter(|&t| runnable(t)).collect();
+        let &t = can.get(self.rng.random_range(0..can.len().max(1)))?;
+        self.current = t;
+        Some(t)
+    }
+
     /// The current task's next op.
     pub fn op(&mut self) -> Op {
         self.workloads[self.current as usize].next_op()
@@ -77,9 +86,10 @@ impl Tasks {
     }
 
     /// Whether `op` runs in two halves, so that other tasks' ops may
-    /// overtake it: half the fsyncs and fdatasyncs when tasks interleave.
+    /// overtake it: half the fsyncs, fdatasyncs and journal-flag switches
+    /// when tasks interleave.
     pub fn split(&mut self, op: &Op) -> bool {
-        self.count() > 1 && matches!(op, Op::Fsync { .. } | Op::Fdatasync { .. }) && self.rng.random_ratio(1, 2)
+        self.count() > 1 && matches!(op, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. }) && self.rng.random_ratio(1, 2)
     }
 
     /// Tells task `task` what its op returned.

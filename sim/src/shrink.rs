@@ -25,12 +25,6 @@ pub fn simpler_step(step: &Step) -> Option<Step> {
     }
 }
 
-/// Ops that only look: dropping them changes no state a later step sees
-/// (a FIEMAP with sync writes back, so it is not one of them).
-fn only_looks(op: &Op) -> bool {
-    matches!(op, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. })
-}
-
 /// The first cut, before delta debugging: a long random run is mostly ops
 /// that failed or only looked, and ddmin's halves seldom drop those without
 /// dropping one of the few that matter. Tries dropping them by class, all at
@@ -39,7 +33,7 @@ fn only_looks(op: &Op) -> bool {
 /// the steps to go on from and the runs spent.
 pub fn drop_by_class(steps: &[Step], errored: &[usize], mut fails: impl FnMut(&[Step]) -> bool) -> (Vec<Step>, usize) {
     let errored: BTreeSet<usize> = errored.iter().copied().collect();
-    let looks = |i: usize| matches!(&steps[i], Step::Op(op) if only_looks(op));
+    let looks = |i: usize| matches!(&steps[i], Step::Op(op) if op.only_looks());
     let classes: [&dyn Fn(usize) -> bool; 3] = [&|i| errored.contains(&i) || looks(i), &|i| errored.contains(&i), &looks];
     let mut runs = 0;
     for class in classes {

@@ -18,6 +18,7 @@ impl TargetFactory for Buggy {
         t.after_mount(match self.0 {
             InjectedBug::ReadFlipsLastByteAfterTruncate => |fs| fs.inject_bug(InjectedBug::ReadFlipsLastByteAfterTruncate),
             InjectedBug::CommitReleasesEveryHold => |fs| fs.inject_bug(InjectedBug::CommitReleasesEveryHold),
+            InjectedBug::SwitchKeepsLockOnFailedFlush => |fs| fs.inject_bug(InjectedBug::SwitchKeepsLockOnFailedFlush),
         });
         Ok(t)
     }

@@ -171,23 +171,4 @@ impl<D: BlockDevice> Ext4<D> {
         }
         Ok(out)
     }
-
-    pub(crate) fn do_set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
-        use ext4_model::op::inode_flags::JOURNAL_DATA;
-        let ino = self.open_path(path)?;
-        self.ctx.writable()?;
-        let no_journal = self.ctx.mount.data.is_none();
-        let (ctx, node) = self.split(ino)?;
-        if node.disk.has_flag(JOURNAL_DATA) == enable || no_journal {
-            return Ok(());
-        }
-        if enable {
-            node.disk.flags |= JOURNAL_DATA;
-        } else {
-            node.disk.flags &= !JOURNAL_DATA;
-        }
-        node.disk.ctime = ctx.now();
-        self.mark_dirty(ino);
-        Ok(())
-    }
 }

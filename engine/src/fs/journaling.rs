@@ -164,6 +164,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// commits first if held blocks could make it fail, or if the running
     /// transaction is getting big.
     pub(crate) fn prepare_change(&mut self, need_blocks: u64) -> std::result::Result<(), Errno> {
+        self.start_handle()?;
         let Some(journal) = self.ctx.journal.as_ref() else { return Ok(()) };
         let alloc = &self.ctx.alloc;
         let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);

@@ -23,12 +23,15 @@
 
 mod data;
 mod fallocate;
+mod journal_switch;
 mod journaling;
 mod layout;
 mod lifecycle;
+pub mod locks;
 mod namespace;
 mod node;
 mod resolve;
+mod split;
 mod syscalls;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
@@ -51,7 +54,8 @@ use crate::image::Image;
 use crate::journal::{recovery, Journal};
 
 pub use layout::LayoutReport;
-pub use syscalls::SyncTicket;
+pub use journal_switch::SwitchTicket;
+pub use split::{SecondHalf, SyncTicket};
 use node::Node;
 
 /// What the engine's data structures share, apart from the inode table.
@@ -110,6 +114,8 @@ pub struct Ext4<D: BlockDevice> {
     dirty: BTreeSet<InodeNumber>,
     /// The transaction closed and not yet written ([`journaling`]).
     committing: Option<journaling::Committing>,
+    /// Locks held between the halves of split ops.
+    locks: locks::Locks,
     #[cfg(feature = "test-hooks")]
     bug: test_hooks::BugState,
 }
@@ -169,6 +175,7 @@ impl<D: BlockDevice> Ext4<D> {
             nodes: BTreeMap::new(),
             dirty: BTreeSet::new(),
             committing: None,
+            locks: locks::Locks::default(),
             #[cfg(feature = "test-hooks")]
             bug: test_hooks::BugState::default(),
         })

@@ -1,6 +1,6 @@
 //! [`FileSystem`] for [`Ext4`]: each call is the matching `do_*` operation,
 //! changes first asking the journal whether to commit the running
-//! transaction (`prepare_change`).
+//! transaction (`prepare_change`, which also starts the handle).
 
 use ext4_model::op::{DirEntry, FallocFlags, FiemapExtent, Stat};
 use ext4_model::{Errno, FileSystem};
@@ -73,60 +73,15 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.prepare_change(self.blocks_for_bytes(len))?;
         self.do_fallocate(path, mode, offset, len)
     }
-    fn fiemap(&mut self, path: &str, _sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
-        // Data is never delayed here, so FIEMAP_FLAG_SYNC has nothing to flush.
+    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
+        // Data is never delayed here, so FIEMAP_FLAG_SYNC has nothing to
+        // flush; it still waits where ext4's writeback would.
+        if sync {
+            self.start_handle()?;
+        }
         self.do_fiemap(path)
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
-        self.do_set_journal_data(path, enable)?;
-        // A journal-flag switch is a durability point: ext4 flushes the
-        // journal (disable) or commits a sync handle (enable).
-        self.sync_all()
-    }
-}
-
-/// What the second half of a split fsync has left to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncTicket {
-    /// Nothing (no journal: the first half wrote everything back; or read-only).
-    Done,
-    /// Nothing was logged; the file's data still owes its flush.
-    Flush,
-    /// Wait for transaction `tid`: commit it if it is still committing.
-    Commit(u32),
-}
-
-impl<D: BlockDevice> Ext4<D> {
-    /// fsync or fdatasync in two halves, so other ops can run while its
-    /// transaction commits, as jbd2 lets new handles into the next
-    /// transaction then. This half finds the file and closes the running
-    /// transaction: what the fsync makes durable is fixed here.
-    pub fn begin_fsync(&mut self, path: &str) -> Result<SyncTicket, Errno> {
-        self.open_path(path)?;
-        if self.ctx.mount.read_only {
-            return Ok(SyncTicket::Done);
-        }
-        if self.ctx.journal.is_none() {
-            self.sync_all()?;
-            return Ok(SyncTicket::Done);
-        }
-        match self.close_transaction().map_err(Errno::from)? {
-            Some(tid) => Ok(SyncTicket::Commit(tid)),
-            None => Ok(SyncTicket::Flush),
-        }
-    }
-
-    /// The second half: returns once the transaction the first half closed
-    /// is durable (committing it now unless another sync already did).
-    pub fn finish_sync(&mut self, ticket: SyncTicket) -> Result<(), Errno> {
-        let done = match ticket {
-            SyncTicket::Done => Ok(()),
-            SyncTicket::Flush => self.ctx.dev.flush().map_err(Into::into),
-            SyncTicket::Commit(tid) if self.committing_tid() == Some(tid) => self.finish_commit(),
-            // Committed already, by a later sync or a transaction that
-            // needed the log (or dropped by a crash: nothing to wait for).
-            SyncTicket::Commit(_) => Ok(()),
-        };
-        done.map_err(Errno::from)
+        self.set_journal_data_whole(path, enable)
     }
 }

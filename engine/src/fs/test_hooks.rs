@@ -15,6 +15,9 @@ pub enum InjectedBug {
     /// A commit frees every held block, also those the running transaction
     /// freed after the committing one closed (whose frees a crash can undo).
     CommitReleasesEveryHold,
+    /// A journal-flag switch whose journal flush fails keeps the updates
+    /// lock (the lock imbalance DESIGN.md recalls).
+    SwitchKeepsLockOnFailedFlush,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,6 +37,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_releases_every_hold(&self) -> bool {
         self.bug.bug == Some(InjectedBug::CommitReleasesEveryHold)
+    }
+
+    pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::SwitchKeepsLockOnFailedFlush)
     }
 
     pub(crate) fn bug_on_read(&self, offset: u64, size: u64, data: &mut [u8]) {

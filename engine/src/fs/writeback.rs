@@ -127,6 +127,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// The sync family: write back all metadata (data is already written).
     pub(crate) fn sync_all(&mut self) -> std::result::Result<(), Errno> {
+        self.start_handle()?;
         if self.ctx.mount.read_only {
             return Ok(());
         }

@@ -1,0 +1,101 @@
+//! Ops in two halves, so that the scheduler can run other tasks' ops between
+//! them as the kernel would while the first task sleeps on I/O:
+//! - fsync and fdatasync split where jbd2 commits: the running transaction
+//!   closes in the first half, and new handles go into the next one while
+//!   it is written;
+//! - a journal-flag switch splits while it flushes the journal, holding the
+//!   updates lock (`journal_switch`), so only ops that look run meanwhile.
+
+use ext4_model::{Errno, Op};
+
+use crate::device::BlockDevice;
+
+use super::journal_switch::SwitchTicket;
+use super::locks::LockHolder;
+use super::Ext4;
+
+/// What a split op's second half has left to do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SecondHalf {
+    Sync(SyncTicket),
+    JournalSwitch(SwitchTicket),
+}
+
+impl SecondHalf {
+    /// The lock held until the second half runs, if any.
+    pub fn holder(&self) -> Option<LockHolder> {
+        match self {
+            SecondHalf::Sync(_) => None,
+            SecondHalf::JournalSwitch(t) => t.holder(),
+        }
+    }
+}
+
+/// What the second half of a split fsync has left to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncTicket {
+    /// Nothing (no journal: the first half wrote everything back; or read-only).
+    Done,
+    /// Nothing was logged; the file's data still owes its flush.
+    Flush,
+    /// Wait for transaction `tid`: commit it if it is still committing.
+    Commit(u32),
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// Whether `op` runs in two halves ([`Ext4::begin_split`]).
+    pub fn splits(op: &Op) -> bool {
+        matches!(op, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. })
+    }
+
+    /// The first half of a splittable op (None for any other op).
+    pub fn begin_split(&mut self, op: &Op) -> Option<Result<SecondHalf, Errno>> {
+        Some(match op {
+            Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
+            Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
+            _ => return None,
+        })
+    }
+
+    /// The second half: the op returns.
+    pub fn finish_split(&mut self, half: SecondHalf) -> Result<(), Errno> {
+        match half {
+            SecondHalf::Sync(ticket) => self.finish_sync(ticket),
+            SecondHalf::JournalSwitch(ticket) => self.finish_journal_switch(ticket),
+        }
+    }
+
+    /// fsync or fdatasync in two halves, so other ops can run while its
+    /// transaction commits, as jbd2 lets new handles into the next
+    /// transaction then. This half finds the file and closes the running
+    /// transaction: what the fsync makes durable is fixed here.
+    pub fn begin_fsync(&mut self, path: &str) -> Result<SyncTicket, Errno> {
+        self.start_handle()?;
+        self.open_path(path)?;
+        if self.ctx.mount.read_only {
+            return Ok(SyncTicket::Done);
+        }
+        if self.ctx.journal.is_none() {
+            self.sync_all()?;
+            return Ok(SyncTicket::Done);
+        }
+        match self.close_transaction().map_err(Errno::from)? {
+            Some(tid) => Ok(SyncTicket::Commit(tid)),
+            None => Ok(SyncTicket::Flush),
+        }
+    }
+
+    /// The second half: returns once the transaction the first half closed
+    /// is durable (committing it now unless another sync already did).
+    pub fn finish_sync(&mut self, ticket: SyncTicket) -> Result<(), Errno> {
+        let done = match ticket {
+            SyncTicket::Done => Ok(()),
+            SyncTicket::Flush => self.ctx.dev.flush().map_err(Into::into),
+            SyncTicket::Commit(tid) if self.committing_tid() == Some(tid) => self.finish_commit(),
+            // Committed already, by a later sync or a transaction that
+            // needed the log (or dropped by a crash: nothing to wait for).
+            SyncTicket::Commit(_) => Ok(()),
+        };
+        done.map_err(Errno::from)
+    }
+}

@@ -1,0 +1,115 @@
+//! Ops in two halves, between which the simulator runs other tasks' ops
+//! (see the engine's `split` module for where ext4 sleeps):
+//! - fsync and fdatasync: what they make durable is fixed when their
+//!   transaction closes, and promised when they return;
+//! - a journal-flag switch: only ops that look run in between (the engine's
+//!   updates lock holds the rest off), so the switch takes effect whole in
+//!   its second half.
+
+use crate::model::{Call, Model};
+use crate::op::Op;
+use crate::state::Ino;
+use crate::Errno;
+
+/// An fsync between its halves ([`Model::begin_fsync`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingFsync {
+    path: String,
+    ino: Ino,
+    datasync: bool,
+    /// The last op its transaction holds.
+    closed_at: u64,
+    /// The namespace floor it sets: the file's last metadata (or, for
+    /// fdatasync, size and allocation) change when it closed.
+    committed: u64,
+}
+
+/// A journal-flag switch between its halves ([`Model::begin_journal_switch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingSwitch {
+    path: String,
+    enable: bool,
+    /// False when the flag stays as it is: the first half did it all.
+    flips: bool,
+}
+
+/// A split op between its halves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pending {
+    Fsync(PendingFsync),
+    JournalSwitch(PendingSwitch),
+}
+
+impl Model {
+    /// The first half of a splittable op (None for any other op).
+    pub fn begin_split(&mut self, op: &Op) -> Option<Result<Pending, Errno>> {
+        Some(match op {
+            Op::Fsync { path } => self.begin_fsync(path, false).map(Pending::Fsync),
+            Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
+            Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
+            _ => return None,
+        })
+    }
+
+    /// The second half: the op returns.
+    pub fn finish_split(&mut self, pending: Pending) -> Result<(), Errno> {
+        match pending {
+            Pending::Fsync(p) => {
+                self.finish_fsync(p);
+                Ok(())
+            }
+            Pending::JournalSwitch(p) => self.finish_journal_switch(p),
+        }
+    }
+
+    /// The first half of an fsync (or fdatasync) that other ops may overtake
+    /// while its transaction commits: what it makes durable is fixed here,
+    /// when its transaction closes. The file's data is written back now, as
+    /// ext4 writes it before it commits. Nothing is promised until
+    /// [`Model::finish_fsync`]; a crash before that leaves the floor as it was.
+    pub fn begin_fsync(&mut self, path: &str, datasync: bool) -> Result<PendingFsync, Errno> {
+        let ino = self.open_path(path)?;
+        self.writeback(ino);
+        let marks = self.st.inode(ino).marks;
+        let committed = if datasync { marks.datasync_op } else { marks.meta_op };
+        Ok(PendingFsync { path: path.to_string(), ino, datasync, closed_at: self.st.seq, committed })
+    }
+
+    /// The second half: the fsync returns, and what it fixed is durable.
+    /// Ops that ran in between are in the next transaction and are not.
+    pub fn finish_fsync(&mut self, pending: PendingFsync) {
+        let PendingFsync { path, ino, datasync, closed_at, committed } = pending;
+        self.record(|| Call::Op(if datasync { Op::Fdatasync { path } } else { Op::Fsync { path } }));
+        // The inode may be gone (unlinked in between); its number is not
+        // reused while the run lasts, so the marks are its own if present.
+        if self.st.inodes.contains_key(&ino) {
+            let marks = &mut self.st.inode_mut(ino).marks;
+            marks.durable_at = marks.durable_at.max(closed_at);
+        }
+        self.st.namespace_floor = self.st.namespace_floor.max(committed);
+    }
+
+    /// The first half of chattr +j/-j: its errors, and whether the flag
+    /// flips. A switch that flips nothing is over here; one that flips holds
+    /// every op that changes anything off until its second half, so nothing
+    /// in between can tell it from a switch that has not begun.
+    pub fn begin_journal_switch(&mut self, path: &str, enable: bool) -> Result<PendingSwitch, Errno> {
+        let ino = self.open_path(path)?;
+        self.writable()?;
+        let flips = self.st.inode(ino).journal_data() != enable && self.mount.data.is_some();
+        if !flips {
+            crate::fs::FileSystem::set_journal_data(self, path, enable)?;
+        }
+        Ok(PendingSwitch { path: path.to_string(), enable, flips })
+    }
+
+    /// The second half: a switch that flips takes effect as one op.
+    pub fn finish_journal_switch(&mut self, pending: PendingSwitch) -> Result<(), Errno> {
+        let PendingSwitch { path, enable, flips } = pending;
+        if !flips {
+            return Ok(());
+        }
+        self.record(|| Call::Op(Op::SetJournalData { path: path.clone(), enable }));
+        self.do_set_journal_data(&path, enable)
+    }
+}
