@@ -133,12 +133,18 @@ mod tests {
         // With every task waiting there is no one else: the pick stands.
         let mut t = Tasks::new(9, 3, WorkloadConfig::new(4096));
         assert!((0..50).map(|_| t.pick(|_| true)).any(|p| p != 0));
-        // Only fsyncs of interleaved tasks split.
+        // A task asleep on a lock is never picked while another can run.
+        let mut t = Tasks::new(9, 3, WorkloadConfig::new(4096));
+        assert!((0..100).map(|_| t.pick_among(|task| task != 2)).all(|p| p.is_some_and(|p| p != 2)));
+        assert_eq!(t.pick_among(|_| false), None);
+        // Only fsyncs and journal-flag switches of interleaved tasks split.
         let mut one = Tasks::new(9, 1, WorkloadConfig::new(4096));
         assert!(!(0..50).any(|_| one.split(&Op::Fsync { path: "/a".into() })));
         let mut many = Tasks::new(9, 2, WorkloadConfig::new(4096));
         assert!(!(0..50).any(|_| many.split(&Op::Sync)));
         let splits = (0..200).filter(|_| many.split(&Op::Fdatasync { path: "/a".into() })).count();
         assert!((60..140).contains(&splits), "{splits} of 200 split");
+        let switch = Op::SetJournalData { path: "/a".into(), enable: true };
+        assert!((0..50).any(|_| many.split(&switch)));
     }
 }
