@@ -3,12 +3,14 @@
 //! namespace but each sees only its own answers, so one task's ops hit names
 //! another renamed or removed, and files grow side by side in the allocator.
 //!
-//! Ops run to completion under `&mut`, one filesystem-wide lock, with one
-//! exception: an fsync may be split at its commit (`Step::Begin`, then
-//! `Step::Finish` when its task runs again), so other tasks' ops overtake it
-//! while its transaction commits and go into the next one, as jbd2 lets new
-//! handles in then. Finer preemption points (inside a write, between a
-//! handle's start and stop) need the engine to yield there.
+//! Ops run to completion under `&mut`, one filesystem-wide lock, except
+//! those the engine can split where ext4 sleeps (`Step::Begin`, then
+//! `Step::Finish` when its task runs again): an fsync at its commit, so other
+//! tasks' ops go into the next transaction, and a journal-flag switch while
+//! it flushes the journal under jbd2's updates lock, so tasks whose next op
+//! would start a handle sleep (the driver asks the engine) and the scheduler
+//! runs others. Finer preemption points (inside a write, between a handle's
+//! start and stop) need the engine to yield there.
 
 use ext4_model::{Op, OpKind, Outcome};
 use rand::{RngExt, SeedableRng};

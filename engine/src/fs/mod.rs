@@ -18,6 +18,9 @@
 //! - **Journaled.** With has_journal, sync/fsync/fdatasync/unmount commit
 //!   the dirty metadata as one jbd2 transaction (`journaling`); mount replays
 //!   a log a crash left behind. Without a journal writeback is in place.
+//! - **Split where ext4 sleeps.** fsync and chattr +j/-j can run in two
+//!   halves (`split`) so a simulator runs other ops in between; a lock held
+//!   across the halves is real (`locks`): ops that would wait on it say so.
 //! - Not yet: htree directories (refused with EIO), block-mapped files,
 //!   logging file data of data=journal inodes (written like ordered).
 
