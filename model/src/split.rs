@@ -2,9 +2,9 @@
 //! (see the engine's `split` module for where ext4 sleeps):
 //! - fsync and fdatasync: what they make durable is fixed when their
 //!   transaction closes, and promised when they return;
-//! - a journal-flag switch: only ops that look run in between (the engine's
-//!   updates lock holds the rest off), so the switch takes effect whole in
-//!   its second half.
+//! - chattr -j that clears the flag: only ops that look run in between (the
+//!   engine's updates lock holds the rest off), so the switch takes effect
+//!   whole in its second half. Any other switch is over in its first half.
 
 use crate::model::{Call, Model};
 use crate::op::Op;
@@ -29,8 +29,8 @@ pub struct PendingFsync {
 pub struct PendingSwitch {
     path: String,
     enable: bool,
-    /// False when the flag stays as it is: the first half did it all.
-    flips: bool,
+    /// False when the first half did it all (+j, or a flag that stays).
+    clears: bool,
 }
 
 /// A split op between its halves.
@@ -89,24 +89,24 @@ impl Model {
         self.st.namespace_floor = self.st.namespace_floor.max(committed);
     }
 
-    /// The first half of chattr +j/-j: its errors, and whether the flag
-    /// flips. A switch that flips nothing is over here; one that flips holds
-    /// every op that changes anything off until its second half, so nothing
-    /// in between can tell it from a switch that has not begun.
+    /// The first half of chattr +j/-j: its errors, and whether it clears
+    /// the flag. One that clears it holds every op that changes anything off
+    /// until its second half, so nothing in between can tell it from a
+    /// switch that has not begun; any other is over here.
     pub fn begin_journal_switch(&mut self, path: &str, enable: bool) -> Result<PendingSwitch, Errno> {
         let ino = self.open_path(path)?;
         self.writable()?;
-        let flips = self.st.inode(ino).journal_data() != enable && self.mount.data.is_some();
-        if !flips {
+        let clears = !enable && self.st.inode(ino).journal_data() && self.mount.data.is_some();
+        if !clears {
             crate::fs::FileSystem::set_journal_data(self, path, enable)?;
         }
-        Ok(PendingSwitch { path: path.to_string(), enable, flips })
+        Ok(PendingSwitch { path: path.to_string(), enable, clears })
     }
 
-    /// The second half: a switch that flips takes effect as one op.
+    /// The second half: a switch that clears the flag takes effect as one op.
     pub fn finish_journal_switch(&mut self, pending: PendingSwitch) -> Result<(), Errno> {
-        let PendingSwitch { path, enable, flips } = pending;
-        if !flips {
+        let PendingSwitch { path, enable, clears } = pending;
+        if !clears {
             return Ok(());
         }
         self.record(|| Call::Op(Op::SetJournalData { path: path.clone(), enable }));

@@ -222,30 +222,33 @@ fn shifted_files_are_checked_by_size_only() {
     assert!(matches!(m.crash_envelope().check(&mut recovered).unwrap_err(), CrashViolation::Size { .. }));
 }
 
-/// A journal-flag switch in two halves: nothing changes and nothing is
-/// promised until the second half, which is the whole switch (a durability
-/// point); a switch that flips nothing is over in the first half.
+/// chattr -j in two halves: nothing changes and nothing is promised until
+/// the second half, which is the whole switch (a durability point); +j, or
+/// a switch that changes nothing, is over in the first half.
 #[test]
 fn a_split_journal_switch_takes_effect_in_its_second_half() {
     use ext4_model::{op::inode_flags::JOURNAL_DATA, FileSystem};
     let mut m = Model::new(&ordered()).unwrap();
-    run(&mut m, &[Op::Create { path: "/f".into(), perm: 0o644 }, Op::Sync, write("/f", 0, 3000, 1)]);
+    let on = Op::SetJournalData { path: "/f".into(), enable: true };
+    let off = Op::SetJournalData { path: "/f".into(), enable: false };
+    run(&mut m, &[Op::Create { path: "/f".into(), perm: 0o644 }, on.clone(), write("/f", 0, 3000, 1)]);
     let empty = {
         let mut e = Model::new(&ordered()).unwrap();
-        run(&mut e, &[Op::Create { path: "/f".into(), perm: 0o644 }]);
+        run(&mut e, &[Op::Create { path: "/f".into(), perm: 0o644 }, on.clone()]);
         e
     };
-    let switch = Op::SetJournalData { path: "/f".into(), enable: true };
-    let pending = m.begin_split(&switch).unwrap().unwrap();
-    assert_eq!(m.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+    let pending = m.begin_split(&off).unwrap().unwrap();
+    assert_ne!(m.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
     assert!(m.crash_envelope().check(&mut empty.clone()).is_ok(), "nothing promised yet");
     m.finish_split(pending).unwrap();
-    assert_ne!(m.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+    assert_eq!(m.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
     assert!(m.crash_envelope().check(&mut empty.clone()).is_err(), "the write before the switch is durable");
-    // Already set: the first half is the whole op, the second does nothing.
-    let again = m.begin_split(&switch).unwrap().unwrap();
-    m.finish_split(again).unwrap();
-    assert_ne!(m.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+    // +j is done in the first half, and so is a switch that changes nothing.
+    for op in [&on, &on] {
+        let p = m.begin_split(op).unwrap().unwrap();
+        assert_ne!(m.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+        m.finish_split(p).unwrap();
+    }
     assert!(matches!(m.begin_split(&Op::SetJournalData { path: "/nope".into(), enable: false }), Some(Err(ext4_model::Errno::ENOENT))));
     assert!(m.begin_split(&Op::Sync).is_none());
 }

@@ -55,7 +55,7 @@ pub fn summary(r: &RunResult) -> String {
         );
         let _ = writeln!(
             s,
-            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (one that flips holds the updates lock); {} ops slept on a lock",
+            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds the updates lock); {} ops slept on a lock",
             r.stats.lock_sleeps
         );
     }

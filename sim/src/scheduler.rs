@@ -6,8 +6,8 @@
 //! Ops run to completion under `&mut`, one filesystem-wide lock, except
 //! those the engine can split where ext4 sleeps (`Step::Begin`, then
 //! `Step::Finish` when its task runs again): an fsync at its commit, so other
-//! tasks' ops go into the next transaction, and a journal-flag switch while
-//! it flushes the journal under jbd2's updates lock, so tasks whose next op
+//! tasks' ops go into the next transaction, and chattr -j while it
+//! flushes the journal under jbd2's updates lock, so tasks whose next op
 //! would start a handle sleep (the driver asks the engine) and the scheduler
 //! runs others. Finer preemption points (inside a write, between a handle's
 //! start and stop) need the engine to yield there.

@@ -282,15 +282,15 @@ fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
     assert_eq!((replay.trace_hash, replay.image_hash), (a.trace_hash, a.image_hash));
 }
 
-/// A journal-flag switch split between its halves holds jbd2's updates
-/// lock: another task's stat runs (and sees the flag unflipped), its write
+/// A chattr -j split between its halves holds jbd2's updates lock while
+/// it flushes the journal: another task's stat runs (and sees the flag unflipped), its write
 /// sleeps until the switch's second half. In a replay the sleeping op makes
 /// the holder finish first, so the trace's own order cannot deadlock.
 #[test]
 fn a_split_journal_switch_lets_only_looking_ops_through() {
     let text = "seed 1\nmount \ntasks 2\n\
-op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
-begin set_journal_data path=\"/f\" enable=true\ntask 1\nop stat path=\"/f\"\nop read path=\"/f\" offset=0 len=100\n\
+op create path=\"/f\" perm=644\nop set_journal_data path=\"/f\" enable=true\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
+begin set_journal_data path=\"/f\" enable=false\ntask 1\nop stat path=\"/f\"\nop read path=\"/f\" offset=0 len=100\n\
 op write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfinish\n";
     let r = replay_passes(text);
     assert_eq!(r.stats.lock_sleeps, 1);
@@ -301,14 +301,14 @@ op write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfini
     // The trace's own finish, after the write, has nothing left to finish.
     assert_eq!(lines.iter().filter(|l| l.as_str() == "finish").count(), 2, "{lines:?}");
 
-    // Generated runs: switches split, tasks sleep on the lock, all passes,
-    // and the run replays to the same hashes.
+    // Generated runs: -j switches split, tasks sleep on the lock, all
+    // passes, and the run replays to the same hashes.
     let (mut switched, mut slept) = (0, 0);
     for seed in 0..6 {
         let s = RunSpec { tasks: 3, crash_every: 150, ..spec(seed, 2500, "") };
         let a = run_seed(&EngineFactory, &s).unwrap();
         assert!(a.failure.is_none(), "seed {seed}: {}", a.failure.unwrap());
-        switched += a.steps.iter().filter(|st| matches!(st, Step::Begin(ext4_model::Op::SetJournalData { .. }))).count();
+        switched += a.steps.iter().filter(|st| matches!(st, Step::Begin(ext4_model::Op::SetJournalData { enable: false, .. }))).count();
         slept += a.stats.lock_sleeps;
         let replay = run_steps(&EngineFactory, &s, &a.steps).unwrap();
         assert_eq!((replay.trace_hash, replay.image_hash), (a.trace_hash, a.image_hash), "seed {seed}");

@@ -1,13 +1,15 @@
-//! chattr +j / -j: switching an inode into or out of data journaling, in
-//! two halves as ext4_change_inode_journal_flag runs.
+//! chattr +j / -j: switching an inode into or out of data journaling, as
+//! ext4_change_inode_journal_flag does it.
 //!
-//! 1. [`Ext4::begin_journal_switch`] takes the journal's updates lock (no
-//!    new handle starts) and closes the running transaction, which holds
-//!    the inode's data (already home, flushed before the log) and every
-//!    change made before the switch.
-//! 2. [`Ext4::finish_journal_switch`] writes that transaction, flips the
-//!    flag, drops the lock, and commits the flag through a synchronous
-//!    handle.
+//! - **+j** writes the inode's data back (already home here), then sets the
+//!   flag under the journal's updates lock without sleeping, and commits the
+//!   flag: one call, nothing held across a sleep.
+//! - **-j** must empty the journal first (jbd2_journal_flush), holding the
+//!   updates lock so no handle starts meanwhile; it sleeps there. So it runs
+//!   in two halves: [`Ext4::begin_journal_switch`] takes the lock and closes
+//!   the running transaction; [`Ext4::finish_journal_switch`] writes it,
+//!   checkpoints the log, clears the flag, drops the lock and commits the
+//!   flag through a synchronous handle.
 //!
 //! The lock is released on every path out of a half that took it, error
 //! paths included; a lock imbalance in exactly this function was a real
@@ -27,8 +29,8 @@ use super::Ext4;
 pub struct SwitchTicket {
     ino: InodeNumber,
     enable: bool,
-    /// The updates lock, when the flag changes (None: the first half did
-    /// everything).
+    /// The updates lock, held by a -j that clears the flag (None: the
+    /// first half did everything).
     holder: Option<LockHolder>,
     /// The tid of the transaction the first half closed, if any.
     closed: Option<u32>,
@@ -42,8 +44,9 @@ impl SwitchTicket {
 }
 
 impl<D: BlockDevice> Ext4<D> {
-    /// The first half: finds the inode; when its flag is to change, takes
-    /// the updates lock and closes the running transaction.
+    /// The first half: finds the inode. A -j that clears the flag takes the
+    /// updates lock and closes the running transaction; any other switch
+    /// is done here.
     pub fn begin_journal_switch(&mut self, path: &str, enable: bool) -> Result<SwitchTicket, Errno> {
         self.start_handle()?;
         let ino = self.open_path(path)?;
@@ -55,6 +58,11 @@ impl<D: BlockDevice> Ext4<D> {
             // journal there is no flag to switch). The sync is this
             // engine's, more than ext4 promises; done now, it cannot wait
             // on another switch's lock in the second half.
+            self.sync_all()?;
+            return Ok(SwitchTicket { ino, enable, holder: None, closed: None });
+        }
+        if enable {
+            self.flip_journal_flag(ino, true)?;
             self.sync_all()?;
             return Ok(SwitchTicket { ino, enable, holder: None, closed: None });
         }
@@ -76,7 +84,8 @@ impl<D: BlockDevice> Ext4<D> {
         let flushed = match closed {
             Some(tid) if self.committing_tid() == Some(tid) => self.finish_commit(),
             _ => Ok(()),
-        };
+        }
+        .and_then(|()| self.checkpoint_log());
         if let Err(e) = flushed {
             self.release_after_failed_flush(holder);
             return Err(e.into());
@@ -104,6 +113,15 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.ctime = ctx.now();
         self.mark_dirty(ino);
         Ok(())
+    }
+
+    /// Writes every logged block home and empties the log.
+    fn checkpoint_log(&mut self) -> crate::error::Result<()> {
+        let ctx = &mut self.ctx;
+        match ctx.journal.as_mut() {
+            Some(j) => j.checkpoint(&mut ctx.dev, false),
+            None => Ok(()),
+        }
     }
 
     /// The error path of a failed journal flush: new handles may start again.
@@ -136,8 +154,9 @@ mod tests {
     fn a_switch_between_its_halves_holds_off_every_op_but_those_that_look() {
         let mut fs = fresh();
         fs.create("/f", 0o644).unwrap();
+        fs.set_journal_data("/f", true).unwrap();
         fs.write("/f", 0, &[7; 5000]).unwrap();
-        let ticket = fs.begin_journal_switch("/f", true).unwrap();
+        let ticket = fs.begin_journal_switch("/f", false).unwrap();
         assert!(ticket.holder().is_some());
         assert_eq!(fs.locks_held().len(), 1);
         let write = Op::Write { path: "/f".into(), offset: 0, len: 1, seed: 1 };
@@ -148,12 +167,13 @@ mod tests {
         assert_eq!(fs.create("/g", 0o644), Err(Errno::EDEADLK));
         assert_eq!(fs.sync(), Err(Errno::EDEADLK));
         assert_eq!(fs.read("/f", 0, 10).unwrap(), vec![7; 10]);
-        assert_eq!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0, "the flag flips in the second half");
+        assert_ne!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0, "the flag clears in the second half");
 
         fs.finish_journal_switch(ticket).unwrap();
         assert!(fs.locks_held().is_empty());
         assert_eq!(fs.waits_for(&write), None);
-        assert_ne!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+        assert_eq!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+        assert_eq!(fs.journal_stats().map(|j| j.checkpoints > 0), Some(true), "-j empties the log");
         fs.create("/g", 0o644).unwrap();
     }
 
@@ -163,9 +183,14 @@ mod tests {
         fs.create("/f", 0o644).unwrap();
         fs.set_journal_data("/f", true).unwrap();
         assert!(fs.locks_held().is_empty());
-        let same = fs.begin_journal_switch("/f", true).unwrap();
-        assert_eq!(same.holder(), None);
-        fs.finish_journal_switch(same).unwrap();
+        for enable in [true, true] {
+            // +j sets the flag at once; setting it again changes nothing.
+            let t = fs.begin_journal_switch("/f", enable).unwrap();
+            assert_eq!(t.holder(), None);
+            assert!(fs.locks_held().is_empty());
+            assert_ne!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
+            fs.finish_journal_switch(t).unwrap();
+        }
         assert_eq!(fs.set_journal_data("/missing", false), Err(Errno::ENOENT));
         assert!(fs.locks_held().is_empty());
         fs.set_journal_data("/f", false).unwrap();

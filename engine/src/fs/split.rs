@@ -3,8 +3,9 @@
 //! - fsync and fdatasync split where jbd2 commits: the running transaction
 //!   closes in the first half, and new handles go into the next one while
 //!   it is written;
-//! - a journal-flag switch splits while it flushes the journal, holding the
-//!   updates lock (`journal_switch`), so only ops that look run meanwhile.
+//! - chattr -j splits while it flushes the journal, holding the updates
+//!   lock (`journal_switch`), so only ops that look run meanwhile; +j has
+//!   no such sleep and is done in its first half.
 
 use ext4_model::{Errno, Op};
 
