@@ -149,7 +149,7 @@ fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, fixed: Option<&[Step]>
     let mut errored_steps = Vec::new();
     let mut failure = None;
     let mut ops_run = 0u64;
-    // Split fsyncs waiting for their task to run again, by task.
+    // Split ops (fsyncs, -j switches) waiting for their task to run again, by task.
     let mut in_flight: BTreeMap<u32, InFlight> = BTreeMap::new();
     // Ops drawn for a task that sleeps on a lock, by task: it runs them
     // once the lock is free.
