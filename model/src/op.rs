@@ -131,6 +131,12 @@ impl Op {
         matches!(self, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. })
     }
 
+    /// Ops that can run in two halves, between which other tasks' ops run
+    /// (see `Model::begin_split`).
+    pub fn has_two_halves(&self) -> bool {
+        matches!(self, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. })
+    }
+
     /// Short name of the op kind, for tables and swarm switches.
     pub fn kind(&self) -> OpKind {
         match self {

@@ -27,10 +27,9 @@ pub struct PendingFsync {
 /// A journal-flag switch between its halves ([`Model::begin_journal_switch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingSwitch {
-    path: String,
-    enable: bool,
-    /// False when the first half did it all (+j, or a flag that stays).
-    clears: bool,
+    /// The path of a -j that clears the flag in the second half; None when
+    /// the first half did it all (+j, or a flag that stays).
+    clears: Option<String>,
 }
 
 /// A split op between its halves.
@@ -100,16 +99,13 @@ impl Model {
         if !clears {
             crate::fs::FileSystem::set_journal_data(self, path, enable)?;
         }
-        Ok(PendingSwitch { path: path.to_string(), enable, clears })
+        Ok(PendingSwitch { clears: clears.then(|| path.to_string()) })
     }
 
     /// The second half: a switch that clears the flag takes effect as one op.
     pub fn finish_journal_switch(&mut self, pending: PendingSwitch) -> Result<(), Errno> {
-        let PendingSwitch { path, enable, clears } = pending;
-        if !clears {
-            return Ok(());
-        }
-        self.record(|| Call::Op(Op::SetJournalData { path: path.clone(), enable }));
-        self.do_set_journal_data(&path, enable)
+        let Some(path) = pending.clears else { return Ok(()) };
+        self.record(|| Call::Op(Op::SetJournalData { path: path.clone(), enable: false }));
+        self.do_set_journal_data(&path, false)
     }
 }

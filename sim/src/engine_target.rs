@@ -242,7 +242,7 @@ impl Target for EngineTarget {
     }
 
     fn splits(&self, op: &Op) -> bool {
-        Ext4::<SimDisk>::splits(op)
+        op.has_two_halves()
     }
 
     fn begin_split(&mut self, op: &Op) -> Result<SecondHalf, Errno> {

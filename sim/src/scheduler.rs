@@ -59,21 +59,21 @@ impl Tasks {
             self.current = self.rng.random_range(0..n);
         }
         if waiting(self.current) && self.rng.random_ratio(3, 4) {
-            let others: Vec<u32> = (0..n).filter(|&t| !waiting(t)).collect();
-            if !others.is_empty() {
-                self.current = others[self.rng.random_range(0..others.len())];
-            }
+            self.pick_among(|t| !waiting(t));
         }
         self.current
     }
 
-    /// Picks among the tasks that can run (None when none can), when the
-    /// one [`Tasks::pick`] chose sleeps on a lock.
+    /// Picks among the tasks that can run, or leaves the pick as it is
+    /// (None) when none can: for a task [`Tasks::pick`] chose that sleeps
+    /// on a lock.
     pub fn pick_among(&mut self, runnable: impl Fn(u32) -> bool) -> Option<u32> {
         let can: Vec<u32> = (0..self.count()).filter(|&t| runnable(t)).collect();
-        let &t = can.get(self.rng.random_range(0..can.len().max(1)))?;
-        self.current = t;
-        Some(t)
+        if can.is_empty() {
+            return None;
+        }
+        self.current = can[self.rng.random_range(0..can.len())];
+        Some(self.current)
     }
 
     /// The current task's next op.
@@ -81,17 +81,11 @@ impl Tasks {
         self.workloads[self.current as usize].next_op()
     }
 
-    /// Picks who runs next and that task's next op.
-    pub fn next_op(&mut self) -> (u32, Op) {
-        let task = self.pick(|_| false);
-        (task, self.op())
-    }
-
     /// Whether `op` runs in two halves, so that other tasks' ops may
     /// overtake it: half the fsyncs, fdatasyncs and journal-flag switches
     /// when tasks interleave.
     pub fn split(&mut self, op: &Op) -> bool {
-        self.count() > 1 && matches!(op, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. }) && self.rng.random_ratio(1, 2)
+        self.count() > 1 && op.has_two_halves() && self.rng.random_ratio(1, 2)
     }
 
     /// Tells task `task` what its op returned.
@@ -108,7 +102,7 @@ mod tests {
 
     fn schedule(seed: u64, count: u32, ops: usize) -> Vec<(u32, Op)> {
         let mut t = Tasks::new(seed, count, WorkloadConfig::new(4096));
-        (0..ops).map(|_| t.next_op()).collect()
+        (0..ops).map(|_| (t.pick(|_| false), t.op())).collect()
     }
 
     #[test]

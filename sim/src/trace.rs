@@ -45,8 +45,8 @@ pub enum Step {
     Fault(FaultEvent),
     /// The scheduler switched to this task; the ops after it are its.
     Task(u32),
-    /// The first half of an fsync or fdatasync that other tasks' ops may
-    /// overtake while its transaction commits.
+    /// The first half of an op with two halves (fsync, fdatasync, chattr
+    /// -j) that other tasks' ops may overtake.
     Begin(Op),
     /// The current task's begun op returns.
     Finish,

@@ -24,14 +24,17 @@ use crate::format::InodeNumber;
 use super::locks::LockHolder;
 use super::Ext4;
 
-/// What the second half of a journal-flag switch has left to do.
+/// What the second half of a journal-flag switch has left to do: the rest
+/// of a -j that clears the flag, or nothing (None).
 #[derive(Debug, PartialEq, Eq)]
-pub struct SwitchTicket {
+pub struct SwitchTicket(Option<Clearing>);
+
+/// A -j between its halves.
+#[derive(Debug, PartialEq, Eq)]
+struct Clearing {
     ino: InodeNumber,
-    enable: bool,
-    /// The updates lock, held by a -j that clears the flag (None: the
-    /// first half did everything).
-    holder: Option<LockHolder>,
+    /// The updates lock it holds.
+    holder: LockHolder,
     /// The tid of the transaction the first half closed, if any.
     closed: Option<u32>,
 }
@@ -39,7 +42,7 @@ pub struct SwitchTicket {
 impl SwitchTicket {
     /// The lock this switch holds until its second half.
     pub fn holder(&self) -> Option<LockHolder> {
-        self.holder
+        self.0.as_ref().map(|c| c.holder)
     }
 }
 
@@ -59,16 +62,16 @@ impl<D: BlockDevice> Ext4<D> {
             // engine's, more than ext4 promises; done now, it cannot wait
             // on another switch's lock in the second half.
             self.sync_all()?;
-            return Ok(SwitchTicket { ino, enable, holder: None, closed: None });
+            return Ok(SwitchTicket(None));
         }
         if enable {
             self.flip_journal_flag(ino, true)?;
             self.sync_all()?;
-            return Ok(SwitchTicket { ino, enable, holder: None, closed: None });
+            return Ok(SwitchTicket(None));
         }
         let holder = self.locks.lock_updates()?;
         match self.close_transaction() {
-            Ok(closed) => Ok(SwitchTicket { ino, enable, holder: Some(holder), closed }),
+            Ok(closed) => Ok(SwitchTicket(Some(Clearing { ino, holder, closed }))),
             Err(e) => {
                 self.release_after_failed_flush(holder);
                 Err(e.into())
@@ -78,19 +81,13 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// The second half: the switch returns once the flag is durable.
     pub fn finish_journal_switch(&mut self, ticket: SwitchTicket) -> Result<(), Errno> {
-        let SwitchTicket { ino, enable, holder, closed } = ticket;
-        let Some(holder) = holder else { return Ok(()) };
-        // Another sync may have written the closed transaction already.
-        let flushed = match closed {
-            Some(tid) if self.committing_tid() == Some(tid) => self.finish_commit(),
-            _ => Ok(()),
-        }
-        .and_then(|()| self.checkpoint_log());
+        let SwitchTicket(Some(Clearing { ino, holder, closed })) = ticket else { return Ok(()) };
+        let flushed = closed.map_or(Ok(()), |tid| self.wait_for_commit(tid)).and_then(|()| self.checkpoint_log());
         if let Err(e) = flushed {
             self.release_after_failed_flush(holder);
             return Err(e.into());
         }
-        let flipped = self.flip_journal_flag(ino, enable);
+        let flipped = self.flip_journal_flag(ino, false);
         self.locks.unlock_updates(holder);
         flipped?;
         // The synchronous handle that logs the flag.

@@ -155,9 +155,14 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(())
     }
 
-    /// The tid of the transaction committing now, if any.
-    pub(crate) fn committing_tid(&self) -> Option<u32> {
-        self.committing.as_ref().map(|c| c.tid)
+    /// Returns once transaction `tid` is durable: writes it if it is still
+    /// the committing one. Otherwise a later sync, a transaction that needed
+    /// the log, or a crash already ended it.
+    pub(crate) fn wait_for_commit(&mut self, tid: u32) -> Result<()> {
+        match &self.committing {
+            Some(c) if c.tid == tid => self.finish_commit(),
+            _ => Ok(()),
+        }
     }
 
     /// Called before an op that may allocate up to `need_blocks` data blocks:

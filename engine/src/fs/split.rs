@@ -44,12 +44,8 @@ pub enum SyncTicket {
 }
 
 impl<D: BlockDevice> Ext4<D> {
-    /// Whether `op` runs in two halves ([`Ext4::begin_split`]).
-    pub fn splits(op: &Op) -> bool {
-        matches!(op, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. })
-    }
-
-    /// The first half of a splittable op (None for any other op).
+    /// The first half of an op with two halves ([`Op::has_two_halves`];
+    /// None for any other op).
     pub fn begin_split(&mut self, op: &Op) -> Option<Result<SecondHalf, Errno>> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
@@ -92,10 +88,7 @@ impl<D: BlockDevice> Ext4<D> {
         let done = match ticket {
             SyncTicket::Done => Ok(()),
             SyncTicket::Flush => self.ctx.dev.flush().map_err(Into::into),
-            SyncTicket::Commit(tid) if self.committing_tid() == Some(tid) => self.finish_commit(),
-            // Committed already, by a later sync or a transaction that
-            // needed the log (or dropped by a crash: nothing to wait for).
-            SyncTicket::Commit(_) => Ok(()),
+            SyncTicket::Commit(tid) => self.wait_for_commit(tid),
         };
         done.map_err(Errno::from)
     }
