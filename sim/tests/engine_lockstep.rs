@@ -316,6 +316,21 @@ op write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfini
     assert!(switched > 10 && slept > 5, "{switched} switches split, {slept} ops slept on the lock");
 }
 
+/// Found by `ext4sim swarm --seeds 300..380 --ops 3000 --tasks 4 --disk-size
+/// 40M --crash-every 150` (seed 316): a full check fell due while a -j held
+/// the updates lock; the engine's fsck unmounts and remounts it, so the lock
+/// vanished under the op in flight. Full checks now wait until no op is in
+/// flight: here the one due at op 3 runs after the finish.
+#[test]
+fn regression_a_full_check_waits_for_the_ops_in_flight() {
+    let text = "seed 1\nmount \ntasks 2\nfsck_every 3\n\
+op create path=\"/f\" perm=644\nop set_journal_data path=\"/f\" enable=true\n\
+begin set_journal_data path=\"/f\" enable=false\ntask 1\nop stat path=\"/f\"\ntask 0\nfinish\n";
+    let r = replay_passes(text);
+    // The deferred check, then the one at the end.
+    assert_eq!(r.stats.fscks, 2);
+}
+
 /// A small disk fills up: the model's ENOSPC limits come from the engine's
 /// free space, both sides agree on most ENOSPCs, the ones only the nearly
 /// full engine gives (for metadata the model does not count) resync the
