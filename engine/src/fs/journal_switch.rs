@@ -82,6 +82,10 @@ impl<D: BlockDevice> Ext4<D> {
     /// The second half: the switch returns once the flag is durable.
     pub fn finish_journal_switch(&mut self, ticket: SwitchTicket) -> Result<(), Errno> {
         let SwitchTicket(Some(Clearing { ino, holder, closed })) = ticket else { return Ok(()) };
+        if !self.locks.holds_updates(holder) {
+            // A ticket from an earlier mount: its switch died with it.
+            return Err(Errno::EINVAL);
+        }
         let flushed = closed.map_or(Ok(()), |tid| self.wait_for_commit(tid)).and_then(|()| self.checkpoint_log());
         if let Err(e) = flushed {
             self.release_after_failed_flush(holder);
@@ -189,6 +193,13 @@ mod tests {
             fs.finish_journal_switch(t).unwrap();
         }
         assert_eq!(fs.set_journal_data("/missing", false), Err(Errno::ENOENT));
+        // A -j's ticket outlives its mount only as an error.
+        let stale = fs.begin_journal_switch("/f", false).unwrap();
+        let dev = fs.into_device_dropping_caches();
+        let mut fs = Ext4::mount(dev, &MountConfig::default()).unwrap();
+        assert_eq!(fs.finish_journal_switch(stale), Err(Errno::EINVAL));
+        assert!(fs.locks_held().is_empty());
+        fs.set_journal_data("/f", true).unwrap();
         assert!(fs.locks_held().is_empty());
         fs.set_journal_data("/f", false).unwrap();
         assert_eq!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0);

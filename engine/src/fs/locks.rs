@@ -64,6 +64,10 @@ impl Locks {
         }
     }
 
+    pub fn holds_updates(&self, holder: LockHolder) -> bool {
+        self.updates == Some(holder)
+    }
+
     pub fn held(&self) -> Vec<(Lock, LockHolder)> {
         self.updates.map(|h| (Lock::JournalUpdates, h)).into_iter().collect()
     }
