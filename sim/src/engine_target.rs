@@ -14,6 +14,7 @@ use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountCo
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::disk::clock::DisplayNs;
 use crate::disk::{CrashPolicy, DiskProfile, FaultConfig, SimDisk};
 use crate::driver::{RunSpec, TargetFactory};
 use crate::lockstep::Target;
@@ -284,10 +285,17 @@ impl Target for EngineTarget {
         let stats = disk.stats();
         let total = stats.total();
         let mut out = vec![
-            ("sim time".to_string(), crate::disk::clock::DisplayNs(stats.elapsed_ns).to_string()),
+            ("sim time".to_string(), DisplayNs(stats.elapsed_ns).to_string()),
             ("disk I/O".to_string(), format!("{} reads / {} writes, {} / {} bytes, {} flushes, {} seeks", total.reads, total.writes, total.read_bytes, total.write_bytes, stats.flushes, stats.seeks)),
             ("store".to_string(), format!("{} MiB of backing store touched", disk.touched_bytes() >> 20)),
         ];
+        for (name, class) in [("data", &stats.data), ("metadata", &stats.metadata), ("journal", &stats.journal)] {
+            let (read_mib, write_mib) = (class.read_bytes >> 20, class.write_bytes >> 20);
+            let line = format!("{} reads / {} writes, {read_mib} / {write_mib} MiB, busy {}", class.reads, class.writes, DisplayNs(class.busy_ns));
+            out.push((name.to_string(), line));
+        }
+        let mean_seek_mib = (stats.seek_distance_bytes / stats.seeks.max(1)) >> 20;
+        out.push(("seeks".to_string(), format!("{} of {mean_seek_mib} MiB on average, positioning {}", stats.seeks, DisplayNs(stats.positioning_ns))));
         match self.with_unmounted(|mut dev| {
             let layout = crate::layout::image_layout(&mut dev);
             (dev, layout)

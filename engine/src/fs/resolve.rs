@@ -2,7 +2,7 @@
 //! ENOTDIR before ENAMETOOLONG before ENOENT, symlinks followed in the
 //! middle of a path always and at its end on request, at most 40 of them.
 
-use std::collections::VecDeque;
+use std::borrow::Cow;
 
 use ext4_model::op::NAME_MAX;
 use ext4_model::path::{target_components, Last, SplitPath};
@@ -22,9 +22,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// Resolves a whole path; `follow_last` follows a final symlink, and a
     /// trailing slash always does and demands a directory.
     pub(crate) fn resolve(&mut self, path: &SplitPath, follow_last: bool) -> Result<InodeNumber, Errno> {
-        let comps: VecDeque<String> = path.components.iter().map(|c| c.to_string()).collect();
         let mut followed = 0;
-        let ino = self.walk(ROOT_INO, comps, follow_last || path.trailing_slash, &mut followed)?;
+        let ino = self.walk(ROOT_INO, &path.components, follow_last || path.trailing_slash, &mut followed)?;
         if path.trailing_slash && self.kind_of(ino)? != FileKind::Directory {
             return Err(Errno::ENOTDIR);
         }
@@ -34,9 +33,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// Resolves all but the last component, which must name a directory.
     pub(crate) fn resolve_parent<'a>(&mut self, path: &SplitPath<'a>) -> Result<(InodeNumber, Last<'a>), Errno> {
         let (parent, last) = path.split_last();
-        let comps: VecDeque<String> = parent.iter().map(|c| c.to_string()).collect();
         let mut followed = 0;
-        let dir = self.walk(ROOT_INO, comps, true, &mut followed)?;
+        let dir = self.walk(ROOT_INO, parent, true, &mut followed)?;
         if self.kind_of(dir)? != FileKind::Directory {
             return Err(Errno::ENOTDIR);
         }
@@ -47,11 +45,6 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn lookup_in(&mut self, dir: InodeNumber, name: &str) -> Result<Option<crate::dir::Slot>, Errno> {
         let node = self.dir_node(dir)?;
         Ok(node.dir.as_ref().and_then(|d| d.lookup(name.as_bytes())))
-    }
-
-    fn parent_of(&mut self, dir: InodeNumber) -> Result<InodeNumber, Errno> {
-        let node = self.dir_node(dir)?;
-        node.dir.as_ref().map(|d| d.parent()).ok_or(Errno::EIO)
     }
 
     /// A symlink's target.
@@ -77,25 +70,35 @@ impl<D: BlockDevice> Ext4<D> {
         String::from_utf8(bytes).map_err(|_| Errno::EIO)
     }
 
-    fn walk(&mut self, start: InodeNumber, mut comps: VecDeque<String>, follow_last: bool, followed: &mut u32) -> Result<InodeNumber, Errno> {
+    fn walk(&mut self, start: InodeNumber, comps: &[&str], follow_last: bool, followed: &mut u32) -> Result<InodeNumber, Errno> {
+        // Components still to walk, next on top. A path's own stay borrowed;
+        // only a symlink target's are copied, and symlinks are rare.
+        let mut todo: Vec<Cow<'_, str>> = comps.iter().rev().map(|c| Cow::Borrowed(*c)).collect();
         let mut cur = start;
-        while let Some(name) = comps.pop_front() {
-            if self.kind_of(cur)? != FileKind::Directory {
-                return Err(Errno::ENOTDIR);
+        while let Some(name) = todo.pop() {
+            // One inode lookup per step serves the type check and the entry.
+            let (ctx, node) = self.split(cur)?;
+            match node.kind() {
+                Some(FileKind::Directory) => {}
+                Some(_) => return Err(Errno::ENOTDIR),
+                None => return Err(Errno::EIO),
             }
             if name.len() > NAME_MAX {
                 return Err(Errno::ENAMETOOLONG);
             }
-            let (next, is_link) = match name.as_str() {
-                "." => (cur, false),
-                ".." => (self.parent_of(cur)?, false),
-                _ => {
-                    let slot = self.lookup_in(cur, &name)?.ok_or(Errno::ENOENT)?;
+            let (next, is_link) = if name == "." {
+                (cur, false)
+            } else {
+                ctx.load_dir(cur, node)?;
+                let dir = node.dir.as_ref().ok_or(Errno::EIO)?;
+                if name == ".." {
+                    (dir.parent(), false)
+                } else {
+                    let slot = dir.lookup(name.as_bytes()).ok_or(Errno::ENOENT)?;
                     (slot.ino, slot.file_type == FT_SYMLINK)
                 }
             };
-            let is_last = comps.is_empty();
-            if is_link && (!is_last || follow_last) {
+            if is_link && (!todo.is_empty() || follow_last) {
                 *followed += 1;
                 if *followed > MAX_SYMLINKS {
                     return Err(Errno::ELOOP);
@@ -105,9 +108,7 @@ impl<D: BlockDevice> Ext4<D> {
                 if absolute {
                     cur = ROOT_INO;
                 }
-                for c in tcomps.into_iter().rev() {
-                    comps.push_front(c.to_string());
-                }
+                todo.extend(tcomps.rev().map(|c| Cow::Owned(c.to_string())));
                 continue;
             }
             cur = next;
