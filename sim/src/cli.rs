@@ -52,7 +52,7 @@ pub struct RunArgs {
     #[arg(long, default_value = ".")]
     pub trace_dir: PathBuf,
     /// Simulated tasks whose ops a seeded scheduler interleaves.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub tasks: u32,
     /// Simulated disk size, e.g. 64M or 2G (default 8G); small disks fill up.
     #[arg(long, default_value = "8G")]
@@ -141,7 +141,7 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         crash_every: args.crash_every,
         swarm: !args.no_swarm,
         faults: args.faults.clone(),
-        tasks: args.tasks.max(1),
+        tasks: args.tasks,
         disk_bytes: parse_size(&args.disk_size)?,
     })
 }
@@ -157,7 +157,11 @@ fn parse_size(text: &str) -> Result<u64, String> {
         _ => (t, 0),
     };
     let n: u64 = digits.parse().map_err(|_| format!("bad size `{text}` (e.g. 64M, 2G)"))?;
-    n.checked_mul(1 << shift).filter(|b| b % 512 == 0 && *b > 0).ok_or(format!("size `{text}` must be a positive multiple of 512 bytes"))
+    let bytes = n.checked_mul(1 << shift).ok_or(format!("size `{text}` does not fit in 64 bits"))?;
+    if bytes == 0 || bytes % 512 != 0 {
+        return Err(format!("size `{text}` must be a positive multiple of 512 bytes"));
+    }
+    Ok(bytes)
 }
 
 pub fn parse_range(text: &str) -> Result<(u64, u64), String> {
@@ -358,5 +362,28 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             print!("{}", report_failure(factory, &r, &dir));
             Ok(false)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_a_unit_and_refuse_what_no_disk_can_be() {
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1536"), Ok(1536));
+        assert!(parse_size("0").unwrap_err().contains("positive multiple of 512"));
+        assert!(parse_size("1000").unwrap_err().contains("positive multiple of 512"));
+        assert!(parse_size("99999999T").unwrap_err().contains("64 bits"));
+        assert!(parse_size("lots").unwrap_err().contains("bad size"));
+    }
+
+    #[test]
+    fn nonsense_arguments_are_refused_before_any_run() {
+        assert!(Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--tasks", "0"]).is_err());
+        assert!(Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--tasks", "2"]).is_ok());
+        assert!(parse_range("5..2").unwrap_err().contains("empty"));
+        assert_eq!(parse_range("2..5"), Ok((2, 5)));
     }
 }

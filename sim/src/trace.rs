@@ -278,7 +278,7 @@ impl Trace {
                 "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
                 "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
                 "disk_bytes" => disk_bytes = rest.trim().parse().map_err(|_| err(format!("bad disk_bytes `{rest}`")))?,
-                "tasks" => tasks = rest.trim().parse().map_err(|_| err(format!("bad tasks `{rest}`")))?,
+                "tasks" => tasks = rest.trim().parse().ok().filter(|&t: &u32| t >= 1).ok_or_else(|| err(format!("bad tasks `{rest}` (at least 1)")))?,
                 "task" => steps.push(Step::Task(rest.trim().parse().map_err(|_| err(format!("bad task `{rest}`")))?)),
                 "op" => steps.push(Step::Op(parse_op(rest).map_err(err)?)),
                 "begin" => steps.push(Step::Begin(parse_op(rest).map_err(err)?)),
@@ -344,5 +344,6 @@ mod tests {
         assert!(matches!(Trace::parse("seed 1\nop stat path=\"/a\n"), Err(TraceError::Parse { .. })));
         assert!(matches!(Trace::parse("seed 1\nfault kind=smoke command=1 sector=0\n"), Err(TraceError::Parse { line: 2, .. })));
         assert!(matches!(Trace::parse("seed 1\nfault kind=read command=-1 sector=0\n"), Err(TraceError::Parse { line: 2, .. })));
+        assert!(matches!(Trace::parse("seed 1\ntasks 0\n"), Err(TraceError::Parse { line: 2, .. })));
     }
 }
