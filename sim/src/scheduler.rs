@@ -1,7 +1,9 @@
 //! Several simulated tasks, each with its own seeded workload, interleaved by
 //! a seeded scheduler: same seed, same interleaving. Tasks share the
-//! namespace but each sees only its own answers, so one task's ops hit names
-//! another renamed or removed, and files grow side by side in the allocator.
+//! namespace: each learns the names the others make, so they work on the
+//! same files, but not the names they remove, so one task's ops hit names
+//! another renamed or removed until it finds them missing itself. Files grow
+//! side by side in the allocator.
 //!
 //! Ops run to completion under `&mut`, one filesystem-wide lock, except
 //! those the engine can split where ext4 sleeps (`Step::Begin`, then
@@ -88,10 +90,15 @@ impl Tasks {
         self.count() > 1 && op.has_two_halves() && self.rng.random_ratio(1, 2)
     }
 
-    /// Tells task `task` what its op returned.
+    /// Tells task `task` what its op returned, and the other tasks what
+    /// names it made (see [`Workload::observe_other`]).
     pub fn observe(&mut self, task: u32, op: &Op, outcome: &Outcome) {
-        if let Some(w) = self.workloads.get_mut(task as usize) {
-            w.observe(op, outcome);
+        for (t, w) in self.workloads.iter_mut().enumerate() {
+            if t == task as usize {
+                w.observe(op, outcome);
+            } else {
+                w.observe_other(op, outcome);
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ext4_model::{FallocFlags, Op, OpKind, Outcome};
+use ext4_model::{Errno, FallocFlags, Op, OpKind, Outcome};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -239,19 +239,17 @@ impl Workload {
         }
     }
 
-    /// Learns from an op's outcome which names exist.
+    /// Learns from its own op's outcome which names exist. A name the op
+    /// found missing (ENOENT: another task removed or renamed it) is
+    /// forgotten, as a program stops using a name it got ENOENT for; for
+    /// an op that makes a name, the missing one is its directory.
     pub fn observe(&mut self, op: &Op, outcome: &Outcome) {
-        if outcome.is_err() {
-            return;
+        match outcome {
+            Err(Errno::ENOENT) => return self.forget_missing(op),
+            Err(_) => return,
+            Ok(_) => {}
         }
-        let forget = |list: &mut Vec<String>, p: &str| {
-            let prefix = format!("{p}/");
-            list.retain(|x| x != p && !x.starts_with(&prefix));
-        };
         match op {
-            Op::Create { path, .. } if self.files.len() < MAX_KNOWN => self.files.push(path.clone()),
-            Op::Mkdir { path, .. } if self.dirs.len() < MAX_KNOWN => self.dirs.push(path.trim_end_matches('/').to_string()),
-            Op::Link { to, .. } if self.files.len() < MAX_KNOWN => self.files.push(to.clone()),
             Op::Unlink { path } => forget(&mut self.files, path),
             Op::Rmdir { path } => forget(&mut self.dirs, path),
             Op::Rename { from, to } => {
@@ -262,6 +260,38 @@ impl Workload {
                 forget(&mut self.dirs, to);
                 if was_dir { self.dirs.push(to.clone()) } else { self.files.push(to.clone()) }
             }
+            Op::Create { path, .. } if self.files.len() < MAX_KNOWN => self.files.push(path.clone()),
+            Op::Mkdir { path, .. } if self.dirs.len() < MAX_KNOWN => self.dirs.push(path.trim_end_matches('/').to_string()),
+            Op::Link { to, .. } if self.files.len() < MAX_KNOWN => self.files.push(to.clone()),
+            _ => self.learn_sizes(op),
+        }
+    }
+
+    /// Learns from another task's op only the names it made and the sizes it
+    /// left: the names it removed stay in this task's view until an op of
+    /// its own meets them missing, so tasks race on shared names.
+    pub fn observe_other(&mut self, op: &Op, outcome: &Outcome) {
+        if outcome.is_err() {
+            return;
+        }
+        match op {
+            Op::Rename { from, to } if self.dirs.contains(from) && self.dirs.len() < MAX_KNOWN => self.dirs.push(to.clone()),
+            Op::Rename { from, to } if self.files.contains(from) && self.files.len() < MAX_KNOWN => self.files.push(to.clone()),
+            Op::Create { path, .. } if self.files.len() < MAX_KNOWN && !self.files.contains(path) => self.files.push(path.clone()),
+            Op::Mkdir { path, .. } if self.dirs.len() < MAX_KNOWN => {
+                let dir = path.trim_end_matches('/');
+                if !self.dirs.iter().any(|d| d == dir) {
+                    self.dirs.push(dir.to_string());
+                }
+            }
+            Op::Link { to, .. } if self.files.len() < MAX_KNOWN && !self.files.contains(to) => self.files.push(to.clone()),
+            _ => self.learn_sizes(op),
+        }
+    }
+
+    /// The sizes a write or truncate that succeeded left.
+    fn learn_sizes(&mut self, op: &Op) {
+        match op {
             Op::Write { path, offset, len, .. } => {
                 let end = offset + *len as u64;
                 let s = self.sizes.entry(path.clone()).or_default();
@@ -273,6 +303,31 @@ impl Workload {
             _ => {}
         }
     }
+
+    fn forget_missing(&mut self, op: &Op) {
+        let missing = match op {
+            Op::Create { path, .. } | Op::Mkdir { path, .. } | Op::Symlink { path, .. } => match path.trim_end_matches('/').rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => parent,
+                _ => return,
+            },
+            // Either name of these may be the missing one.
+            Op::Rename { .. } | Op::Link { .. } | Op::Sync => return,
+            _ => match op.paths().first() {
+                Some(path) => path.trim_end_matches('/'),
+                None => return,
+            },
+        };
+        if !missing.is_empty() {
+            forget(&mut self.files, missing);
+            forget(&mut self.dirs, missing);
+        }
+    }
+}
+
+/// Drops `p` and every name below it from a list of known names.
+fn forget(list: &mut Vec<String>, p: &str) {
+    let prefix = format!("{p}/");
+    list.retain(|x| x != p && !x.starts_with(&prefix));
 }
 
 #[cfg(test)]
@@ -294,5 +349,34 @@ mod tests {
             let k = Workload::new(s, WorkloadConfig::new(4096)).enabled_kinds();
             assert!(ALWAYS_ON.iter().all(|a| k.contains(a)));
         }
+    }
+
+    #[test]
+    fn a_task_forgets_names_it_finds_missing_and_learns_only_new_names_from_others() {
+        let ok: Outcome = Ok(ext4_model::Reply::Done);
+        let gone: Outcome = Err(Errno::ENOENT);
+        let mut w = Workload::new(1, WorkloadConfig::new(4096));
+        w.observe(&Op::Mkdir { path: "/d".into(), perm: 0o755 }, &ok);
+        w.observe(&Op::Create { path: "/d/f".into(), perm: 0o644 }, &ok);
+        w.observe(&Op::Create { path: "/g".into(), perm: 0o644 }, &ok);
+        assert_eq!((w.dirs.clone(), w.files.clone()), (vec!["/".to_string(), "/d".into()], vec!["/d/f".to_string(), "/g".into()]));
+
+        // Another task's removal is not seen; its new names are.
+        w.observe_other(&Op::Unlink { path: "/g".into() }, &ok);
+        w.observe_other(&Op::Create { path: "/h".into(), perm: 0o644 }, &ok);
+        w.observe_other(&Op::Create { path: "/h".into(), perm: 0o644 }, &ok);
+        w.observe_other(&Op::Rename { from: "/d".into(), to: "/e".into() }, &ok);
+        w.observe_other(&Op::Create { path: "/x".into(), perm: 0o644 }, &Err(Errno::EEXIST));
+        assert_eq!(w.files, vec!["/d/f".to_string(), "/g".into(), "/h".into()]);
+        assert_eq!(w.dirs, vec!["/".to_string(), "/d".into(), "/e".into()]);
+
+        // Its own ENOENT drops the name; a create's ENOENT drops the
+        // directory and what is below it; other errors teach nothing.
+        w.observe(&Op::Read { path: "/g".into(), offset: 0, len: 1 }, &gone);
+        w.observe(&Op::Create { path: "/d/new".into(), perm: 0o644 }, &gone);
+        w.observe(&Op::Read { path: "/h".into(), offset: 0, len: 1 }, &Err(Errno::EISDIR));
+        w.observe(&Op::Stat { path: "/".into() }, &gone);
+        assert_eq!(w.files, vec!["/h".to_string()]);
+        assert_eq!(w.dirs, vec!["/".to_string(), "/e".into()]);
     }
 }
