@@ -294,8 +294,13 @@ impl Workload {
         match op {
             Op::Write { path, offset, len, .. } => {
                 let end = offset + *len as u64;
-                let s = self.sizes.entry(path.clone()).or_default();
-                *s = (*s).max(end);
+                // A known file's path is not cloned again for every write.
+                match self.sizes.get_mut(path) {
+                    Some(s) => *s = (*s).max(end),
+                    None => {
+                        self.sizes.insert(path.clone(), end);
+                    }
+                }
             }
             Op::Truncate { path, size } => {
                 self.sizes.insert(path.clone(), *size);
@@ -326,8 +331,7 @@ impl Workload {
 
 /// Drops `p` and every name below it from a list of known names.
 fn forget(list: &mut Vec<String>, p: &str) {
-    let prefix = format!("{p}/");
-    list.retain(|x| x != p && !x.starts_with(&prefix));
+    list.retain(|x| !(x.starts_with(p) && (x.len() == p.len() || x.as_bytes()[p.len()] == b'/')));
 }
 
 #[cfg(test)]
