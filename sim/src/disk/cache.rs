@@ -24,6 +24,7 @@ use std::ops::Range;
 use ext4_engine::device::{IoClass, SECTOR_SIZE};
 
 use super::hash::ImageHasher;
+use super::pending::{PendingBytes, Spares};
 use super::store::{SparseStore, CHUNK_BYTES};
 
 const SECTOR: usize = SECTOR_SIZE as usize;
@@ -51,7 +52,7 @@ impl WriteRecord {
 #[derive(Clone, Debug)]
 struct Pending {
     record: WriteRecord,
-    data: Vec<u8>,
+    data: PendingBytes,
 }
 
 /// Which pending write each sector shows, as non-overlapping runs: start
@@ -133,10 +134,6 @@ impl Runs {
     }
 }
 
-/// Spare pending-data buffers are kept up to this many bytes in all, so a run
-/// of large writes reuses memory instead of faulting in fresh pages each time.
-const SPARE_BYTES_MAX: usize = 64 << 20;
-
 /// Durable storage plus the overlay of pending writes.
 #[derive(Clone, Debug, Default)]
 pub struct WriteCache {
@@ -152,9 +149,8 @@ pub struct WriteCache {
     /// Sum of pending write lengths: the cache occupancy.
     pending_bytes: u64,
     next_seq: u64,
-    /// Buffers of destaged writes by capacity, for reuse (see [`SPARE_BYTES_MAX`]).
-    spare: BTreeMap<usize, Vec<Vec<u8>>>,
-    spare_bytes: usize,
+    /// Buffers of destaged writes and chunks the medium gave back, for reuse.
+    spares: Spares,
 }
 
 fn sector_range(offset: u64, len: usize) -> std::ops::Range<u64> {
@@ -178,7 +174,7 @@ impl WriteCache {
             let src = ((start - pending.record.first_sector()) as usize) * SECTOR;
             let dst = ((start - first) as usize) * SECTOR;
             let len = ((end - start) as usize) * SECTOR;
-            buf[dst..dst + len].copy_from_slice(&pending.data[src..src + len]);
+            pending.data.copy_out(src, &mut buf[dst..dst + len]);
         }
     }
 
@@ -201,36 +197,10 @@ impl WriteCache {
     pub fn write_pending(&mut self, offset: u64, data: &[u8], class: IoClass) -> WriteRecord {
         let record = self.next_record(offset, data.len(), class);
         self.newest.claim(sector_range(offset, data.len()), record.seq);
-        let mut copy = self.take_spare(data.len());
-        copy.extend_from_slice(data);
-        self.pending.insert(record.seq, Pending { record, data: copy });
+        let data = self.spares.copy_of(offset, data);
+        self.pending.insert(record.seq, Pending { record, data });
         self.pending_bytes += record.len;
         record
-    }
-
-    /// Keeps a destaged write's buffer for the next pending write.
-    fn recycle(&mut self, mut data: Vec<u8>) {
-        if self.spare_bytes + data.capacity() <= SPARE_BYTES_MAX {
-            data.clear();
-            self.spare_bytes += data.capacity();
-            self.spare.entry(data.capacity()).or_default().push(data);
-        }
-    }
-
-    /// An empty buffer for `len` bytes: a spare no more than twice that size,
-    /// else a new one. A buffer that had to grow would be copied by realloc
-    /// and a much larger one would leave the next large write none to take.
-    fn take_spare(&mut self, len: usize) -> Vec<u8> {
-        let (&cap, list) = match self.spare.range_mut(len..=len.saturating_mul(2)).next() {
-            Some(fit) => fit,
-            None => return Vec::with_capacity(len),
-        };
-        let buf = list.pop().unwrap_or_default();
-        if list.is_empty() {
-            self.spare.remove(&cap);
-        }
-        self.spare_bytes -= buf.capacity();
-        buf
     }
 
     /// Writes straight to the medium; durable when this returns.
@@ -249,9 +219,9 @@ impl WriteCache {
         record
     }
 
-    /// Copies the first `keep_bytes` of a pending write to the medium, skipping
-    /// sectors a newer write-through already owns.
-    fn apply(&mut self, pending: &Pending, keep_bytes: u64) {
+    /// Puts the first `keep_bytes` of a pending write on the medium, skipping
+    /// sectors a newer write-through already owns; its buffers are kept for reuse.
+    fn apply(&mut self, pending: Pending, keep_bytes: u64) {
         let record = &pending.record;
         assert!(keep_bytes <= record.len && keep_bytes % SECTOR_SIZE == 0, "bad prefix {keep_bytes}");
         let first = record.first_sector();
@@ -262,13 +232,32 @@ impl WriteCache {
             .filter(|&(_, &through_seq)| through_seq > record.seq)
             .map(|(&sector, _)| sector)
             .collect();
-        if owned.is_empty() {
-            self.durable.write(record.offset, &pending.data[..keep_bytes as usize]);
-            return;
-        }
-        for sector in kept.filter(|sector| !owned.contains(sector)) {
-            let at = ((sector - first) as usize) * SECTOR;
-            self.durable.write(sector * SECTOR_SIZE, &pending.data[at..at + SECTOR]);
+        let keep = keep_bytes as usize;
+        match pending.data {
+            PendingBytes::Chunks(mut chunks) if owned.is_empty() => {
+                // Whole chunks change hands; only a torn tail is copied.
+                let (first_chunk, whole) = (record.offset / CHUNK_BYTES, keep / CHUNK_BYTES as usize);
+                let rest = chunks.split_off(whole.min(chunks.len()));
+                let spares = &mut self.spares;
+                self.durable.adopt(first_chunk, chunks, |old| spares.recycle_chunk(old));
+                let tail = keep % CHUNK_BYTES as usize;
+                if let Some(torn) = rest.first().filter(|_| tail > 0) {
+                    self.durable.write((first_chunk + whole as u64) * CHUNK_BYTES, &torn[..tail]);
+                }
+                self.spares.recycle(PendingBytes::Chunks(rest));
+            }
+            PendingBytes::Flat(bytes) if owned.is_empty() => {
+                self.durable.write(record.offset, &bytes[..keep]);
+                self.spares.recycle(PendingBytes::Flat(bytes));
+            }
+            data => {
+                let mut sector_bytes = [0u8; SECTOR];
+                for sector in kept.filter(|sector| !owned.contains(sector)) {
+                    data.copy_out(((sector - first) as usize) * SECTOR, &mut sector_bytes);
+                    self.durable.write(sector * SECTOR_SIZE, &sector_bytes);
+                }
+                self.spares.recycle(data);
+            }
         }
     }
 
@@ -289,12 +278,11 @@ impl WriteCache {
     /// cache is empty. Oldest first keeps the issue-order rule without masking.
     pub fn destage_oldest(&mut self) -> Option<WriteRecord> {
         let (_, pending) = self.pending.pop_first()?;
-        self.apply(&pending, pending.record.len);
-        self.forget(&pending.record);
-        self.pending_bytes -= pending.record.len;
-        self.settle_if_empty();
         let record = pending.record;
-        self.recycle(pending.data);
+        self.apply(pending, record.len);
+        self.forget(&record);
+        self.pending_bytes -= record.len;
+        self.settle_if_empty();
         Some(record)
     }
 
@@ -306,10 +294,9 @@ impl WriteCache {
         let pending = std::mem::take(&mut self.pending);
         let mut records = Vec::with_capacity(pending.len());
         for (_, write) in pending {
-            let keep = keep_bytes(&write.record);
-            self.apply(&write, keep);
-            records.push(write.record);
-            self.recycle(write.data);
+            let record = write.record;
+            self.apply(write, keep_bytes(&record));
+            records.push(record);
         }
         self.newest.clear();
         self.pending_bytes = 0;
@@ -520,5 +507,29 @@ mod tests {
         cache.destage_oldest();
         cache.read(0, &mut buf);
         assert_eq!(buf, want);
+    }
+
+    #[test]
+    fn chunk_aligned_writes_land_whole_torn_or_around_a_newer_write_through() {
+        const C: usize = CHUNK_BYTES as usize;
+        let mut cache = WriteCache::new();
+        cache.write_pending(0, &vec![1; 3 * C], IoClass::Data);
+        cache.flush_all();
+        // A rewrite of chunks 0..2 kept only to 1.5 chunks, by a crash's choice.
+        cache.write_pending(0, &vec![2; 2 * C], IoClass::Data);
+        cache.drain(|_| (C + C / 2) as u64);
+        let mut back = vec![0; 3 * C];
+        cache.read_durable(0, &mut back);
+        assert!(back[..C + C / 2].iter().all(|&b| b == 2));
+        assert!(back[C + C / 2..].iter().all(|&b| b == 1), "the torn chunk keeps its old tail");
+        // A write-through newer than a pending chunk write keeps its sector.
+        cache.write_pending(0, &vec![3; C], IoClass::Data);
+        cache.write_through(1024, &[4; SECTOR], IoClass::Metadata);
+        cache.flush_all();
+        cache.read_durable(0, &mut back[..C]);
+        assert!(back[..1024].iter().chain(&back[1024 + SECTOR..C]).all(|&b| b == 3));
+        assert_eq!(&back[1024..1024 + SECTOR], &[4; SECTOR]);
+        assert_eq!(cache.durable().allocated_bytes(), 3 * CHUNK_BYTES);
+        assert_eq!(cache.visible_hash(), cache.durable().content_hash());
     }
 }

@@ -22,6 +22,7 @@ pub mod crash;
 pub mod fault;
 pub mod hash;
 pub mod latency;
+pub mod pending;
 pub mod profile;
 pub mod profile_text;
 pub mod rng;

@@ -11,12 +11,14 @@ use super::hash::ImageHasher;
 /// systems a sparse image would live on, so "bytes of backing store" means the
 /// same here as there (the ENOSPC fault counts in these units).
 pub const CHUNK_BYTES: u64 = 4096;
-const CHUNK: usize = CHUNK_BYTES as usize;
+pub(super) const CHUNK: usize = CHUNK_BYTES as usize;
 
 /// Chunk slots per index page: a page covers 2 MiB of the device.
 const PAGE_CHUNKS: usize = 512;
 
-type Chunk = Box<[u8; CHUNK]>;
+/// One chunk's bytes, boxed so a whole chunk moves between the cache and
+/// the store without a copy.
+pub type Chunk = Box<[u8; CHUNK]>;
 
 /// A sparse, zero-filled byte space.
 ///
@@ -56,7 +58,7 @@ fn page_slot(index: u64) -> (u64, usize) {
 
 /// A new chunk holding `src` at `within`, zeros elsewhere. A whole chunk is
 /// copied straight in rather than zeroed first.
-fn fresh_chunk(within: usize, src: &[u8]) -> Chunk {
+pub(super) fn fresh_chunk(within: usize, src: &[u8]) -> Chunk {
     if src.len() == CHUNK {
         if let Ok(whole) = Box::<[u8]>::from(src).try_into() {
             return whole;
@@ -108,6 +110,24 @@ impl SparseStore {
                     }
                 }
             }
+        }
+    }
+
+    /// Makes `chunks` the contents of chunks `first..`, one tree search per
+    /// page they fall in; what they replace goes to `replaced`.
+    pub fn adopt(&mut self, first: u64, chunks: impl IntoIterator<Item = Chunk>, mut replaced: impl FnMut(Chunk)) {
+        let mut page: Option<(u64, &mut Vec<Option<Chunk>>)> = None;
+        for (index, chunk) in (first..).zip(chunks) {
+            let (number, slot) = page_slot(index);
+            let slots = match page {
+                Some((n, slots)) if n == number => slots,
+                _ => self.pages.entry(number).or_insert_with(|| vec![None; PAGE_CHUNKS]),
+            };
+            match slots[slot].replace(chunk) {
+                Some(old) => replaced(old),
+                None => self.chunk_count += 1,
+            }
+            page = Some((number, slots));
         }
     }
 
