@@ -394,11 +394,18 @@ impl<T: Target> Lockstep<T> {
         self.space_short = false;
         let index = self.index;
         // The adopted state is the new model's durable base, so it must be
-        // durable on the target too: commit what is running first.
-        self.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") })?;
+        // durable on the target too: commit what is running first. Like crash
+        // recovery, this bookkeeping runs on a healthy disk: an injected write
+        // error here would fail the harness, not the filesystem.
+        self.target.hold_faults(true);
+        let synced = self.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") });
         let limits = self.model.limits();
+        let adopted = synced.and_then(|()| {
+            Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })
+        });
+        self.target.hold_faults(false);
         let logged = self.model.crash_log_enabled();
-        self.model = Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })?;
+        self.model = adopted?;
         self.model.set_crash_log(logged);
         Ok(())
     }
