@@ -187,9 +187,14 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 /// Shrinks a failure, writes its trace, and prints how to reproduce it.
 fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path::Path) -> String {
     let mut out = String::new();
-    if let Some(ShrunkTrace { trace, runs, budget_spent }) = shrink_failure(factory, r) {
+    if let Some(ShrunkTrace { trace, runs, budget_spent, replays }) = shrink_failure(factory, r) {
         let path = dir.join(format!("ext4sim-seed{}.trace", r.spec.seed));
         match std::fs::write(&path, trace.to_text()) {
+            Ok(()) if !replays => out.push_str(&format!(
+                "  shrunk      not tried: the {} steps, replayed, do not fail (the failure fell outside every step: a runner bug); written to {} as they ran\n",
+                trace.steps.len(),
+                path.display()
+            )),
             Ok(()) => {
                 let spent = if budget_spent { " (budget spent: `ext4sim shrink` on the trace goes on)" } else { "" };
                 out.push_str(&format!("  shrunk      {} steps -> {} steps in {runs} runs{spent}\n", r.steps.len(), trace.steps.len()));

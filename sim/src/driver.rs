@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::lockstep::{Begun, Failure, InFlight, Lockstep, OpStats, Target};
 use crate::mount_opts::format_mount_opts;
-use crate::shrink::{drop_by_class, shrink, simpler_step};
+use crate::shrink::{drop_by_class, shrink, simpler_step, Shrunk};
 use crate::trace::{Step, Trace};
 use crate::scheduler::Tasks;
 use crate::workload::WorkloadConfig;
@@ -409,6 +409,10 @@ pub struct ShrunkTrace {
     pub runs: usize,
     /// The shrink budget ran out: `ext4sim shrink` on the trace goes on.
     pub budget_spent: bool,
+    /// The run's own steps fail the same way when replayed. When they do not
+    /// (a failure outside every step: a runner bug), nothing is shrunk and
+    /// `trace` holds all the steps.
+    pub replays: bool,
 }
 
 /// Shrinks a failing run to a minimal trace that fails the same way.
@@ -420,8 +424,11 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
             .and_then(|r| r.failure)
             .is_some_and(|f| f.same_kind(failure))
     };
-    let (start, hinted) = drop_by_class(&result.steps, &result.errored_steps, &mut fails);
-    let found = shrink(&start, simpler_step, fails);
+    // One replay first: a failure its steps do not reproduce would spend the
+    // whole budget on candidates that cannot fail.
+    let replays = fails(&result.steps);
+    let (start, hinted) = if replays { drop_by_class(&result.steps, &result.errored_steps, &mut fails) } else { (result.steps.clone(), 0) };
+    let found = if replays { shrink(&start, simpler_step, fails) } else { Shrunk { items: start, runs: 0, budget_spent: false } };
     let spec = &result.spec;
     let trace = Trace {
         seed: spec.seed,
@@ -434,5 +441,5 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         disk_bytes: spec.disk_bytes,
         steps: found.items,
     };
-    Some(ShrunkTrace { trace, runs: hinted + found.runs, budget_spent: found.budget_spent })
+    Some(ShrunkTrace { trace, runs: 1 + hinted + found.runs, budget_spent: found.budget_spent, replays })
 }

@@ -31,8 +31,8 @@ fn injected_engine_bug_is_caught_shrunk_and_replayed() {
         .find(|r| r.failure.is_some())
         .expect("some seed reads to EOF after a truncate");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Read { .. })));
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &failing).unwrap();
-    assert!(!budget_spent);
+    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &failing).unwrap();
+    assert!(replays && !budget_spent);
     assert!(trace.steps.len() <= 5, "shrunk to {} steps in {runs} runs: {:?}", trace.steps.len(), trace.steps);
     let back = Trace::parse(&trace.to_text()).unwrap();
     let spec = RunSpec::from_trace(&back).unwrap();
@@ -123,8 +123,8 @@ op write path=\"/f\" offset=4096 len=4096 seed=2\nop sync\n"
         }
     }
     let failing = caught.expect("some write of the switch's commit fails its flush");
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&bug, &failing).unwrap();
-    assert!(!budget_spent);
+    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&bug, &failing).unwrap();
+    assert!(replays && !budget_spent);
     assert!(trace.steps.len() <= 5, "shrunk to {} steps in {runs} runs: {:?}", trace.steps.len(), trace.steps);
     let back = Trace::parse(&trace.to_text()).unwrap();
     let again = run(&buggy, &back);

@@ -79,8 +79,8 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
         .find(|r| r.failure.is_some())
         .expect("some seed trips the injected bug");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, Op::Read { .. })));
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent } = shrink_failure(&factory, &failing).unwrap();
-    assert!(!budget_spent);
+    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&factory, &failing).unwrap();
+    assert!(replays && !budget_spent);
     assert!(trace.steps.len() <= 4, "shrunk to {} steps after {runs} runs: {:?}", trace.steps.len(), trace.steps);
     // The trace file is the whole repro.
     let text = trace.to_text();
@@ -89,6 +89,30 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
     assert!(replay.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     // Without the bug, the same ops pass.
     assert!(run_steps(&Factory { bug: false }, &failing.spec, &back.steps).unwrap().failure.is_none());
+}
+
+/// The bug only in the first target made: a failure that replaying the
+/// run's own steps cannot reproduce, as one outside every step would be.
+struct FirstRunOnly(std::cell::Cell<bool>);
+
+impl TargetFactory for FirstRunOnly {
+    type Target = Buggy;
+    fn make(&self, spec: &RunSpec) -> Result<Buggy, String> {
+        let bug = self.0.replace(false);
+        Factory { bug }.make(spec)
+    }
+}
+
+#[test]
+fn a_failure_its_steps_do_not_replay_is_reported_unshrunk_at_once() {
+    let (seed, failing) = (0..20)
+        .map(|s| (s, run_seed(&FirstRunOnly(std::cell::Cell::new(true)), &spec(s)).unwrap()))
+        .find(|(_, r)| r.failure.is_some())
+        .expect("some seed trips the injected bug");
+    let factory = FirstRunOnly(std::cell::Cell::new(false));
+    let shrunk = shrink_failure(&factory, &failing).unwrap();
+    assert!(!shrunk.replays, "seed {seed}");
+    assert_eq!((shrunk.runs, shrunk.trace.steps.len()), (1, failing.steps.len()));
 }
 
 #[test]
