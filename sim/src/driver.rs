@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::lockstep::{Begun, Failure, InFlight, Lockstep, OpStats, Target};
 use crate::mount_opts::format_mount_opts;
-use crate::shrink::{drop_by_class, shrink, simpler_step, Shrunk};
+use crate::shrink::{drop_by_class, shrink, simpler_step};
 use crate::trace::{Step, Trace};
 use crate::scheduler::Tasks;
 use crate::workload::WorkloadConfig;
@@ -427,8 +427,13 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
     // One replay first: a failure its steps do not reproduce would spend the
     // whole budget on candidates that cannot fail.
     let replays = fails(&result.steps);
-    let (start, hinted) = if replays { drop_by_class(&result.steps, &result.errored_steps, &mut fails) } else { (result.steps.clone(), 0) };
-    let found = if replays { shrink(&start, simpler_step, fails) } else { Shrunk { items: start, runs: 0, budget_spent: false } };
+    let (steps, runs, budget_spent) = if replays {
+        let (start, hinted) = drop_by_class(&result.steps, &result.errored_steps, &mut fails);
+        let found = shrink(&start, simpler_step, fails);
+        (found.items, 1 + hinted + found.runs, found.budget_spent)
+    } else {
+        (result.steps.clone(), 1, false)
+    };
     let spec = &result.spec;
     let trace = Trace {
         seed: spec.seed,
@@ -439,7 +444,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
         faults: spec.faults.clone(),
         tasks: spec.tasks,
         disk_bytes: spec.disk_bytes,
-        steps: found.items,
+        steps,
     };
-    Some(ShrunkTrace { trace, runs: 1 + hinted + found.runs, budget_spent: found.budget_spent, replays })
+    Some(ShrunkTrace { trace, runs, budget_spent, replays })
 }

@@ -394,16 +394,12 @@ impl<T: Target> Lockstep<T> {
         self.space_short = false;
         let index = self.index;
         // The adopted state is the new model's durable base, so it must be
-        // durable on the target too: commit what is running first. Like crash
-        // recovery, this bookkeeping runs on a healthy disk: an injected write
-        // error here would fail the harness, not the filesystem.
-        self.target.hold_faults(true);
-        let synced = self.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") });
+        // durable on the target too: commit what is running first.
         let limits = self.model.limits();
-        let adopted = synced.and_then(|()| {
-            Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })
+        let adopted = self.with_faults_held(|ls| {
+            ls.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") })?;
+            Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })
         });
-        self.target.hold_faults(false);
         let logged = self.model.crash_log_enabled();
         self.model = adopted?;
         self.model.set_crash_log(logged);
@@ -421,20 +417,18 @@ impl<T: Target> Lockstep<T> {
         let index = self.index;
         let after = self.model.crash_envelope();
         let before = self.envelope_before.take();
-        self.target.hold_faults(true);
-        let judged = (|| {
-            self.target.remount_after_fault().map_err(|what| Failure::Crash { index, what: format!("remount after fault: {what}") })?;
+        let judged = self.with_faults_held(|ls| {
+            ls.target.remount_after_fault().map_err(|what| Failure::Crash { index, what: format!("remount after fault: {what}") })?;
             // Either the faulted op took effect or it did not.
-            if let Err(v) = after.check(&mut self.target) {
+            if let Err(v) = after.check(&mut ls.target) {
                 match &before {
-                    Some(b) if b.check(&mut self.target).is_ok() => {}
+                    Some(b) if b.check(&mut ls.target).is_ok() => {}
                     _ => return Err(Failure::Crash { index, what: format!("after fault: {v}") }),
                 }
             }
-            let limits = self.model.limits();
-            Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after fault: {v}") })
-        })();
-        self.target.hold_faults(false);
+            let limits = ls.model.limits();
+            Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after fault: {v}") })
+        });
         self.model = judged?;
         self.faults_before = self.target.faults_seen();
         Ok(())
@@ -482,16 +476,24 @@ impl<T: Target> Lockstep<T> {
         let envelope = self.model.crash_envelope();
         self.stats.crashes += 1;
         // Recovery is judged on a healthy disk; faults come back for the next op.
-        self.target.hold_faults(true);
-        let judged = (|| {
-            self.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })?;
-            self.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
-            envelope.check(&mut self.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
-            let limits = self.model.limits();
-            Model::adopt(&self.config, limits, &mut self.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })
-        })();
-        self.target.hold_faults(false);
+        let judged = self.with_faults_held(|ls| {
+            ls.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })?;
+            ls.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
+            envelope.check(&mut ls.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
+            let limits = ls.model.limits();
+            Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })
+        });
         self.model = judged?;
         Ok(())
+    }
+
+    /// Runs the runner's own bookkeeping (syncs, remounts, checks) on a
+    /// healthy disk: an injected fault there would fail the harness, not the
+    /// filesystem, and would fall in no op a trace could replay.
+    fn with_faults_held<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.target.hold_faults(true);
+        let out = f(self);
+        self.target.hold_faults(false);
+        out
     }
 }

@@ -260,10 +260,7 @@ impl Workload {
                 forget(&mut self.dirs, to);
                 if was_dir { self.dirs.push(to.clone()) } else { self.files.push(to.clone()) }
             }
-            Op::Create { path, .. } if self.files.len() < MAX_KNOWN => self.files.push(path.clone()),
-            Op::Mkdir { path, .. } if self.dirs.len() < MAX_KNOWN => self.dirs.push(path.trim_end_matches('/').to_string()),
-            Op::Link { to, .. } if self.files.len() < MAX_KNOWN => self.files.push(to.clone()),
-            _ => self.learn_sizes(op),
+            _ => self.learn_made(op, false),
         }
     }
 
@@ -277,15 +274,22 @@ impl Workload {
         match op {
             Op::Rename { from, to } if self.dirs.contains(from) && self.dirs.len() < MAX_KNOWN => self.dirs.push(to.clone()),
             Op::Rename { from, to } if self.files.contains(from) && self.files.len() < MAX_KNOWN => self.files.push(to.clone()),
-            Op::Create { path, .. } if self.files.len() < MAX_KNOWN && !self.files.contains(path) => self.files.push(path.clone()),
-            Op::Mkdir { path, .. } if self.dirs.len() < MAX_KNOWN => {
-                let dir = path.trim_end_matches('/');
-                if !self.dirs.iter().any(|d| d == dir) {
-                    self.dirs.push(dir.to_string());
-                }
-            }
-            Op::Link { to, .. } if self.files.len() < MAX_KNOWN && !self.files.contains(to) => self.files.push(to.clone()),
-            _ => self.learn_sizes(op),
+            _ => self.learn_made(op, true),
+        }
+    }
+
+    /// The name an op that succeeded made, and the sizes it left. With
+    /// `only_new`, a name already known is not listed twice (another task's
+    /// op may make a name this task still holds from before it was removed).
+    fn learn_made(&mut self, op: &Op, only_new: bool) {
+        let (list, name) = match op {
+            Op::Create { path, .. } => (&mut self.files, path.as_str()),
+            Op::Mkdir { path, .. } => (&mut self.dirs, path.trim_end_matches('/')),
+            Op::Link { to, .. } => (&mut self.files, to.as_str()),
+            _ => return self.learn_sizes(op),
+        };
+        if list.len() < MAX_KNOWN && !(only_new && list.iter().any(|known| known == name)) {
+            list.push(name.to_string());
         }
     }
 

@@ -183,16 +183,12 @@ mod tests {
     use crate::check::check;
     use crate::device::{BlockDevice, DeviceError, IoClass, WriteFlags};
     use crate::device_mem::MemDevice;
-    use crate::mkfs::{mkfs, MkfsOptions};
     use crate::Ext4;
 
     const BS: u64 = 4096;
 
     fn fresh() -> Ext4<MemDevice> {
-        let bytes = 32 << 20;
-        let mut dev = MemDevice::new(bytes);
-        mkfs(&mut dev, &MkfsOptions::new(bytes, *b"falloc-test-uuid", [5; 16], 1_700_000_000)).unwrap();
-        Ext4::mount(dev, &MountConfig::default()).unwrap()
+        crate::fs::fresh_mounted(32 << 20)
     }
 
     /// Blocks an unlink frees stay held until its transaction commits, yet

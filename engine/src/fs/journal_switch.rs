@@ -142,13 +142,9 @@ mod tests {
     use super::*;
     use crate::device_mem::MemDevice;
     use crate::fs::locks::Lock;
-    use crate::mkfs::{mkfs, MkfsOptions};
 
     fn fresh() -> Ext4<MemDevice> {
-        let bytes = 64 << 20;
-        let mut dev = MemDevice::new(bytes);
-        mkfs(&mut dev, &MkfsOptions::new(bytes, *b"switch-test-uuid", [3; 16], 1_700_000_000)).unwrap();
-        Ext4::mount(dev, &MountConfig::default()).unwrap()
+        crate::fs::fresh_mounted(64 << 20)
     }
 
     #[test]

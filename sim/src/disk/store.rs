@@ -51,6 +51,10 @@ fn pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize, u
     })
 }
 
+fn empty_page() -> Vec<Option<Chunk>> {
+    vec![None; PAGE_CHUNKS]
+}
+
 /// (page number, slot within the page) of chunk `index`.
 fn page_slot(index: u64) -> (u64, usize) {
     (index / PAGE_CHUNKS as u64, (index % PAGE_CHUNKS as u64) as usize)
@@ -96,20 +100,22 @@ impl SparseStore {
     }
 
     pub fn write(&mut self, offset: u64, data: &[u8]) {
-        let mut pieces = pieces(offset, data.len()).peekable();
-        while let Some(&(index, ..)) = pieces.peek() {
-            let number = page_slot(index).0;
-            let slots = self.pages.entry(number).or_insert_with(|| vec![None; PAGE_CHUNKS]);
-            while let Some((index, within, at, take)) = pieces.next_if(|p| page_slot(p.0).0 == number) {
-                let src = &data[at..at + take];
-                match &mut slots[page_slot(index).1] {
-                    Some(chunk) => chunk[within..within + take].copy_from_slice(src),
-                    empty => {
-                        *empty = Some(fresh_chunk(within, src));
-                        self.chunk_count += 1;
-                    }
+        let mut page: Option<(u64, &mut Vec<Option<Chunk>>)> = None;
+        for (index, within, at, take) in pieces(offset, data.len()) {
+            let (number, slot) = page_slot(index);
+            let slots = match page {
+                Some((n, slots)) if n == number => slots,
+                _ => self.pages.entry(number).or_insert_with(empty_page),
+            };
+            let src = &data[at..at + take];
+            match &mut slots[slot] {
+                Some(chunk) => chunk[within..within + take].copy_from_slice(src),
+                empty => {
+                    *empty = Some(fresh_chunk(within, src));
+                    self.chunk_count += 1;
                 }
             }
+            page = Some((number, slots));
         }
     }
 
@@ -121,7 +127,7 @@ impl SparseStore {
             let (number, slot) = page_slot(index);
             let slots = match page {
                 Some((n, slots)) if n == number => slots,
-                _ => self.pages.entry(number).or_insert_with(|| vec![None; PAGE_CHUNKS]),
+                _ => self.pages.entry(number).or_insert_with(empty_page),
             };
             match slots[slot].replace(chunk) {
                 Some(old) => replaced(old),
