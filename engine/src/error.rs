@@ -8,6 +8,9 @@
 use std::fmt;
 
 use crate::device::DeviceError;
+use crate::format::features::feature_names;
+// Feature words live with the feature tables; `Unsupported::Features` names one.
+pub use crate::format::features::FeatureWord;
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -88,16 +91,6 @@ pub enum Corrupt {
     Checksum { object: ChecksumObject, stored: u32, computed: u32 },
 }
 
-/// Which feature word an unsupported bit set came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FeatureWord {
-    Compat,
-    Incompat,
-    RoCompat,
-    /// A jbd2 journal's incompat word.
-    JournalIncompat,
-}
-
 /// Something valid that the engine cannot handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -118,7 +111,7 @@ impl fmt::Display for Unsupported {
                     FeatureWord::RoCompat => "ro_compat",
                     FeatureWord::JournalIncompat => "journal incompat",
                 };
-                write!(f, "{word_name} features {}", crate::format::superblock::feature_names(*word, *bits))
+                write!(f, "{word_name} features {}", feature_names(*word, *bits))
             }
             Unsupported::Construct(what) => f.write_str(what),
         }

@@ -9,9 +9,13 @@
 //! - Not handled yet: block-mapped (non-extent) files, inline data, htree node
 //!   checksums (htree directories are listed through their leaf blocks).
 
+// Values read from the image become offsets and lengths: conversions are checked.
+#![deny(clippy::as_conversions)]
+
 use crate::device::{BlockDevice, IoClass};
 use crate::error::{ChecksumObject, Corrupt, Error, Result, Unsupported};
 use crate::format::bitmap::{stored_bitmap_csum_matches, Bitmap};
+use crate::format::bytes::{le16, le32, u64_from_usize, usize_from_u32};
 use crate::format::checksum::inode_seed;
 use crate::format::dirent::{self, DirEntry};
 use crate::format::extent::{self, Extent, ExtentNode};
@@ -45,7 +49,7 @@ impl<D: BlockDevice> Image<D> {
     /// Reads and validates the superblock and all group descriptors.
     pub fn open(mut dev: D) -> Result<Self> {
         let dev_size = dev.size_bytes();
-        if dev_size < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64 {
+        if dev_size < SUPERBLOCK_OFFSET + u64_from_usize(SUPERBLOCK_SIZE) {
             return Err(Error::Corrupt(Corrupt::Superblock(format!("device of {dev_size} bytes has no superblock"))));
         }
         let mut raw = [0u8; SUPERBLOCK_SIZE];
@@ -69,12 +73,17 @@ impl<D: BlockDevice> Image<D> {
         };
         let bs = u64::from(geo.block_size);
         let gdt_start = u64::from(geo.first_data_block) + 1;
-        let mut gdt = vec![0u8; geo.gdt_blocks as usize * geo.block_size as usize];
+        let gdt_len = usize_from_u32(geo.gdt_blocks).checked_mul(usize_from_u32(geo.block_size)).ok_or_else(|| {
+            Error::Corrupt(Corrupt::Superblock(format!("GDT of {} blocks does not fit in memory", geo.gdt_blocks)))
+        })?;
+        let mut gdt = vec![0u8; gdt_len];
         dev.read(gdt_start * bs, &mut gdt, IoClass::Metadata)?;
         let ds = usize::from(geo.desc_size);
-        let mut descs = Vec::with_capacity(geo.group_count as usize);
+        let mut descs = Vec::with_capacity(usize_from_u32(geo.group_count));
         for g in 0..geo.group_count {
-            let b = &gdt[g as usize * ds..(g as usize + 1) * ds];
+            // In bounds: the GDT was sized to hold group_count descriptors.
+            let at = usize_from_u32(g) * ds;
+            let b = &gdt[at..at + ds];
             verify_desc_checksum(b, g, desc_csum)?;
             let d = GroupDesc::parse(b);
             check_desc(&geo, g, &d, desc_csum != DescChecksum::None)?;
@@ -107,7 +116,10 @@ impl<D: BlockDevice> Image<D> {
             )));
         }
         let bs = u64::from(self.geo.block_size);
-        let mut buf = vec![0u8; (count * bs) as usize];
+        let len = count.checked_mul(bs).and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+            Error::InvalidArgument(format!("{count} blocks of {bs} bytes do not fit in memory"))
+        })?;
+        let mut buf = vec![0u8; len];
         self.dev.read(block * bs, &mut buf, IoClass::Metadata)?;
         Ok(buf)
     }
@@ -117,7 +129,7 @@ impl<D: BlockDevice> Image<D> {
         let (g, idx) = self.geo.inode_location(ino).ok_or_else(|| {
             Error::InvalidArgument(format!("inode {ino} outside 1..={}", self.geo.inodes_count()))
         })?;
-        let d = self.descs[g as usize];
+        let d = self.descs[usize_from_u32(g)];
         let lazy = self.csum_seed.is_some() || self.sb.has_gdt_csum();
         let initialised = self.geo.inodes_per_group.saturating_sub(d.itable_unused);
         if lazy && (d.has_flag(BG_INODE_UNINIT) || idx >= initialised) {
@@ -126,9 +138,10 @@ impl<D: BlockDevice> Image<D> {
         let isz = u64::from(self.geo.inode_size);
         let bs = u64::from(self.geo.block_size);
         let byte = u64::from(idx) * isz;
+        // No overflow: check_desc keeps the inode table inside the filesystem.
         let block = self.read_blocks(d.inode_table + byte / bs, 1)?;
-        let at = (byte % bs) as usize;
-        Inode::parse(&block[at..at + isz as usize], ino, self.csum_seed)
+        let at = usize::try_from(byte % bs).expect("below the u32 block size, and usize has at least 32 bits");
+        Inode::parse(&block[at..at + usize::from(self.geo.inode_size)], ino, self.csum_seed)
     }
 
     fn ino_seed(&self, ino: InodeNumber, inode: &Inode) -> Option<u32> {
@@ -262,8 +275,8 @@ impl<D: BlockDevice> Image<D> {
                 entries.extend(parsed.entries.into_iter().take(2));
                 return Ok(());
             }
-            let first_rec = dirent::rec_len_from_disk(crate::format::bytes::le16(b, 4), bs);
-            if crate::format::bytes::le32(b, 0) == 0 && first_rec == bs {
+            let first_rec = dirent::rec_len_from_disk(le16(b, 4), bs);
+            if le32(b, 0) == 0 && first_rec == bs {
                 return Ok(()); // interior dx node
             }
         }
@@ -291,7 +304,8 @@ impl<D: BlockDevice> Image<D> {
         if inode.has_flag(FL_INLINE_DATA) {
             return Err(Unsupported::Construct(format!("inode {ino} has inline data")).into());
         }
-        let size = inode.size as usize;
+        let size = usize::try_from(inode.size)
+            .map_err(|_| Error::InvalidArgument(format!("inode {ino} holds {} bytes, more than fit in memory", inode.size)))?;
         if inode.is_symlink() && !inode.has_flag(FL_EXTENTS) && size < inode::I_BLOCK_LEN {
             return Ok(inode.block[..size].to_vec());
         }
@@ -304,8 +318,9 @@ impl<D: BlockDevice> Image<D> {
             }
             let want_blocks = (inode.size - start).div_ceil(bs).min(u64::from(e.len));
             let b = self.read_blocks(e.physical, want_blocks)?;
-            let n = b.len().min(size - start as usize);
-            data[start as usize..start as usize + n].copy_from_slice(&b[..n]);
+            let at = usize::try_from(start).expect("start < i_size, which fits in usize");
+            let n = b.len().min(size - at);
+            data[at..at + n].copy_from_slice(&b[..n]);
         }
         Ok(data)
     }
@@ -322,7 +337,7 @@ impl<D: BlockDevice> Image<D> {
 
     /// Group `g`'s block bitmap, checksum verified; `None` for BLOCK_UNINIT groups.
     pub fn read_block_bitmap(&mut self, g: GroupIndex) -> Result<Option<Bitmap>> {
-        let d = *self.descs.get(g as usize).ok_or_else(|| Error::InvalidArgument(format!("no group {g}")))?;
+        let d = *self.descs.get(usize_from_u32(g)).ok_or_else(|| Error::InvalidArgument(format!("no group {g}")))?;
         if (self.csum_seed.is_some() || self.sb.has_gdt_csum()) && d.has_flag(BG_BLOCK_UNINIT) {
             return Ok(None);
         }
@@ -338,7 +353,7 @@ impl<D: BlockDevice> Image<D> {
 
     /// Group `g`'s inode bitmap, checksum verified; `None` for INODE_UNINIT groups.
     pub fn read_inode_bitmap(&mut self, g: GroupIndex) -> Result<Option<Bitmap>> {
-        let d = *self.descs.get(g as usize).ok_or_else(|| Error::InvalidArgument(format!("no group {g}")))?;
+        let d = *self.descs.get(usize_from_u32(g)).ok_or_else(|| Error::InvalidArgument(format!("no group {g}")))?;
         if (self.csum_seed.is_some() || self.sb.has_gdt_csum()) && d.has_flag(BG_INODE_UNINIT) {
             return Ok(None);
         }

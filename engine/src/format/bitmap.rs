@@ -5,6 +5,7 @@
 //! bytes of a block bitmap and inodes_per_group/8 of an inode bitmap, never the
 //! whole block. 32-byte descriptors keep only their low 16 bits.
 
+use crate::format::bytes::usize_from_u32;
 use crate::format::checksum::crc32c_raw;
 
 /// A bitmap block held in memory.
@@ -20,6 +21,7 @@ impl Bitmap {
         let mut b = Bitmap { bytes: vec![0u8; block_size] };
         let total = block_size * 8;
         b.set_range(valid_bits.min(total), total);
+        debug_assert!(b.next_one(0, valid_bits) >= valid_bits.min(total), "new bitmap has a set bit below {valid_bits}");
         b
     }
 
@@ -45,6 +47,7 @@ impl Bitmap {
         if let Some(byte) = self.bytes.get_mut(i / 8) {
             *byte |= 1 << (i % 8);
         }
+        debug_assert!(self.get(i), "bit {i} reads clear after set");
     }
 
     /// Sets bits `start..end` (clamped to the bitmap), whole bytes at a time where possible.
@@ -64,12 +67,15 @@ impl Bitmap {
             self.set(i);
             i += 1;
         }
+        debug_assert!(self.next_zero(start, end).is_none(), "bits {start}..{end} read back with a clear bit");
     }
 
     pub fn clear(&mut self, i: usize) {
         if let Some(byte) = self.bytes.get_mut(i / 8) {
             *byte &= !(1 << (i % 8));
         }
+        // Bits past the end read as set: only in-range bits can read back clear.
+        debug_assert!(i >= self.bit_len() || !self.get(i), "bit {i} reads set after clear");
     }
 
     /// Clears bits `start..end` (clamped to the bitmap).
@@ -89,6 +95,7 @@ impl Bitmap {
             self.clear(i);
             i += 1;
         }
+        debug_assert!(self.next_one(start, end) >= end, "bits {start}..{end} read back with a set bit");
     }
 
     /// Whether every bit of `start..end` is clear (bits past the end count as set).
@@ -134,7 +141,7 @@ impl Bitmap {
     pub fn count_zeros(&self, n: usize) -> usize {
         let n = n.min(self.bit_len());
         let whole = n / 8;
-        let mut zeros: usize = self.bytes[..whole].iter().map(|b| b.count_zeros() as usize).sum();
+        let mut zeros: usize = self.bytes[..whole].iter().map(|b| usize_from_u32(b.count_zeros())).sum();
         for i in whole * 8..n {
             zeros += usize::from(!self.get(i));
         }
@@ -148,7 +155,7 @@ impl Bitmap {
 
     /// Checksum of the first `items / 8` bytes, seeded with the fs seed.
     pub fn checksum(&self, fs_seed: u32, items: u32) -> u32 {
-        let n = (items as usize / 8).min(self.bytes.len());
+        let n = usize_from_u32(items / 8).min(self.bytes.len());
         crc32c_raw(fs_seed, &self.bytes[..n])
     }
 }

@@ -54,6 +54,9 @@ pub(crate) fn be16(b: &[u8], off: usize) -> u16 {
 pub(crate) fn be64(b: &[u8], off: usize) -> u64 {
     u64::from_be_bytes(array(b, off))
 }
+pub(crate) fn be_i32(b: &[u8], off: usize) -> i32 {
+    i32::from_be_bytes(array(b, off))
+}
 pub(crate) fn bytes16(b: &[u8], off: usize) -> [u8; 16] {
     array(b, off)
 }
@@ -76,6 +79,9 @@ pub(crate) fn put_be32(b: &mut [u8], off: usize, v: u32) {
 pub(crate) fn put_be64(b: &mut [u8], off: usize, v: u64) {
     put(b, off, &v.to_be_bytes());
 }
+pub(crate) fn put_be_i32(b: &mut [u8], off: usize, v: i32) {
+    put(b, off, &v.to_be_bytes());
+}
 pub(crate) fn put_bytes(b: &mut [u8], off: usize, v: &[u8]) {
     put(b, off, v);
 }
@@ -84,11 +90,49 @@ pub(crate) fn put_bytes(b: &mut [u8], off: usize, v: &[u8]) {
 pub(crate) fn join64(lo: u32, hi: u32) -> u64 {
     u64::from(lo) | (u64::from(hi) << 32)
 }
+
+// Splitting a wide value into the narrower fields ext4 stores it in keeps the
+// low bits on purpose; the byte split says so without a truncating cast.
 pub(crate) fn lo32(v: u64) -> u32 {
-    (v & 0xFFFF_FFFF) as u32
+    let [a, b, c, d, ..] = v.to_le_bytes();
+    u32::from_le_bytes([a, b, c, d])
 }
 pub(crate) fn hi32(v: u64) -> u32 {
-    (v >> 32) as u32
+    let [.., a, b, c, d] = v.to_le_bytes();
+    u32::from_le_bytes([a, b, c, d])
+}
+pub(crate) fn lo16(v: u32) -> u16 {
+    let [a, b, ..] = v.to_le_bytes();
+    u16::from_le_bytes([a, b])
+}
+pub(crate) fn hi16(v: u32) -> u16 {
+    let [.., a, b] = v.to_le_bytes();
+    u16::from_le_bytes([a, b])
+}
+pub(crate) fn lo8(v: u32) -> u8 {
+    v.to_le_bytes()[0]
+}
+
+/// The same 32 bits read as signed: ext4 keeps signed seconds in u32 fields.
+pub(crate) fn signed32(v: u32) -> i32 {
+    i32::from_ne_bytes(v.to_ne_bytes())
+}
+/// The two's complement bits of `v`.
+pub(crate) fn bits64(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes())
+}
+
+// On-disk u32 sizes, counts and offsets index in-memory buffers, and buffer
+// lengths go back out to u64 device offsets.
+const _: () = assert!(usize::BITS >= 32 && usize::BITS <= 64);
+
+/// Widens a u32 to an index (lossless: usize has at least 32 bits, asserted above).
+pub(crate) fn usize_from_u32(v: u32) -> usize {
+    usize::try_from(v).expect("usize has at least 32 bits (asserted at compile time)")
+}
+/// Widens a length to a device offset (lossless: usize has at most 64 bits, asserted above).
+pub(crate) fn u64_from_usize(v: usize) -> u64 {
+    u64::try_from(v).expect("usize has at most 64 bits (asserted at compile time)")
 }
 
 #[cfg(test)]
@@ -108,5 +152,9 @@ mod tests {
         assert_eq!(be32(&b, 6), 0xC03B_3998);
         assert_eq!(le64(&b, 10), 0x0102_0304_0506_0708);
         assert_eq!(join64(lo32(0xAB_0000_0001), hi32(0xAB_0000_0001)), 0xAB_0000_0001);
+        assert_eq!((lo16(0x1234_5678), hi16(0x1234_5678), lo8(0x1234_5678)), (0x5678, 0x1234, 0x78));
+        put_be_i32(&mut b, 18, -2);
+        assert_eq!((be_i32(&b, 18), be32(&b, 18)), (-2, 0xFFFF_FFFE));
+        assert_eq!((signed32(0xFFFF_FFFB), bits64(-1)), (-5, u64::MAX));
     }
 }

@@ -32,9 +32,11 @@ const CRC16_POLY_REFLECTED: u16 = 0xA001;
 
 const fn crc16_table() -> [u16; 256] {
     let mut table = [0u16; 256];
+    // The entry's index as a u16 runs alongside it: From is not const.
     let mut i = 0;
+    let mut byte: u16 = 0;
     while i < 256 {
-        let mut crc = i as u16;
+        let mut crc = byte;
         let mut bit = 0;
         while bit < 8 {
             crc = if crc & 1 != 0 { (crc >> 1) ^ CRC16_POLY_REFLECTED } else { crc >> 1 };
@@ -42,6 +44,7 @@ const fn crc16_table() -> [u16; 256] {
         }
         table[i] = crc;
         i += 1;
+        byte += 1;
     }
     table
 }

@@ -60,13 +60,18 @@ pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
     }
 }
 
-/// Encodes a rec_len (at most 65536) for storage.
+/// Encodes a rec_len (a multiple of 4, at most 65536) for storage.
 pub fn rec_len_to_disk(len: usize) -> u16 {
-    if len < 65536 {
-        len as u16
-    } else {
-        65535
-    }
+    // 65536 and up do not fit: 65535 is the escape for a whole 64 KiB block.
+    let raw = u16::try_from(len).unwrap_or(u16::MAX);
+    // A 64 KiB block is the only size that decodes the escape and the low bits.
+    debug_assert_eq!(rec_len_from_disk(raw, 65536), len, "rec_len {len} has no encoding");
+    raw
+}
+
+/// The `name_len` of a name that can be stored: 1..=MAX_NAME_LEN bytes.
+fn stored_name_len(name: &[u8]) -> Option<u8> {
+    u8::try_from(name.len()).ok().filter(|&n| n != 0 && usize::from(n) <= MAX_NAME_LEN)
 }
 
 /// Why a block is not a valid linear directory block (a message naming the field).
@@ -116,19 +121,21 @@ pub fn parse_block(b: &[u8], has_tail: bool) -> Result<DirBlock, DirBlockError> 
         off += rec_len;
     }
     let stored_checksum = if has_tail {
-        let t = &b[limit..];
-        let ok = le32(t, DE_INODE) == 0
-            && le16(t, DE_REC_LEN) as usize == TAIL_LEN
-            && u8_at(t, DE_NAME_LEN) == 0
-            && u8_at(t, DE_FILE_TYPE) == TAIL_FILE_TYPE;
-        if !ok {
-            return Err(format!("no checksum tail at {limit}"));
-        }
-        Some(le32(t, TAIL_CSUM))
+        Some(read_tail(b).ok_or_else(|| format!("no checksum tail at {limit}"))?)
     } else {
         None
     };
     Ok(DirBlock { entries, stored_checksum })
+}
+
+/// The checksum stored in the block's last 12 bytes, if they are a checksum tail.
+fn read_tail(b: &[u8]) -> Option<u32> {
+    let t = &b[b.len().checked_sub(TAIL_LEN)?..];
+    let ok = le32(t, DE_INODE) == 0
+        && usize::from(le16(t, DE_REC_LEN)) == TAIL_LEN
+        && u8_at(t, DE_NAME_LEN) == 0
+        && u8_at(t, DE_FILE_TYPE) == TAIL_FILE_TYPE;
+    ok.then(|| le32(t, TAIL_CSUM))
 }
 
 /// Checksum of a directory leaf block: raw crc32c from the inode seed over
@@ -149,9 +156,7 @@ pub fn build_block(block_size: usize, entries: &[DirEntry], csum_seed: Option<u3
         put_le16(&mut b, DE_REC_LEN, rec_len_to_disk(limit));
     }
     for (i, e) in entries.iter().enumerate() {
-        if e.name.is_empty() || e.name.len() > MAX_NAME_LEN {
-            return None;
-        }
+        let name_len = stored_name_len(&e.name)?;
         let need = min_rec_len(e.name.len());
         let rec_len = if i + 1 == entries.len() { limit.checked_sub(off)? } else { need };
         if rec_len < need || off + rec_len > limit {
@@ -159,17 +164,26 @@ pub fn build_block(block_size: usize, entries: &[DirEntry], csum_seed: Option<u3
         }
         put_le32(&mut b, off + DE_INODE, e.inode);
         put_le16(&mut b, off + DE_REC_LEN, rec_len_to_disk(rec_len));
-        put_u8(&mut b, off + DE_NAME_LEN, e.name.len() as u8);
+        put_u8(&mut b, off + DE_NAME_LEN, name_len);
         put_u8(&mut b, off + DE_FILE_TYPE, e.file_type);
         put_bytes(&mut b, off + ENTRY_HEADER_LEN, &e.name);
         off += rec_len;
     }
     if let Some(seed) = csum_seed {
-        put_le16(&mut b, limit + DE_REC_LEN, TAIL_LEN as u16);
+        put_le16(&mut b, limit + DE_REC_LEN, rec_len_to_disk(TAIL_LEN));
         put_u8(&mut b, limit + DE_FILE_TYPE, TAIL_FILE_TYPE);
         let c = block_checksum(&b, seed);
         put_le32(&mut b, limit + TAIL_CSUM, c);
     }
+    debug_assert_eq!(
+        parse_block(&b, csum_seed.is_some()),
+        // Entries with inode 0 are written but are dead records: they list as nothing.
+        Ok(DirBlock {
+            entries: entries.iter().filter(|e| e.inode != 0).cloned().collect(),
+            stored_checksum: csum_seed.map(|s| block_checksum(&b, s)),
+        }),
+        "built directory block does not parse back to its entries"
+    );
     Some(b)
 }
 
@@ -213,12 +227,21 @@ fn name_at(b: &[u8], off: usize) -> &[u8] {
     b.get(off + ENTRY_HEADER_LEN..off + ENTRY_HEADER_LEN + len).unwrap_or(&[])
 }
 
-fn put_entry(b: &mut [u8], off: usize, rec_len: usize, e: &DirEntry) {
+fn rec_len_at(b: &[u8], off: usize) -> usize {
+    rec_len_from_disk(le16(b, off + DE_REC_LEN), b.len())
+}
+
+fn put_entry(b: &mut [u8], off: usize, rec_len: usize, name_len: u8, e: &DirEntry) {
     put_le32(b, off + DE_INODE, e.inode);
     put_le16(b, off + DE_REC_LEN, rec_len_to_disk(rec_len));
-    put_u8(b, off + DE_NAME_LEN, e.name.len() as u8);
+    put_u8(b, off + DE_NAME_LEN, name_len);
     put_u8(b, off + DE_FILE_TYPE, e.file_type);
     put_bytes(b, off + ENTRY_HEADER_LEN, &e.name);
+    debug_assert_eq!(
+        (le32(b, off + DE_INODE), rec_len_at(b, off), u8_at(b, off + DE_FILE_TYPE), name_at(b, off)),
+        (e.inode, rec_len, e.file_type, &e.name[..]),
+        "entry at {off} does not read back as written"
+    );
 }
 
 /// Longest name-bearing record that [`insert_entry`] could place in this block,
@@ -231,9 +254,7 @@ pub fn largest_free(b: &[u8], has_tail: bool) -> usize {
 /// by splitting the slack off the end of a live one. Returns false if no
 /// record has room (the caller then appends a block).
 pub fn insert_entry(b: &mut [u8], has_tail: bool, e: &DirEntry) -> bool {
-    if e.name.is_empty() || e.name.len() > MAX_NAME_LEN {
-        return false;
-    }
+    let Some(name_len) = stored_name_len(&e.name) else { return false };
     let need = min_rec_len(e.name.len());
     for (off, rec) in records(b, has_tail) {
         let used = used_len(b, off);
@@ -241,10 +262,11 @@ pub fn insert_entry(b: &mut [u8], has_tail: bool, e: &DirEntry) -> bool {
             continue;
         }
         if used == 0 {
-            put_entry(b, off, rec, e);
+            put_entry(b, off, rec, name_len, e);
         } else {
             put_le16(b, off + DE_REC_LEN, rec_len_to_disk(used));
-            put_entry(b, off + used, rec - used, e);
+            debug_assert_eq!(rec_len_at(b, off), used, "shrunk record at {off}");
+            put_entry(b, off + used, rec - used, name_len, e);
         }
         return true;
     }
@@ -261,8 +283,14 @@ pub fn remove_entry(b: &mut [u8], has_tail: bool, name: &[u8]) -> Option<u32> {
             continue;
         }
         match i.checked_sub(1).map(|p| recs[p]) {
-            Some((prev_off, prev_rec)) => put_le16(b, prev_off + DE_REC_LEN, rec_len_to_disk(prev_rec + rec)),
-            None => put_le32(b, off + DE_INODE, 0),
+            Some((prev_off, prev_rec)) => {
+                put_le16(b, prev_off + DE_REC_LEN, rec_len_to_disk(prev_rec + rec));
+                debug_assert_eq!(rec_len_at(b, prev_off), prev_rec + rec, "merged record at {prev_off}");
+            }
+            None => {
+                put_le32(b, off + DE_INODE, 0);
+                debug_assert_eq!(le32(b, off + DE_INODE), 0, "dead record at {off}");
+            }
         }
         return Some(ino);
     }
@@ -275,6 +303,7 @@ pub fn set_entry_inode(b: &mut [u8], has_tail: bool, name: &[u8], ino: u32, file
         if le32(b, off + DE_INODE) != 0 && name_at(b, off) == name {
             put_le32(b, off + DE_INODE, ino);
             put_u8(b, off + DE_FILE_TYPE, file_type);
+            debug_assert_eq!((le32(b, off + DE_INODE), u8_at(b, off + DE_FILE_TYPE)), (ino, file_type), "entry at {off}");
             return true;
         }
     }
@@ -285,11 +314,12 @@ pub fn set_entry_inode(b: &mut [u8], has_tail: bool, name: &[u8], ino: u32, file
 pub fn set_tail_checksum(b: &mut [u8], ino_seed: u32) {
     let Some(limit) = b.len().checked_sub(TAIL_LEN) else { return };
     put_le32(b, limit + DE_INODE, 0);
-    put_le16(b, limit + DE_REC_LEN, TAIL_LEN as u16);
+    put_le16(b, limit + DE_REC_LEN, rec_len_to_disk(TAIL_LEN));
     put_u8(b, limit + DE_NAME_LEN, 0);
     put_u8(b, limit + DE_FILE_TYPE, TAIL_FILE_TYPE);
     let c = block_checksum(b, ino_seed);
     put_le32(b, limit + TAIL_CSUM, c);
+    debug_assert_eq!(read_tail(b), Some(block_checksum(b, ino_seed)), "checksum tail does not read back");
 }
 
 #[cfg(test)]

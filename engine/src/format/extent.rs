@@ -90,7 +90,7 @@ fn bad(ino: InodeNumber, what: String) -> Error {
 
 /// How many entries fit in a node of `len` bytes (with room for the tail in blocks).
 pub fn capacity(len: usize) -> u16 {
-    (len.saturating_sub(HEADER_LEN) / ENTRY_LEN).min(usize::from(u16::MAX)) as u16
+    u16::try_from(len.saturating_sub(HEADER_LEN) / ENTRY_LEN).unwrap_or(u16::MAX)
 }
 
 /// Parses the header of a node of `b.len()` bytes.
@@ -179,10 +179,11 @@ pub fn write_node(out: &mut [u8], node: &ExtentNode, generation: u32) -> Result<
         ExtentNode::Leaf(v) => (0u16, v.len()),
         ExtentNode::Index { depth, children } => (*depth, children.len()),
     };
-    if count > usize::from(max) {
-        return Err(Error::InvalidArgument(format!("{count} extent entries do not fit a node of {max}")));
-    }
-    let h = ExtentHeader { entries: count as u16, max, depth, generation };
+    let entries = u16::try_from(count)
+        .ok()
+        .filter(|&n| n <= max)
+        .ok_or_else(|| Error::InvalidArgument(format!("{count} extent entries do not fit a node of {max}")))?;
+    let h = ExtentHeader { entries, max, depth, generation };
     put_le16(out, EH_MAGIC, EXTENT_MAGIC);
     put_le16(out, EH_ENTRIES, h.entries);
     put_le16(out, EH_MAX, h.max);
@@ -195,24 +196,27 @@ pub fn write_node(out: &mut [u8], node: &ExtentNode, generation: u32) -> Result<
             ExtentNode::Leaf(v) => {
                 let x = v[i];
                 let max_len = if x.unwritten { MAX_UNWRITTEN_LEN } else { MAX_INIT_LEN };
+                let cannot = || Error::InvalidArgument(format!("extent {x:?} cannot be encoded"));
                 if x.len == 0 || x.len > max_len || x.physical > MAX_PHYSICAL {
-                    return Err(Error::InvalidArgument(format!("extent {x:?} cannot be encoded")));
+                    return Err(cannot());
                 }
                 let raw_len = if x.unwritten { x.len + MAX_INIT_LEN } else { x.len };
+                let raw_len = u16::try_from(raw_len).map_err(|_| cannot())?;
                 put_le32(e, EE_BLOCK, x.logical);
-                put_le16(e, EE_LEN, raw_len as u16);
-                put_le16(e, EE_START_HI, (hi32(x.physical) & 0xFFFF) as u16);
+                put_le16(e, EE_LEN, raw_len);
+                put_le16(e, EE_START_HI, lo16(hi32(x.physical)));
                 put_le32(e, EE_START_LO, lo32(x.physical));
             }
             ExtentNode::Index { children, .. } => {
                 let x = children[i];
                 put_le32(e, EI_BLOCK, x.logical);
                 put_le32(e, EI_LEAF_LO, lo32(x.child));
-                put_le16(e, EI_LEAF_HI, (hi32(x.child) & 0xFFFF) as u16);
+                put_le16(e, EI_LEAF_HI, lo16(hi32(x.child)));
                 put_le16(e, EI_LEAF_HI + 2, 0);
             }
         }
     }
+    debug_assert_eq!(parse_node(out, 0), Ok((h, node.clone())), "extent node does not parse back as written");
     Ok(h)
 }
 
@@ -231,6 +235,7 @@ pub fn set_block_checksum(b: &mut [u8], ino_seed: u32) {
     let max = le16(b, EH_MAX);
     let c = block_checksum(b, max, ino_seed);
     put_le32(b, tail_offset(max), c);
+    debug_assert_eq!(le32(b, tail_offset(max)), block_checksum(b, max, ino_seed), "extent tail does not read back");
 }
 
 /// Verifies the tail checksum of a block node whose header was already parsed.
@@ -252,13 +257,21 @@ pub fn verify_block_checksum(b: &[u8], h: &ExtentHeader, ino_seed: u32, ino: Ino
 }
 
 /// Splits a contiguous physical run into extents of at most [`MAX_INIT_LEN`] blocks.
+///
+/// # Panics
+/// If the run does not end within logical block 2^32; mkfs's runs (directory
+/// and journal blocks, counted in u32) always do.
 pub fn extents_for_run(logical: u32, physical: u64, blocks: u64) -> Vec<Extent> {
     let mut out = Vec::new();
     let mut done = 0u64;
     while done < blocks {
-        let len = (blocks - done).min(u64::from(MAX_INIT_LEN));
-        out.push(Extent { logical: logical + done as u32, len: len as u32, physical: physical + done, unwritten: false });
-        done += len;
+        let len = u32::try_from(blocks - done).map_or(MAX_INIT_LEN, |rest| rest.min(MAX_INIT_LEN));
+        let at = u32::try_from(done)
+            .ok()
+            .and_then(|d| logical.checked_add(d))
+            .expect("the caller's run ends within logical block 2^32");
+        out.push(Extent { logical: at, len, physical: physical + done, unwritten: false });
+        done += u64::from(len);
     }
     out
 }

@@ -5,8 +5,19 @@
 //! - compat: an implementation that does not know the bit may still write.
 //! - ro_compat: it may only read.
 //! - incompat: it must not touch the filesystem at all.
+//!
+//! This module depends on nothing else in the crate, so `error` can name
+//! feature words and bits without an import cycle.
 
-use crate::error::FeatureWord;
+/// Which feature word a set of bits came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeatureWord {
+    Compat,
+    Incompat,
+    RoCompat,
+    /// A jbd2 journal's incompat word.
+    JournalIncompat,
+}
 
 /// Feature bit constants, by word.
 pub mod feature {

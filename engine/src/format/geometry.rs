@@ -11,6 +11,7 @@
 //!   bitmaps agree on is valid ext4; this one is mke2fs-like and deterministic.
 
 use crate::error::{Corrupt, Error, Result};
+use crate::format::bytes::usize_from_u32;
 use crate::format::superblock::{Superblock, MAX_BLOCKS_PER_GROUP};
 use crate::format::{BlockNumber, GroupIndex, InodeNumber};
 use crate::range_set::RangeSet;
@@ -55,7 +56,12 @@ impl Geometry {
     /// Derives and checks the geometry a validated superblock describes.
     pub fn from_superblock(sb: &Superblock) -> Result<Self> {
         let bs = sb.block_size();
-        let data_blocks = sb.blocks_count - u64::from(sb.first_data_block);
+        let data_blocks = sb.blocks_count.checked_sub(u64::from(sb.first_data_block)).ok_or_else(|| {
+            corrupt(format!("s_blocks_count {} below s_first_data_block {}", sb.blocks_count, sb.first_data_block))
+        })?;
+        if sb.blocks_per_group == 0 {
+            return Err(corrupt("s_blocks_per_group 0".to_string()));
+        }
         let groups = data_blocks.div_ceil(u64::from(sb.blocks_per_group));
         let group_count = u32::try_from(groups).map_err(|_| corrupt(format!("{groups} block groups do not fit in 32 bits")))?;
         let want_inodes = u64::from(group_count) * u64::from(sb.inodes_per_group);
@@ -69,6 +75,13 @@ impl Geometry {
         let gdt_bytes = groups * u64::from(desc_size);
         let gdt_blocks = u32::try_from(gdt_bytes.div_ceil(u64::from(bs)))
             .map_err(|_| corrupt(format!("GDT of {gdt_bytes} bytes")))?;
+        let inode_table_blocks = inode_table_blocks(sb.inodes_per_group, sb.inode_size(), bs).ok_or_else(|| {
+            corrupt(format!(
+                "inode table of s_inodes_per_group {} * s_inode_size {} bytes",
+                sb.inodes_per_group,
+                sb.inode_size()
+            ))
+        })?;
         let g = Geometry {
             block_size: bs,
             blocks_count: sb.blocks_count,
@@ -82,7 +95,7 @@ impl Geometry {
             sparse_super: sb.has_sparse_super(),
             reserved_gdt_blocks: sb.reserved_gdt_blocks,
             gdt_blocks,
-            inode_table_blocks: inode_table_blocks(sb.inodes_per_group, sb.inode_size(), bs),
+            inode_table_blocks,
         };
         if u32::from(sb.reserved_gdt_blocks) > bs / 4 {
             return Err(corrupt(format!("s_reserved_gdt_blocks {} > {}", sb.reserved_gdt_blocks, bs / 4)));
@@ -104,8 +117,9 @@ impl Geometry {
     /// Blocks in group `g` (the last group may be short).
     pub fn group_len(&self, g: GroupIndex) -> u32 {
         let start = self.group_first_block(g);
-        let end = (start + u64::from(self.blocks_per_group)).min(self.blocks_count);
-        end.saturating_sub(start) as u32
+        // What is left of the filesystem, up to a whole group.
+        let rest = self.blocks_count.saturating_sub(start);
+        u32::try_from(rest).map_or(self.blocks_per_group, |rest| rest.min(self.blocks_per_group))
     }
 
     /// The group holding block `b`, if `b` belongs to any group.
@@ -163,9 +177,9 @@ impl Geometry {
     }
 }
 
-/// Blocks of one group's inode table.
-pub fn inode_table_blocks(inodes_per_group: u32, inode_size: u16, block_size: u32) -> u32 {
-    (u64::from(inodes_per_group) * u64::from(inode_size)).div_ceil(u64::from(block_size)) as u32
+/// Blocks of one group's inode table, if that count fits in 32 bits.
+pub fn inode_table_blocks(inodes_per_group: u32, inode_size: u16, block_size: u32) -> Option<u32> {
+    u32::try_from((u64::from(inodes_per_group) * u64::from(inode_size)).div_ceil(u64::from(block_size))).ok()
 }
 
 /// What mkfs asks of the geometry.
@@ -242,13 +256,18 @@ impl Geometry {
                 }
                 ipg_max
             } else {
-                rounded as u32
+                u32::try_from(rounded).map_err(|_| invalid(format!("{rounded} inodes per group")))?
             };
             if groups * u64::from(ipg) > u64::from(u32::MAX) {
                 return Err(invalid(format!("{groups} groups of {ipg} inodes overflow the 32-bit inode count")));
             }
             let gdt_blocks = (groups * u64::from(desc_size)).div_ceil(u64::from(bs));
-            let itb = u64::from(inode_table_blocks(ipg, req.inode_size, bs));
+            let too_big = |what: &str, n: u64| invalid(format!("{n} {what} do not fit in 32 bits"));
+            let group_count = u32::try_from(groups).map_err(|_| too_big("groups", groups))?;
+            let gdt_blocks_u32 = u32::try_from(gdt_blocks).map_err(|_| too_big("GDT blocks", gdt_blocks))?;
+            let itb_u32 = inode_table_blocks(ipg, req.inode_size, bs)
+                .ok_or_else(|| invalid(format!("inode table of {ipg} inodes of {} bytes", req.inode_size)))?;
+            let itb = u64::from(itb_u32);
             let last = groups - 1;
             let last_len = blocks - u64::from(first_data_block) - last * u64::from(bpg);
             let sparse_geo = Geometry {
@@ -258,15 +277,16 @@ impl Geometry {
                 blocks_per_group: bpg,
                 inodes_per_group: ipg,
                 inode_size: req.inode_size,
-                group_count: groups as u32,
+                group_count,
                 desc_size,
                 log_groups_per_flex: req.log_groups_per_flex,
                 sparse_super: true,
                 reserved_gdt_blocks: 0,
-                gdt_blocks: gdt_blocks as u32,
-                inode_table_blocks: itb as u32,
+                gdt_blocks: gdt_blocks_u32,
+                inode_table_blocks: itb_u32,
             };
-            let last_overhead = u64::from(sparse_geo.base_meta_blocks(last as u32)) + 2 + itb;
+            // group_count >= 1: more than 64 blocks follow the first data block.
+            let last_overhead = u64::from(sparse_geo.base_meta_blocks(group_count - 1)) + 2 + itb;
             if groups > 1 && last_len < last_overhead + LAST_GROUP_SLACK && pass == 0 {
                 blocks = u64::from(first_data_block) + last * u64::from(bpg);
                 pass += 1;
@@ -298,7 +318,7 @@ impl Placement {
     /// then per flex (or per group without flex_bg) the block bitmaps, inode
     /// bitmaps and inode tables, each first-fit from the flex's first block.
     pub fn compute(geo: &Geometry) -> Result<Self> {
-        let n = geo.group_count as usize;
+        let n = usize_from_u32(geo.group_count);
         let mut used = RangeSet::new();
         if geo.first_data_block > 0 {
             // Block 0 of a 1 KiB filesystem is the boot block: outside every group.
@@ -333,10 +353,11 @@ impl Placement {
             let count = u64::from(last - first);
             let bb = take(count, "block bitmaps", first)?;
             let ib = take(count, "inode bitmaps", first)?;
-            for (i, g) in (first..last).enumerate() {
-                block_bitmap[g as usize] = bb + i as u64;
-                inode_bitmap[g as usize] = ib + i as u64;
-                inode_table[g as usize] = take(itb, "inode table", g)?;
+            for g in first..last {
+                let gi = usize_from_u32(g);
+                block_bitmap[gi] = bb + u64::from(g - first);
+                inode_bitmap[gi] = ib + u64::from(g - first);
+                inode_table[gi] = take(itb, "inode table", g)?;
             }
             first = last;
         }
@@ -354,7 +375,7 @@ impl Placement {
             let e = (b + len).min(end);
             e.saturating_sub(s)
         };
-        let gi = g as usize;
+        let gi = usize_from_u32(g);
         u64::from(geo.base_meta_blocks(g))
             + inside(self.block_bitmap[gi], 1)
             + inside(self.inode_bitmap[gi], 1)
@@ -455,8 +476,8 @@ mod tests {
         let g = Geometry::for_mkfs(&GeometryRequest { log_groups_per_flex: None, ..req(64 << 20, 1024) }).unwrap();
         let p = Placement::compute(&g).unwrap();
         for gi in 0..g.group_count {
-            assert_eq!(g.group_of_block(p.block_bitmap[gi as usize]), Some(gi));
-            assert_eq!(g.group_of_block(p.inode_table[gi as usize]), Some(gi));
+            assert_eq!(g.group_of_block(p.block_bitmap[usize_from_u32(gi)]), Some(gi));
+            assert_eq!(g.group_of_block(p.inode_table[usize_from_u32(gi)]), Some(gi));
             assert_eq!(p.uninit_view_used(&g, gi), p.used.count_in(g.group_first_block(gi)..g.group_first_block(gi) + u64::from(g.group_len(gi))));
         }
     }

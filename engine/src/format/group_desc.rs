@@ -106,8 +106,6 @@ impl GroupDesc {
     /// `bg_checksum` for `group`. Bytes past 64 are left as they are.
     pub fn write(&self, out: &mut [u8], group: GroupIndex, csum: DescChecksum) {
         let wide = out.len() >= DESC_SIZE_64;
-        let lo16 = |v: u32| (v & 0xFFFF) as u16;
-        let hi16 = |v: u32| (v >> 16) as u16;
         put_le32(out, BG_BLOCK_BITMAP_LO, lo32(self.block_bitmap));
         put_le32(out, BG_INODE_BITMAP_LO, lo32(self.inode_bitmap));
         put_le32(out, BG_INODE_TABLE_LO, lo32(self.inode_table));
@@ -134,6 +132,21 @@ impl GroupDesc {
         put_le16(out, BG_CHECKSUM, 0);
         let c = desc_checksum(out, group, csum);
         put_le16(out, BG_CHECKSUM, c);
+        debug_assert_eq!(GroupDesc::parse(out), self.as_written(wide, c), "group descriptor {group} reads back wrong");
+    }
+
+    /// What [`GroupDesc::write`] stores: `bg_checksum` as computed, and in a
+    /// 32-byte descriptor bitmap checksums keep their low half only (the format
+    /// has no high half; [`crate::format::bitmap::stored_bitmap_csum_matches`]
+    /// compares accordingly).
+    fn as_written(&self, wide: bool, checksum: u16) -> GroupDesc {
+        let narrow = |v: u32| if wide { v } else { v & 0xFFFF };
+        GroupDesc {
+            block_bitmap_csum: narrow(self.block_bitmap_csum),
+            inode_bitmap_csum: narrow(self.inode_bitmap_csum),
+            checksum,
+            ..*self
+        }
     }
 
     pub fn has_flag(&self, flag: u16) -> bool {
@@ -159,7 +172,7 @@ pub fn desc_checksum(b: &[u8], group: GroupIndex, csum: DescChecksum) -> u16 {
             let c = crc32c_raw(fs_seed, &group_le);
             let c = crc32c_raw(c, before);
             let c = crc32c_raw(c, &[0, 0]);
-            (crc32c_raw(c, after) & 0xFFFF) as u16
+            lo16(crc32c_raw(c, after))
         }
     }
 }

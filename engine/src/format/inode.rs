@@ -94,15 +94,16 @@ impl Timestamp {
     /// Decodes a 32-bit seconds field and its `_extra` word (nsec << 2 | epoch).
     fn decode(lo: u32, extra: u32) -> Self {
         let epoch = i64::from(extra & 3);
-        Timestamp { secs: i64::from(lo as i32) + (epoch << 32), nsec: extra >> 2 }
+        Timestamp { secs: i64::from(signed32(lo)) + (epoch << 32), nsec: extra >> 2 }
     }
 
     /// Encodes as (seconds field, extra word). Seconds outside ext4's range wrap
     /// in the epoch bits, as the kernel's encoder does.
     fn encode(self) -> (u32, u32) {
-        let lo = self.secs as i32;
-        let epoch = ((self.secs - i64::from(lo)) >> 32) as u32 & 3;
-        (lo as u32, (self.nsec.min(999_999_999) << 2) | epoch)
+        let lo = lo32(bits64(self.secs));
+        // Wrapping: only bits 32-33 of the difference are kept.
+        let epoch = lo32(bits64(self.secs.wrapping_sub(i64::from(signed32(lo))) >> 32)) & 3;
+        (lo, (self.nsec.min(999_999_999) << 2) | epoch)
     }
 }
 
@@ -242,10 +243,10 @@ impl Inode {
         let extra_end = usize::from(GOOD_OLD_INODE_SIZE) + usize::from(self.extra_isize);
         let fits = |off: usize| off + 4 <= extra_end && off + 4 <= slot;
         put_le16(&mut b, I_MODE, self.mode);
-        put_le16(&mut b, I_UID, (self.uid & 0xFFFF) as u16);
-        put_le16(&mut b, I_UID_HIGH, (self.uid >> 16) as u16);
-        put_le16(&mut b, I_GID, (self.gid & 0xFFFF) as u16);
-        put_le16(&mut b, I_GID_HIGH, (self.gid >> 16) as u16);
+        put_le16(&mut b, I_UID, lo16(self.uid));
+        put_le16(&mut b, I_UID_HIGH, hi16(self.uid));
+        put_le16(&mut b, I_GID, lo16(self.gid));
+        put_le16(&mut b, I_GID_HIGH, hi16(self.gid));
         put_le32(&mut b, I_SIZE_LO, lo32(self.size));
         put_le32(&mut b, I_SIZE_HIGH, hi32(self.size));
         for (t, base, extra) in [
@@ -267,7 +268,7 @@ impl Inode {
         put_le32(&mut b, I_DTIME, self.dtime);
         put_le16(&mut b, I_LINKS_COUNT, self.links_count);
         put_le32(&mut b, I_BLOCKS_LO, lo32(self.blocks));
-        put_le16(&mut b, I_BLOCKS_HIGH, (hi32(self.blocks) & 0xFFFF) as u16);
+        put_le16(&mut b, I_BLOCKS_HIGH, lo16(hi32(self.blocks)));
         put_le32(&mut b, I_FLAGS, self.flags);
         put_le32(&mut b, I_VERSION_LO, lo32(self.version));
         if fits(I_VERSION_HI) {
@@ -276,7 +277,7 @@ impl Inode {
         put_bytes(&mut b, I_BLOCK, &self.block);
         put_le32(&mut b, I_GENERATION, self.generation);
         put_le32(&mut b, I_FILE_ACL_LO, lo32(self.file_acl));
-        put_le16(&mut b, I_FILE_ACL_HIGH, (hi32(self.file_acl) & 0xFFFF) as u16);
+        put_le16(&mut b, I_FILE_ACL_HIGH, lo16(hi32(self.file_acl)));
         if slot > usize::from(GOOD_OLD_INODE_SIZE) {
             put_le16(&mut b, I_EXTRA_ISIZE, self.extra_isize);
         }
@@ -288,11 +289,41 @@ impl Inode {
             Some(seed) => inode_checksum(&b, ino, seed),
             None => self.checksum,
         };
-        put_le16(&mut b, I_CHECKSUM_LO, (csum & 0xFFFF) as u16);
+        put_le16(&mut b, I_CHECKSUM_LO, lo16(csum));
         if has_hi {
-            put_le16(&mut b, I_CHECKSUM_HI, (csum >> 16) as u16);
+            put_le16(&mut b, I_CHECKSUM_HI, hi16(csum));
         }
+        debug_assert_eq!(Self::read_fields(&b), self.as_written(&b, csum), "inode {ino} does not read back as written");
         b
+    }
+
+    /// What [`Inode::to_bytes`] stored in the slot `b` with checksum `csum`, in
+    /// the form the slot can hold it.
+    fn as_written(&self, b: &[u8], csum: u32) -> Inode {
+        let slot = b.len();
+        let extra_end = usize::from(GOOD_OLD_INODE_SIZE) + usize::from(self.extra_isize);
+        let fits = |off: usize| off + 4 <= extra_end && off + 4 <= slot;
+        // 34-bit seconds and nsec up to 999_999_999; without the extra word, only signed 32-bit seconds.
+        let time = |t: Timestamp, extra: usize| {
+            let (lo, ex) = t.encode();
+            Timestamp::decode(lo, if fits(extra) { ex } else { 0 })
+        };
+        Inode {
+            atime: time(self.atime, I_ATIME_EXTRA),
+            ctime: time(self.ctime, I_CTIME_EXTRA),
+            mtime: time(self.mtime, I_MTIME_EXTRA),
+            // Not written without room for crtime_extra: the slot keeps what it held.
+            crtime: if fits(I_CRTIME_EXTRA) { time(self.crtime, I_CRTIME_EXTRA) } else { Self::read_fields(b).crtime },
+            // Without room for i_version_hi only the low half is stored.
+            version: if fits(I_VERSION_HI) { self.version } else { u64::from(lo32(self.version)) },
+            // A 128-byte slot has no i_extra_isize (and so no extra fields).
+            extra_isize: if slot > usize::from(GOOD_OLD_INODE_SIZE) { self.extra_isize } else { 0 },
+            projid: if fits(I_PROJID) { self.projid } else { 0 },
+            // Without room for the high half only the low 16 bits are stored.
+            checksum: if self.has_checksum_hi(slot) { csum } else { csum & 0xFFFF },
+            raw: b.to_vec(),
+            ..self.clone()
+        }
     }
 
     pub fn file_type(&self) -> u16 {
@@ -350,7 +381,7 @@ mod tests {
     const ITABLE0: &[u8; 4096] = include_bytes!("../../tests/fixtures/mke2fs_4k_8m.itable0");
 
     fn slot(ino: u32) -> &'static [u8] {
-        let at = (ino as usize - 1) * 256;
+        let at = (usize_from_u32(ino) - 1) * 256;
         &ITABLE0[at..at + 256]
     }
 

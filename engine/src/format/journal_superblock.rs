@@ -3,9 +3,10 @@
 //! transaction starts (0 = clean, nothing to replay) and which features the log
 //! uses. With checksum v2/v3 it carries its own crc32c at 0xFC.
 
-use crate::error::{ChecksumObject, Corrupt, Error, FeatureWord, Result, Unsupported};
+use crate::error::{ChecksumObject, Corrupt, Error, Result, Unsupported};
 use crate::format::bytes::*;
 use crate::format::checksum::{crc32c_raw, CRC32C_INITIAL};
+use crate::format::features::FeatureWord;
 
 /// Every jbd2 block header starts with this.
 pub const JBD2_MAGIC: u32 = 0xC03B_3998;
@@ -114,26 +115,20 @@ impl JournalSuperblock {
         self.feature_incompat & (INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3) != 0
     }
 
-    /// Parses and validates against the filesystem's block size.
-    pub fn parse(b: &[u8; JOURNAL_SB_SIZE], fs_block_size: u32) -> Result<Self> {
-        let magic = be32(b, H_MAGIC);
-        if magic != JBD2_MAGIC {
-            return Err(bad(format!("h_magic {magic:#010x} != {JBD2_MAGIC:#010x}")));
-        }
+    /// Splits the fields out without checking them; v1 superblocks have no
+    /// feature words or limits, which read as 0.
+    fn read_fields(b: &[u8; JOURNAL_SB_SIZE]) -> Self {
         let blocktype = be32(b, H_BLOCKTYPE);
-        if blocktype != BLOCKTYPE_SUPERBLOCK_V1 && blocktype != BLOCKTYPE_SUPERBLOCK_V2 {
-            return Err(bad(format!("h_blocktype {blocktype} is not a superblock (3 or 4)")));
-        }
         let v2 = blocktype == BLOCKTYPE_SUPERBLOCK_V2;
         let word = |off: usize| if v2 { be32(b, off) } else { 0 };
-        let jsb = JournalSuperblock {
+        JournalSuperblock {
             blocktype,
             block_size: be32(b, S_BLOCKSIZE),
             maxlen: be32(b, S_MAXLEN),
             first: be32(b, S_FIRST),
             sequence: be32(b, S_SEQUENCE),
             start: be32(b, S_START),
-            errno: be32(b, S_ERRNO) as i32,
+            errno: be_i32(b, S_ERRNO),
             feature_compat: word(S_FEATURE_COMPAT),
             feature_incompat: word(S_FEATURE_INCOMPAT),
             feature_ro_compat: word(S_FEATURE_RO_COMPAT),
@@ -145,7 +140,20 @@ impl JournalSuperblock {
             num_fc_blocks: word(S_NUM_FC_BLKS),
             checksum: be32(b, S_CHECKSUM),
             raw: Box::new(*b),
-        };
+        }
+    }
+
+    /// Parses and validates against the filesystem's block size.
+    pub fn parse(b: &[u8; JOURNAL_SB_SIZE], fs_block_size: u32) -> Result<Self> {
+        let magic = be32(b, H_MAGIC);
+        if magic != JBD2_MAGIC {
+            return Err(bad(format!("h_magic {magic:#010x} != {JBD2_MAGIC:#010x}")));
+        }
+        let blocktype = be32(b, H_BLOCKTYPE);
+        if blocktype != BLOCKTYPE_SUPERBLOCK_V1 && blocktype != BLOCKTYPE_SUPERBLOCK_V2 {
+            return Err(bad(format!("h_blocktype {blocktype} is not a superblock (3 or 4)")));
+        }
+        let jsb = Self::read_fields(b);
         if jsb.block_size != fs_block_size {
             return Err(bad(format!("s_blocksize {} != filesystem block size {fs_block_size}", jsb.block_size)));
         }
@@ -189,7 +197,7 @@ impl JournalSuperblock {
         put_be32(&mut b, S_FIRST, self.first);
         put_be32(&mut b, S_SEQUENCE, self.sequence);
         put_be32(&mut b, S_START, self.start);
-        put_be32(&mut b, S_ERRNO, self.errno as u32);
+        put_be_i32(&mut b, S_ERRNO, self.errno);
         put_be32(&mut b, S_FEATURE_COMPAT, self.feature_compat);
         put_be32(&mut b, S_FEATURE_INCOMPAT, self.feature_incompat);
         put_be32(&mut b, S_FEATURE_RO_COMPAT, self.feature_ro_compat);
@@ -201,7 +209,27 @@ impl JournalSuperblock {
         put_be32(&mut b, S_NUM_FC_BLKS, self.num_fc_blocks);
         let c = if self.has_csum() { journal_sb_checksum(&b) } else { self.checksum };
         put_be32(&mut b, S_CHECKSUM, c);
+        debug_assert_eq!(Self::read_fields(&b), self.as_written(&b, c), "journal superblock does not read back as written");
         b
+    }
+
+    /// What [`JournalSuperblock::to_bytes`] stored in `b` with `checksum`.
+    fn as_written(&self, b: &[u8; JOURNAL_SB_SIZE], checksum: u32) -> Self {
+        let v2 = self.blocktype == BLOCKTYPE_SUPERBLOCK_V2;
+        // A v1 superblock's words are written but read as 0: v1 has none.
+        let word = |v: u32| if v2 { v } else { 0 };
+        JournalSuperblock {
+            feature_compat: word(self.feature_compat),
+            feature_incompat: word(self.feature_incompat),
+            feature_ro_compat: word(self.feature_ro_compat),
+            nr_users: word(self.nr_users),
+            max_transaction: word(self.max_transaction),
+            max_trans_data: word(self.max_trans_data),
+            num_fc_blocks: word(self.num_fc_blocks),
+            checksum,
+            raw: Box::new(*b),
+            ..self.clone()
+        }
     }
 }
 

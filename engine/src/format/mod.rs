@@ -2,6 +2,9 @@
 //! it is parsed (validating every field a reader relies on) and written back,
 //! and how its checksum is computed. Nothing here touches a device.
 
+// Everything here turns disk bytes into numbers: conversions are checked.
+#![deny(clippy::as_conversions)]
+
 pub mod bitmap;
 pub(crate) mod bytes;
 pub mod checksum;

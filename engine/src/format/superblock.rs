@@ -7,10 +7,11 @@
 //! [`crate::format::geometry`]. The original bytes are kept, so writing back a
 //! superblock from another tool keeps the fields this engine does not model.
 
-use crate::error::{Corrupt, Error, FeatureWord, Result, Unsupported};
+use crate::error::{Corrupt, Error, Result, Unsupported};
 pub use crate::format::features::{feature, feature_names};
 use crate::format::bytes::*;
 use crate::format::checksum::{crc32c_raw, fs_seed_from_uuid, CRC32C_INITIAL};
+use crate::format::features::FeatureWord;
 
 /// Byte offset of the primary superblock on the device, whatever the block size.
 pub const SUPERBLOCK_OFFSET: u64 = 1024;
@@ -459,7 +460,7 @@ impl Superblock {
         put_le32(&mut b, S_INODES_PER_GROUP, self.inodes_per_group);
         let mut put_time = |lo: usize, hi: usize, t: u64| {
             put_le32(&mut b, lo, lo32(t));
-            put_u8(&mut b, hi, (hi32(t) & 0xFF) as u8);
+            put_u8(&mut b, hi, lo8(hi32(t)));
         };
         put_time(S_MTIME, S_MTIME_HI, self.mtime);
         put_time(S_WTIME, S_WTIME_HI, self.wtime);
@@ -508,7 +509,23 @@ impl Superblock {
         put_le32(&mut b, S_CHECKSUM_SEED, self.checksum_seed);
         let csum = if self.has_metadata_csum() { superblock_checksum(&b) } else { self.checksum };
         put_le32(&mut b, S_CHECKSUM, csum);
+        debug_assert_eq!(Self::read_fields(&b), self.as_written(&b, csum), "superblock does not read back as written");
         b
+    }
+
+    /// What [`Superblock::to_bytes`] stored in `b` with checksum `csum`.
+    fn as_written(&self, b: &[u8; SUPERBLOCK_SIZE], csum: u32) -> Self {
+        // Times keep 40 bits of seconds: s_*time plus an 8-bit s_*time_hi.
+        let time = |t: u64| t & 0xFF_FFFF_FFFF;
+        Superblock {
+            mtime: time(self.mtime),
+            wtime: time(self.wtime),
+            lastcheck: time(self.lastcheck),
+            mkfs_time: time(self.mkfs_time),
+            checksum: csum,
+            raw: Box::new(*b),
+            ..self.clone()
+        }
     }
 }
 
