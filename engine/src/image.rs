@@ -432,7 +432,7 @@ mod tests {
 
     fn fresh() -> MemDevice {
         let mut dev = MemDevice::new(64 << 20);
-        mkfs(&mut dev, &MkfsOptions::new(64 << 20, UUID, [4; 16], 1_700_000_000)).unwrap();
+        mkfs(&mut dev, &MkfsOptions::new(64 << 20, UUID, [4; 16], crate::fixtures::EPOCH_SECS)).unwrap();
         dev
     }
 

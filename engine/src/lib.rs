@@ -9,7 +9,6 @@
 //! - [`journal`]: jbd2 commits, checkpoints and recovery for inode 8.
 
 pub mod device;
-pub mod e2fsprogs;
 pub mod device_file;
 pub mod device_mem;
 pub mod error;
@@ -17,6 +16,8 @@ pub mod format;
 pub mod image;
 pub mod mkfs;
 pub mod range_set;
+#[cfg(test)]
+mod fixtures;
 
 pub use error::{Corrupt, Error, Result};
 pub mod alloc;

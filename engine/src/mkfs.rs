@@ -108,6 +108,17 @@ impl MkfsOptions {
         }
     }
 
+    /// The image a mount configuration needs: its block size, and a journal
+    /// unless it mounts without one. The one place that recipe is written.
+    pub fn for_mount(mount: &ext4_model::MountConfig, size_bytes: u64, uuid: [u8; 16], hash_seed: [u8; 16], timestamp_secs: i64) -> Self {
+        let mut opts = MkfsOptions::new(size_bytes, uuid, hash_seed, timestamp_secs);
+        opts.block_size = mount.block_size;
+        if !mount.has_journal {
+            opts.journal = JournalSize::None;
+        }
+        opts
+    }
+
     fn default_inode_ratio(&self) -> u64 {
         const MIB: u64 = 1 << 20;
         const TIB: u64 = 1 << 40;
@@ -459,7 +470,7 @@ mod tests {
     const UUID: [u8; 16] = *b"mkfs-unit-tests!";
 
     fn opts(size: u64, block_size: u32) -> MkfsOptions {
-        MkfsOptions { block_size, ..MkfsOptions::new(size, UUID, [5; 16], 1_700_000_000) }
+        MkfsOptions { block_size, ..MkfsOptions::new(size, UUID, [5; 16], crate::fixtures::EPOCH_SECS) }
     }
 
     #[test]

@@ -44,7 +44,7 @@ fn mke2fs(mk: &Path, img: &Path, size: u64, args: &[&str]) {
 fn engine_mkfs_images_are_clean_in_memory() {
     for (bs, size) in [(1024, 8 * MIB), (1024, 300 * MIB), (4096, 8 * MIB), (4096, GIB), (65536, 256 * MIB), (65536, 16 * GIB)] {
         let mut dev = MemDevice::new(size);
-        let opts = MkfsOptions { block_size: bs, ..MkfsOptions::new(size, UUID, [3; 16], 1_700_000_000) };
+        let opts = MkfsOptions { block_size: bs, ..MkfsOptions::new(size, UUID, [3; 16], ext4_testkit::fresh::EPOCH_SECS) };
         let summary = mkfs(&mut dev, &opts).unwrap();
         let (_, r) = check(dev);
         assert_clean(&format!("engine mkfs bs {bs} size {size}"), &r);
@@ -57,7 +57,7 @@ fn engine_mkfs_images_are_clean_in_memory() {
 fn engine_mkfs_variants_are_clean_and_pass_e2fsck() {
     let Some((e2fsck, _, _)) = e2fsprogs() else { return };
     let scratch = Scratch::new("check-clean-engine");
-    let base = |size, bs| MkfsOptions { block_size: bs, ..MkfsOptions::new(size, UUID, [3; 16], 1_700_000_000) };
+    let base = |size, bs| MkfsOptions { block_size: bs, ..MkfsOptions::new(size, UUID, [3; 16], ext4_testkit::fresh::EPOCH_SECS) };
     let cases = [
         ("1k", base(64 * MIB, 1024)),
         ("4k-16g", base(16 * GIB, 4096)),

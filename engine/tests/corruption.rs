@@ -21,7 +21,7 @@ const UUID: [u8; 16] = *b"corrupt-me-pls!!";
 
 fn fresh(size: u64, block_size: u32) -> MemDevice {
     let mut dev = MemDevice::new(size);
-    let opts = MkfsOptions { block_size, ..MkfsOptions::new(size, UUID, [2; 16], 1_700_000_000) };
+    let opts = MkfsOptions { block_size, ..MkfsOptions::new(size, UUID, [2; 16], ext4_testkit::fresh::EPOCH_SECS) };
     mkfs(&mut dev, &opts).unwrap();
     dev
 }
@@ -256,7 +256,7 @@ fn the_e2fsck_cleanliness_check_catches_a_bad_descriptor() {
     let img = scratch.path("bad.img");
     let size = 64u64 << 20;
     let mut dev = FileDevice::create(&img, size).unwrap();
-    mkfs(&mut dev, &MkfsOptions::new(size, UUID, [2; 16], 1_700_000_000)).unwrap();
+    mkfs(&mut dev, &MkfsOptions::new(size, UUID, [2; 16], ext4_testkit::fresh::EPOCH_SECS)).unwrap();
     // Group 0's free-inode count, checksum left stale.
     let mut gdt = vec![0u8; 4096];
     dev.read(4096, &mut gdt, IoClass::Metadata).unwrap();

@@ -17,7 +17,7 @@ const TIB: u64 = 1 << 40;
 const UUID: [u8; 16] = *b"\x5e\xed\x00\x01engine-mkfs!";
 const HASH_SEED: [u8; 16] = *b"hash-seed-engine";
 /// 2023-11-14: in the past, so e2fsck does not flag future timestamps.
-const TIMESTAMP: i64 = 1_700_000_000;
+const TIMESTAMP: i64 = ext4_testkit::fresh::EPOCH_SECS;
 
 fn options(size: u64, block_size: u32) -> MkfsOptions {
     MkfsOptions { block_size, ..MkfsOptions::new(size, UUID, HASH_SEED, TIMESTAMP) }

@@ -117,7 +117,7 @@ fn workload(bs: u64, seed: u64) -> Vec<Op> {
 fn run_workload(e2fsck: &Path, dir: &Scratch, bs: u32) {
     let img = dir.path(&format!("bs{bs}.img"));
     let mut dev = FileDevice::create(&img, image_bytes(bs)).unwrap();
-    let mut o = MkfsOptions::new(image_bytes(bs), *b"e2fsck-workload!", [5; 16], 1_700_000_000);
+    let mut o = MkfsOptions::new(image_bytes(bs), *b"e2fsck-workload!", [5; 16], ext4_testkit::fresh::EPOCH_SECS);
     o.block_size = bs;
     mkfs(&mut dev, &o).unwrap();
     let config = MountConfig { block_size: bs, ..MountConfig::default() };
@@ -178,7 +178,7 @@ fn engine_images_pass_e2fsck_at_every_block_size() {
 /// accepts: odd corners of collapse/insert/zero-range and renames included.
 mod random_sequences {
     use super::*;
-    use ext4_model::strategy;
+    use ext4_testkit::strategy;
     use proptest::prelude::*;
     use std::sync::OnceLock;
 
@@ -199,7 +199,7 @@ mod random_sequences {
             let img = scratch().path(&format!("random-{bs}-{page_size}-{}.img", ops.len()));
             let size = 128 << 20;
             let mut dev = FileDevice::create(&img, size).unwrap();
-            let mut o = MkfsOptions::new(size, *b"random-workload!", [6; 16], 1_700_000_000);
+            let mut o = MkfsOptions::new(size, *b"random-workload!", [6; 16], ext4_testkit::fresh::EPOCH_SECS);
             o.block_size = bs;
             mkfs(&mut dev, &o).unwrap();
             let config = MountConfig { block_size: bs, page_size, ..MountConfig::default() };

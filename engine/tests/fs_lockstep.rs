@@ -4,11 +4,11 @@
 //! FIEMAP, symlink targets) must still agree with the model.
 
 use ext4_engine::device_mem::MemDevice;
-use ext4_engine::mkfs::{mkfs, JournalSize, MkfsOptions};
 use ext4_engine::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::op::{FileKind, Op, Reply};
-use ext4_model::{strategy, AllocPolicy, DataMode, FileSystem, Model, MountConfig};
+use ext4_testkit::strategy;
+use ext4_model::{AllocPolicy, DataMode, FileSystem, Model, MountConfig};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -19,14 +19,7 @@ const FULL_READ_MAX: u64 = 1 << 20;
 const WINDOW: u64 = 64 << 10;
 
 fn fresh(config: &MountConfig) -> Ext4<MemDevice> {
-    let mut dev = MemDevice::new(DEVICE_BYTES);
-    let mut o = MkfsOptions::new(DEVICE_BYTES, *b"lockstep-uuid-01", [9; 16], 1_700_000_000);
-    o.block_size = config.block_size;
-    if !config.has_journal {
-        o.journal = JournalSize::None;
-    }
-    mkfs(&mut dev, &o).expect("mkfs");
-    Ext4::mount(dev, config).expect("mount a fresh image")
+    ext4_testkit::fresh::mounted(config, DEVICE_BYTES)
 }
 
 fn check(what: &str, model: &ext4_model::Outcome, engine: &ext4_model::Outcome) -> Result<(), TestCaseError> {

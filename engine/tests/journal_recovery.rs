@@ -20,7 +20,8 @@ use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_engine::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::op::Op;
-use ext4_model::{strategy, AllocPolicy, CrashEnvelope, DataMode, FileSystem, Model, MountConfig};
+use ext4_testkit::strategy;
+use ext4_model::{AllocPolicy, CrashEnvelope, DataMode, FileSystem, Model, MountConfig};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
@@ -107,7 +108,7 @@ impl BlockDevice for CrashDevice {
 
 fn fresh_image(block_size: u32, flex: Option<u8>) -> MemDevice {
     let mut dev = MemDevice::new(DEVICE_BYTES);
-    let mut o = MkfsOptions::new(DEVICE_BYTES, *b"journal-recovery", [6; 16], 1_700_000_000);
+    let mut o = MkfsOptions::new(DEVICE_BYTES, *b"journal-recovery", [6; 16], ext4_testkit::fresh::EPOCH_SECS);
     o.block_size = block_size;
     o.flex_bg_log = flex;
     mkfs(&mut dev, &o).expect("mkfs");
@@ -235,7 +236,7 @@ fn revoked_blocks_are_not_replayed_over_reused_data() {
     let mut model = Model::new(&cfg).unwrap();
     let image = {
         let mut dev = MemDevice::new(32 << 20);
-        let mut o = MkfsOptions::new(32 << 20, *b"journal-revoke-1", [6; 16], 1_700_000_000);
+        let mut o = MkfsOptions::new(32 << 20, *b"journal-revoke-1", [6; 16], ext4_testkit::fresh::EPOCH_SECS);
         o.flex_bg_log = None;
         mkfs(&mut dev, &o).unwrap();
         dev

@@ -24,9 +24,10 @@ pub mod pattern;
 pub mod range_map;
 mod split;
 pub mod state;
-pub mod strategy;
+pub mod text;
 pub mod vfs;
 
+pub use text::TextError;
 pub use config::{AllocPolicy, ConfigError, DataMode, EffectiveMount, InodeJournalMode, MountConfig};
 pub use durability::{CrashEnvelope, CrashVerdict, CrashViolation};
 pub use errno::Errno;

@@ -2,7 +2,7 @@
 //! A "recovered filesystem" here is a second model put in the state to test.
 
 use ext4_model::op::pattern;
-use ext4_model::strategy;
+use ext4_testkit::strategy;
 use ext4_model::{CrashViolation, DataMode, FileSystem, Model, MountConfig, Op};
 use proptest::prelude::*;
 

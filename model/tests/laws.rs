@@ -1,7 +1,7 @@
 //! Laws of the model, as properties over random op sequences and mounts.
 
 use ext4_model::op::{fiemap_flags, pattern};
-use ext4_model::strategy;
+use ext4_testkit::strategy;
 use ext4_model::{FallocFlags, FileKind, FileSystem, Model, MountConfig, Op};
 use proptest::prelude::*;
 

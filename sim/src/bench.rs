@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
 use ext4_engine::device_file::FileDevice;
-use ext4_engine::e2fsprogs::tool;
+use ext4_testkit::e2fsprogs::tool;
 use ext4_engine::fs::Ext4;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::pattern;

@@ -11,7 +11,6 @@ use ext4_model::MountConfig;
 
 use crate::driver::{run_seed, shrink_failure, RunResult, RunSpec, ShrunkTrace, TargetFactory};
 use crate::lockstep::Target as _;
-use crate::mount_opts::parse_mount_opts;
 use crate::report::{json, summary};
 use crate::trace::Trace;
 
@@ -125,7 +124,7 @@ pub enum Command {
 
 /// `--mount` text as a config ext4 would accept, or why not.
 pub(crate) fn mount_from_text(text: &str) -> Result<MountConfig, String> {
-    let mount = parse_mount_opts(text, MountConfig::default()).map_err(|e| e.to_string())?;
+    let mount = text.parse::<MountConfig>().map_err(|e| e.to_string())?;
     mount.validate().map_err(|e| format!("mount options refused (EINVAL): {e}"))?;
     Ok(mount)
 }

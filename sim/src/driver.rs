@@ -8,7 +8,6 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::lockstep::{Begun, Failure, InFlight, Lockstep, OpStats, Target};
-use crate::mount_opts::format_mount_opts;
 use crate::shrink::{drop_by_class, shrink, simpler_step};
 use crate::trace::{Step, Trace};
 use crate::scheduler::Tasks;
@@ -41,7 +40,7 @@ pub struct RunSpec {
 impl RunSpec {
     /// The spec a trace file describes.
     pub fn from_trace(t: &Trace) -> Result<RunSpec, String> {
-        let mount = crate::mount_opts::parse_mount_opts(&t.mount, MountConfig::default()).map_err(|e| e.to_string())?;
+        let mount = t.mount.parse::<MountConfig>().map_err(|e| e.to_string())?;
         Ok(RunSpec {
             seed: t.seed,
             ops: t.steps.len() as u64,
@@ -63,7 +62,7 @@ impl RunSpec {
     /// The command that repeats this run.
     pub fn command(&self) -> String {
         let mut cmd = format!("ext4sim run --seed {} --ops {}", self.seed, self.ops);
-        let mount = format_mount_opts(&self.mount);
+        let mount = self.mount.to_string();
         if !mount.is_empty() {
             cmd.push_str(&format!(" --mount {mount}"));
         }
@@ -437,7 +436,7 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
     let spec = &result.spec;
     let trace = Trace {
         seed: spec.seed,
-        mount: format_mount_opts(&spec.mount),
+        mount: spec.mount.to_string(),
         profile: spec.profile.clone(),
         crash_every: spec.crash_every,
         fsck_every: spec.fsck_every,

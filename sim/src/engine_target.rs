@@ -118,11 +118,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     ids.set_stream(0x0069_6473); // "ids"
     let mut uuid: [u8; 16] = ids.random();
     uuid[0] |= 1; // never all zero
-    let mut opts = MkfsOptions::new(spec.disk_bytes, uuid, ids.random(), SIM_EPOCH_SECS);
-    opts.block_size = spec.mount.block_size;
-    if !spec.mount.has_journal {
-        opts.journal = ext4_engine::mkfs::JournalSize::None;
-    }
+    let opts = MkfsOptions::for_mount(&spec.mount, spec.disk_bytes, uuid, ids.random(), SIM_EPOCH_SECS);
     mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;
     disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
     let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;

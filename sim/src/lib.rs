@@ -4,7 +4,6 @@
 
 pub mod disk;
 pub mod lockstep;
-pub mod mount_opts;
 pub mod shrink;
 pub mod trace;
 pub mod workload;

@@ -13,7 +13,6 @@ use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pen
 
 pub use crate::disk::hash::Fnv64;
 use crate::disk::FaultEvent;
-use crate::trace::format_op;
 
 /// Feeds an outcome into the trace hash field by field (formatting bytes
 /// through Debug would cost more than the op).
@@ -207,7 +206,7 @@ impl fmt::Display for Failure {
                 f,
                 "divergence at op {}: {}\n  model:  {}\n  target: {}\n  why:    {}",
                 d.index,
-                format_op(&d.op),
+                d.op.to_string(),
                 brief(&d.model),
                 brief(&d.actual),
                 d.why
@@ -444,7 +443,7 @@ impl<T: Target> Lockstep<T> {
                     owed.swap_remove(i);
                 }
                 None => {
-                    let last = self.last_op.as_ref().map(format_op).unwrap_or_default();
+                    let last = self.last_op.as_ref().map(|op| op.to_string()).unwrap_or_default();
                     let what = format!("{lock} is still held by {holder:?} after its op returned (last op: {last})");
                     return Err(Failure::Lock { index: self.index, what });
                 }

@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use crate::driver::RunResult;
-use crate::mount_opts::format_mount_opts;
 
 pub fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
@@ -26,7 +25,7 @@ pub fn json_str(s: &str) -> String {
 /// The readable summary of one run.
 pub fn summary(r: &RunResult) -> String {
     let mut s = String::new();
-    let mount = format_mount_opts(&r.spec.mount);
+    let mount = r.spec.mount.to_string();
     let _ = writeln!(s, "ext4sim: {}", r.spec.command());
     let _ = writeln!(
         s,
@@ -96,7 +95,7 @@ pub fn json(r: &RunResult) -> String {
         r.stats.crashes,
         r.trace_hash,
         r.image_hash,
-        json_str(&format_mount_opts(&r.spec.mount)),
+        json_str(&r.spec.mount.to_string()),
         json_str(&r.spec.profile),
         report.join(","),
         r.failure.as_ref().map_or("null".to_string(), |f| json_str(&f.to_string())),

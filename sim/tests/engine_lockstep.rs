@@ -5,20 +5,19 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use ext4_engine::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
+use ext4_testkit::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
 use ext4_model::durability::{read_range, view_tree};
 use ext4_model::{Model, MountConfig};
 use ext4_sim::driver::{run_seed, run_steps, RunSpec};
 use ext4_sim::trace::Step;
 use ext4_sim::engine_target::{make_engine, EngineFactory, EngineTarget};
 use ext4_sim::lockstep::{Lockstep, Target};
-use ext4_sim::mount_opts::parse_mount_opts;
 use ext4_sim::workload::{Workload, WorkloadConfig};
 
 use common::Scratch;
 
 fn spec(seed: u64, ops: u64, mount: &str) -> RunSpec {
-    RunSpec::new(seed, ops, parse_mount_opts(mount, MountConfig::default()).unwrap())
+    RunSpec::new(seed, ops, mount.parse::<MountConfig>().unwrap())
 }
 
 

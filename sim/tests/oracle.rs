@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use ext4_engine::device_file::FileDevice;
-use ext4_engine::e2fsprogs::tool;
+use ext4_testkit::e2fsprogs::tool;
 use ext4_engine::fs::Ext4;
 use ext4_model::{FileSystem, MountConfig, Op, OpKind, Outcome, Reply};
 use ext4_sim::oracle::host::HostKernel;

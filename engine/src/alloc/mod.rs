@@ -312,7 +312,7 @@ pub(crate) mod test_support {
     /// A fresh filesystem and an allocator over it.
     pub fn fresh(size: u64, block_size: u32, policy: AllocPolicy) -> (MemDevice, Allocator) {
         let mut dev = MemDevice::new(size);
-        let mut o = MkfsOptions::new(size, [7; 16], [3; 16], 1_700_000_000);
+        let mut o = MkfsOptions::new(size, [7; 16], [3; 16], crate::fixtures::EPOCH_SECS);
         o.block_size = block_size;
         mkfs(&mut dev, &o).unwrap();
         let img = Image::open(dev).unwrap();

@@ -395,8 +395,8 @@ mod tests {
         assert_eq!(root.flags, FL_EXTENTS);
         assert_eq!(root.extra_isize, 32);
         assert_eq!(root.checksum, 0xb83a_9b19, "debugfs: Inode checksum");
-        assert_eq!(root.mtime, Timestamp::from_secs(1_700_000_000));
-        assert_eq!(root.crtime, Timestamp::from_secs(1_700_000_000));
+        assert_eq!(root.mtime, Timestamp::from_secs(crate::fixtures::EPOCH_SECS));
+        assert_eq!(root.crtime, Timestamp::from_secs(crate::fixtures::EPOCH_SECS));
     }
 
     #[test]

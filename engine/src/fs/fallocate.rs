@@ -188,7 +188,7 @@ mod tests {
     const BS: u64 = 4096;
 
     fn fresh() -> Ext4<MemDevice> {
-        crate::fs::fresh_mounted(32 << 20)
+        crate::fixtures::fresh_mounted(32 << 20)
     }
 
     /// Blocks an unlink frees stay held until its transaction commits, yet

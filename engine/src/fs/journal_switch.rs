@@ -144,7 +144,7 @@ mod tests {
     use crate::fs::locks::Lock;
 
     fn fresh() -> Ext4<MemDevice> {
-        crate::fs::fresh_mounted(64 << 20)
+        crate::fixtures::fresh_mounted(64 << 20)
     }
 
     #[test]

@@ -249,12 +249,3 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.alloc.check_counts()
     }
 }
-
-/// A filesystem of `bytes` made by the engine's mkfs on a memory device and
-/// mounted with default options: the starting point of unit tests here.
-#[cfg(test)]
-pub(crate) fn fresh_mounted(bytes: u64) -> Ext4<crate::device_mem::MemDevice> {
-    let mut dev = crate::device_mem::MemDevice::new(bytes);
-    crate::mkfs::mkfs(&mut dev, &crate::mkfs::MkfsOptions::new(bytes, *b"engine-unit-test", [3; 16], 1_700_000_000)).unwrap();
-    Ext4::mount(dev, &MountConfig::default()).unwrap()
-}

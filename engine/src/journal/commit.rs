@@ -72,10 +72,10 @@ mod tests {
 
     #[test]
     fn round_trip_and_field_offsets() {
-        let c = Commit { tid: 0x0102_0304, sec: 1_700_000_000, nsec: 999 };
+        let c = Commit { tid: 0x0102_0304, sec: 1_234_567_890, nsec: 999 };
         let b = write(&fmt(), &c);
         assert_eq!(&b[8..12], &[1, 2, 3, 4]);
-        assert_eq!(be64(&b, 0x30), 1_700_000_000);
+        assert_eq!(be64(&b, 0x30), 1_234_567_890);
         assert_eq!(parse(&fmt(), &b).unwrap(), c);
     }
 

@@ -17,7 +17,7 @@ const FREE_AREA: u64 = 12_000;
 
 fn fresh() -> (MemDevice, Superblock) {
     let mut dev = MemDevice::new(16 << 20);
-    let mut o = MkfsOptions::new(16 << 20, *b"journal-test-uid", [4; 16], 1_700_000_000);
+    let mut o = MkfsOptions::new(16 << 20, *b"journal-test-uid", [4; 16], crate::fixtures::EPOCH_SECS);
     o.block_size = BS as u32;
     mkfs(&mut dev, &o).unwrap();
     let sb = Image::open(&mut dev).unwrap().superblock().clone();

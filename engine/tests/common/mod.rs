@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 #[allow(unused_imports)]
-pub use ext4_engine::e2fsprogs::{combined, is_clean_fsck_line, tool};
+pub use ext4_testkit::e2fsprogs::{combined, is_clean_fsck_line, tool};
 
 /// All of e2fsck, dumpe2fs and mke2fs, or a printed reason to skip.
 pub fn e2fsprogs() -> Option<(PathBuf, PathBuf, PathBuf)> {
@@ -54,12 +54,12 @@ pub fn run(cmd: &Path, args: &[&str]) -> Output {
 /// Runs `e2fsck -fn` and requires exit 0 and nothing but clean-run lines.
 /// Returns the output so callers can read the summary.
 pub fn assert_fsck_clean(e2fsck: &Path, img: &Path) -> String {
-    ext4_engine::e2fsprogs::e2fsck_clean(e2fsck, img).unwrap_or_else(|e| panic!("{e}"))
+    ext4_testkit::e2fsprogs::e2fsck_clean(e2fsck, img).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Copies `img` sparsely and requires `e2fsck -fy` on the copy to exit 0 (nothing to fix).
 pub fn assert_fsck_fy_clean(e2fsck: &Path, img: &Path) {
-    ext4_engine::e2fsprogs::e2fsck_fy_clean(e2fsck, img).unwrap_or_else(|e| panic!("{e}"))
+    ext4_testkit::e2fsprogs::e2fsck_fy_clean(e2fsck, img).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The value of a `dumpe2fs -h` field ("Filesystem state:" -> "clean").

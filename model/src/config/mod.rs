@@ -14,6 +14,8 @@ use thiserror::Error;
 
 use crate::Errno;
 
+mod text;
+
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 pub const PAGE_SIZES: [u32; 3] = [4096, 16384, 65536];

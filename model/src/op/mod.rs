@@ -10,6 +10,8 @@ use crate::Errno;
 
 pub use crate::pattern::{pattern, pattern_into};
 
+mod text;
+
 /// Longest file name component (EXT4_NAME_LEN).
 pub const NAME_MAX: usize = 255;
 /// Longest path including its NUL (PATH_MAX).

@@ -105,7 +105,7 @@ fn line(r: &OracleReport) -> String {
         Verdict::Failed { finding, shrunk, trace, rounds } => {
             let mut out = format!("seed {}: DIVERGED from the model\n  {finding}\n  shrunk      {} ops -> {} ops in {rounds} rounds\n", r.spec.seed, r.ops, shrunk.len());
             for op in shrunk {
-                out.push_str(&format!("    {}\n", crate::trace::format_op(op)));
+                out.push_str(&format!("    {}\n", op.to_string()));
             }
             if let Some(t) = trace {
                 out.push_str(&format!("  replay      ext4sim oracle --kernel {} --trace {}", r.kernel, t.display()));
@@ -169,7 +169,7 @@ fn run(args: &OracleArgs) -> Result<u8, String> {
     };
     if !args.json {
         let ops = specs.first().map_or(args.ops, |s| s.ops);
-        let mount = specs.first().map(|s| crate::mount_opts::format_mount_opts(&s.mount)).unwrap_or_default();
+        let mount = specs.first().map(|s| s.mount.to_string()).unwrap_or_default();
         println!("ext4sim oracle: kernel {} {}, {} seed(s) x {ops} ops, mount \"{mount}\", mkfs \"{}\"", kernel.name(), kernel.release(), specs.len(), args.mkfs);
         for (kind, why) in kernel.refused_kinds() {
             println!("  left out   {kind:?}: {why}");

@@ -80,17 +80,16 @@ pub fn kernel_mount_data(c: &MountConfig) -> Result<String, String> {
     c.block_size = d.block_size;
     c.has_journal = true;
     c.read_only = false;
-    Ok(crate::mount_opts::format_mount_opts(&c))
+    Ok(c.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mount_opts::parse_mount_opts;
 
     #[test]
     fn kernel_mount_data_keeps_kernel_options_and_refuses_engine_ones() {
-        let c = |s: &str| parse_mount_opts(s, MountConfig::default()).unwrap();
+        let c = |s: &str| s.parse::<MountConfig>().unwrap();
         assert_eq!(kernel_mount_data(&c("data=journal,nodelalloc,bs=1k,ro")).unwrap(), "data=journal,nodelalloc");
         assert_eq!(kernel_mount_data(&c("nojournal")).unwrap(), "");
         assert!(kernel_mount_data(&c("skip_block_uninit")).unwrap_err().contains("engine option"));

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ext4_engine::device_file::FileDevice;
-use ext4_engine::e2fsprogs::{e2fsck_clean, e2fsck_clean_allowing, tool};
+use ext4_testkit::e2fsprogs::{e2fsck_clean, e2fsck_clean_allowing, tool};
 use ext4_engine::fs::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::durability::{data_ranges, merge_ranges, read_range, view_tree};
@@ -18,7 +18,6 @@ use super::syscalls::FLAGS_UNKNOWN;
 use super::{kernel_mount_data, Case, CaseRun, Kernel};
 use crate::engine_target::SIM_EPOCH_SECS;
 use crate::lockstep::brief;
-use crate::mount_opts::format_mount_opts;
 use crate::shrink::shrink_in_rounds;
 use crate::trace::{Step, Trace};
 use crate::workload::{Workload, WorkloadConfig};
@@ -47,7 +46,7 @@ pub struct OracleSpec {
 impl OracleSpec {
     pub fn command(&self, kernel: &str) -> String {
         let mut cmd = format!("ext4sim oracle --kernel {kernel} --seed {} --ops {}", self.seed, self.ops);
-        let mount = format_mount_opts(&self.mount);
+        let mount = self.mount.to_string();
         if !mount.is_empty() {
             cmd.push_str(&format!(" --mount {mount}"));
         }
@@ -90,7 +89,7 @@ impl std::fmt::Display for Finding {
             Finding::Divergence { index, op, model, kernel, why } => write!(
                 f,
                 "op {index} {}: {why}\n    model:  {}\n    kernel: {}",
-                crate::trace::format_op(op),
+                op.to_string(),
                 brief(model),
                 brief(kernel)
             ),
@@ -387,7 +386,7 @@ fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops
     };
     let trace = Trace {
         seed: spec.seed,
-        mount: format_mount_opts(&spec.mount),
+        mount: spec.mount.to_string(),
         profile: "ram".into(),
         crash_every: 0,
         fsck_every: 0,

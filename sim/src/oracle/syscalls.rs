@@ -71,7 +71,7 @@ pub fn run_chrooted(exe: &Path, dir: &Path, ops: &[ext4_model::Op]) -> Result<Ve
         .map_err(|e| format!("oracle-exec: {e}"))?;
     let mut text = String::new();
     for op in ops {
-        text.push_str(&crate::trace::format_op(op));
+        text.push_str(&op.to_string());
         text.push('\n');
     }
     let mut stdin = child.stdin.take().ok_or("oracle-exec: no stdin")?;
@@ -97,7 +97,7 @@ pub fn exec_main(dir: &Path) -> i32 {
     let run = || -> Result<Vec<u8>, String> {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map_err(|e| format!("stdin: {e}"))?;
-        let ops: Vec<ext4_model::Op> = text.lines().map(crate::trace::parse_op).collect::<Result<_, _>>()?;
+        let ops: Vec<ext4_model::Op> = text.lines().map(|l| l.parse::<ext4_model::Op>().map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
         let c_dir = CString::new(dir.as_os_str().as_bytes()).map_err(|_| "NUL in directory")?;
         // SAFETY: valid C strings; this process exists only to run the ops.
         if unsafe { libc::chroot(c_dir.as_ptr()) } != 0 || unsafe { libc::chdir(c"/".as_ptr()) } != 0 {

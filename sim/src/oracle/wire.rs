@@ -13,7 +13,6 @@
 
 use ext4_model::{DirEntry, Errno, FiemapExtent, FileKind, Op, Outcome, Reply, Stat};
 
-use crate::trace::{format_op, parse_op};
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"E4ORACLE";
 pub const RESULT_MAGIC: &[u8; 8] = b"E4RESULT";
@@ -48,7 +47,7 @@ pub fn encode_manifest(cases: &[GuestCase]) -> String {
         out.push_str(&format!("case {} ro={} opts={}\n", c.disk, c.read_only, if c.opts.is_empty() { "-" } else { &c.opts }));
         for op in &c.ops {
             out.push_str("op ");
-            out.push_str(&format_op(op));
+            out.push_str(&op.to_string());
             out.push('\n');
         }
         out.push_str("end\n");
@@ -69,7 +68,7 @@ pub fn decode_manifest(text: &str) -> Result<Vec<GuestCase>, String> {
             current = Some(GuestCase { disk, read_only: ro == "true", opts: if opts == "-" { String::new() } else { opts.to_string() }, ops: Vec::new() });
         } else if let Some(rest) = line.strip_prefix("op ") {
             let case = current.as_mut().ok_or_else(|| bad("op outside a case".into()))?;
-            case.ops.push(parse_op(rest).map_err(bad)?);
+            case.ops.push(rest.parse::<Op>().map_err(|e| bad(e.to_string()))?);
         } else if line == "end" {
             cases.push(current.take().ok_or_else(|| bad("end outside a case".into()))?);
         } else if !line.is_empty() {

@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 
-use crate::config::{AllocPolicy, DataMode, MountConfig};
-use crate::op::{FallocFlags, Op};
+use ext4_model::{AllocPolicy, DataMode, MountConfig};
+use ext4_model::{FallocFlags, Op};
 
 /// Names ops draw from; short, so trees stay small and collisions common.
 pub const NAMES: [&str; 4] = ["a", "b", "c", "d"];
