@@ -16,7 +16,8 @@ use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::pattern;
 use ext4_model::{FileSystem, MountConfig};
 
-use crate::driver::{run_seed, RunSpec, TargetFactory};
+use crate::run::{run_seed, RunSpec};
+use crate::target::TargetFactory;
 
 const GIB: u64 = 1 << 30;
 
@@ -47,7 +48,7 @@ fn sparse_file(path: &Path, size: u64) -> Result<FileDevice, String> {
 
 fn engine_mkfs(path: &Path, size: u64) -> Result<FileDevice, String> {
     let mut dev = sparse_file(path, size)?;
-    let opts = MkfsOptions::new(size, [7; 16], [9; 16], crate::engine_target::SIM_EPOCH_SECS);
+    let opts = MkfsOptions::new(size, [7; 16], [9; 16], crate::run::spec::SIM_EPOCH_SECS);
     mkfs(&mut dev, &opts).map_err(|e| e.to_string())?;
     dev.flush().map_err(|e| e.to_string())?;
     Ok(dev)
@@ -82,7 +83,7 @@ fn engine_populate(path: &Path, size: u64) -> Result<(), String> {
 /// The same tree into memory: the engine's own cost without the host's I/O.
 fn engine_populate_in_memory(size: u64) -> Result<(), String> {
     let mut dev = ext4_engine::device_mem::MemDevice::new(size);
-    let opts = MkfsOptions::new(size, [7; 16], [9; 16], crate::engine_target::SIM_EPOCH_SECS);
+    let opts = MkfsOptions::new(size, [7; 16], [9; 16], crate::run::spec::SIM_EPOCH_SECS);
     mkfs(&mut dev, &opts).map_err(|e| e.to_string())?;
     populate(dev)
 }

@@ -1,17 +1,20 @@
 //! The `ext4sim` command line: run, swarm, replay, shrink, export, bench.
-//! Exit status is 0 only when every run passed.
+//! Exit status: 0 only when every run passed, 1 when one failed, 2 for a
+//! usage error (a bad option, a trace that does not parse).
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use clap::{Args, Parser, Subcommand};
-use ext4_model::MountConfig;
+use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::driver::{run_seed, shrink_failure, RunResult, RunSpec, ShrunkTrace, TargetFactory};
-use crate::lockstep::Target as _;
+use crate::figure::{json_object, json_str};
 use crate::report::{json, summary};
+use crate::run::spec::{parse_mount, parse_seed_range, parse_size, parse_tasks, ProfileSpec, RunSpec, DEFAULT_CRASH_EVERY, DEFAULT_FSCK_EVERY, DEFAULT_OPS, DEFAULT_PROFILE, DISK_BYTES};
+use crate::run::{run_seed_keeping_target, run_seed_with_progress, run_steps, shrink_failure, RunResult, ShrunkTrace};
+use crate::swarm::run_swarm;
+use crate::target::{Target as _, TargetFactory};
 use crate::trace::Trace;
 
 #[derive(Parser, Debug)]
@@ -24,19 +27,19 @@ pub struct Cli {
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Ops to generate per run.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = DEFAULT_OPS)]
     pub ops: u64,
     /// Disk profile: hdd-5400, hdd-7200, ssd, nvme, ram, or a profile file.
-    #[arg(long, default_value = "ram")]
+    #[arg(long, default_value = DEFAULT_PROFILE)]
     pub profile: String,
     /// Mount options, e.g. "data=journal,nodelalloc,bs=16k,ps=4k".
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub mount: String,
     /// Full checks (model + engine fsck) every N ops; 0 = only at the end.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = DEFAULT_FSCK_EVERY)]
     pub fsck_every: u64,
     /// Mean ops between crashes; 0 = no crashes.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DEFAULT_CRASH_EVERY)]
     pub crash_every: u64,
     /// Run every op kind at base weights instead of swarm testing.
     #[arg(long)]
@@ -44,18 +47,18 @@ pub struct RunArgs {
     /// Device faults: read, write, latent, readonly, nospace (each `kind=rate` to override).
     #[arg(long, default_value = "")]
     pub faults: String,
-    /// Machine-readable output.
+    /// Machine-readable output (one JSON document).
     #[arg(long)]
     pub json: bool,
     /// Where failing traces are written.
     #[arg(long, default_value = ".")]
     pub trace_dir: PathBuf,
-    /// Simulated tasks whose ops a seeded scheduler interleaves.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Simulated tasks whose ops a seeded scheduler interleaves (1..=64).
+    #[arg(long, default_value = "1", value_parser = parse_tasks)]
     pub tasks: u32,
     /// Simulated disk size, e.g. 64M or 2G (default 8G); small disks fill up.
-    #[arg(long, default_value = "8G")]
-    pub disk_size: String,
+    #[arg(long, value_parser = parse_size)]
+    pub disk_size: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -78,6 +81,10 @@ pub enum Command {
         /// Worker threads; each seed is still one deterministic run.
         #[arg(long, default_value_t = 1)]
         jobs: usize,
+        /// Shrink only the first N failing seeds; the rest are listed with
+        /// the command that reruns them.
+        #[arg(long, default_value_t = 1)]
+        shrink: usize,
         #[command(flatten)]
         args: RunArgs,
     },
@@ -122,55 +129,22 @@ pub enum Command {
     },
 }
 
-/// `--mount` text as a config ext4 would accept, or why not.
-pub(crate) fn mount_from_text(text: &str) -> Result<MountConfig, String> {
-    let mount = text.parse::<MountConfig>().map_err(|e| e.to_string())?;
-    mount.validate().map_err(|e| format!("mount options refused (EINVAL): {e}"))?;
-    Ok(mount)
-}
-
+/// The spec the arguments describe, validated once here.
 fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
-    let mount = mount_from_text(&args.mount)?;
-    Ok(RunSpec {
+    let spec = RunSpec {
         seed,
         ops: args.ops,
-        mount,
-        profile: args.profile.clone(),
+        mount: parse_mount(&args.mount)?,
+        profile: ProfileSpec::resolve(&args.profile)?,
         fsck_every: args.fsck_every,
         crash_every: args.crash_every,
         swarm: !args.no_swarm,
-        faults: args.faults.clone(),
+        faults: args.faults.parse().map_err(|e| format!("faults: {e}"))?,
         tasks: args.tasks,
-        disk_bytes: parse_size(&args.disk_size)?,
-    })
-}
-
-/// A byte count like 67108864, 64M or 2G.
-fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 10),
-        Some('M') => (&t[..t.len() - 1], 20),
-        Some('G') => (&t[..t.len() - 1], 30),
-        Some('T') => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
+        disk_bytes: args.disk_size.unwrap_or(DISK_BYTES),
     };
-    let n: u64 = digits.parse().map_err(|_| format!("bad size `{text}` (e.g. 64M, 2G)"))?;
-    let bytes = n.checked_mul(1 << shift).ok_or(format!("size `{text}` does not fit in 64 bits"))?;
-    if bytes == 0 || bytes % 512 != 0 {
-        return Err(format!("size `{text}` must be a positive multiple of 512 bytes"));
-    }
-    Ok(bytes)
-}
-
-pub fn parse_range(text: &str) -> Result<(u64, u64), String> {
-    let (a, b) = text.split_once("..").ok_or(format!("`{text}` is not a range A..B"))?;
-    let a: u64 = a.parse().map_err(|_| format!("bad range start `{a}`"))?;
-    let b: u64 = b.parse().map_err(|_| format!("bad range end `{b}`"))?;
-    if a >= b {
-        return Err(format!("empty seed range {a}..{b}"));
-    }
-    Ok((a, b))
+    spec.validate()?;
+    Ok(spec)
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -183,8 +157,24 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     Ok((i, n))
 }
 
-/// Shrinks a failure, writes its trace, and prints how to reproduce it.
-fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path::Path) -> String {
+fn read_trace(path: &Path) -> Result<(Trace, Vec<usize>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Trace::parse_with_lines(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A bar on a terminal, nothing elsewhere or under `--json`.
+fn progress_bar(len: u64, what: &str, json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template(&format!("{{bar:40}} {{pos}}/{{len}} {what} {{elapsed}} (eta {{eta}})")).unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar
+}
+
+/// Shrinks a failure, writes its trace, and says how to reproduce it.
+fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &Path) -> String {
     let mut out = String::new();
     if let Some(ShrunkTrace { trace, runs, budget_spent, replays }) = shrink_failure(factory, r) {
         let path = dir.join(format!("ext4sim-seed{}.trace", r.spec.seed));
@@ -197,8 +187,11 @@ fn report_failure<F: TargetFactory>(factory: &F, r: &RunResult, dir: &std::path:
             Ok(()) => {
                 let spent = if budget_spent { " (budget spent: `ext4sim shrink` on the trace goes on)" } else { "" };
                 out.push_str(&format!("  shrunk      {} steps -> {} steps in {runs} runs{spent}\n", r.steps.len(), trace.steps.len()));
+                if trace.spec != r.spec {
+                    out.push_str(&format!("  needs       {}\n", trace.spec.command()));
+                }
                 for step in &trace.steps {
-                    out.push_str(&format!("    {}\n", crate::trace::format_step(step)));
+                    out.push_str(&format!("    {step}\n"));
                 }
                 out.push_str(&format!("  replay      ext4sim replay {}\n", path.display()));
             }
@@ -232,7 +225,9 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
     match cli.command {
         Command::Run { seed, args } => {
             let spec = spec_from(seed, &args)?;
-            let r = run_seed(factory, &spec)?;
+            let bar = progress_bar(spec.ops, "ops", args.json);
+            let r = run_seed_with_progress(factory, &spec, &|n| bar.set_position(n))?;
+            bar.finish_and_clear();
             if args.json {
                 println!("{}", json(&r));
             } else {
@@ -243,73 +238,14 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             }
             Ok(r.failure.is_none())
         }
-        Command::Swarm { seeds, shard, jobs, args } => {
-            let (a, b) = parse_range(&seeds)?;
-            let (si, sn) = shard.as_deref().map(parse_shard).transpose()?.unwrap_or((0, 1));
-            let mine: Vec<u64> = (a..b).filter(|s| s % sn == si).collect();
-            let next = AtomicU64::new(0);
-            let results: Mutex<Vec<(u64, Result<RunResult, String>)>> = Mutex::new(Vec::new());
-            let done = AtomicU64::new(0);
-            std::thread::scope(|scope| {
-                for _ in 0..jobs.max(1) {
-                    scope.spawn(|| loop {
-                        let i = next.fetch_add(1, Ordering::SeqCst) as usize;
-                        let Some(&seed) = mine.get(i) else { break };
-                        let r = spec_from(seed, &args).and_then(|spec| run_seed(factory, &spec));
-                        results.lock().expect("no panics hold the lock").push((seed, r));
-                        let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                        if !args.json {
-                            let width = 40;
-                            let filled = (n as usize * width) / mine.len().max(1);
-                            eprint!("\r[{}{}] {n}/{}", "#".repeat(filled), ".".repeat(width - filled), mine.len());
-                        }
-                    });
-                }
-            });
-            if !args.json {
-                eprintln!();
-            }
-            let mut results = results.into_inner().expect("no panics hold the lock");
-            results.sort_by_key(|(s, _)| *s);
-            let mut passed = 0;
-            let mut failed = Vec::new();
-            let mut total_ops = 0;
-            for (seed, r) in &results {
-                match r {
-                    Ok(r) if r.failure.is_none() => {
-                        passed += 1;
-                        total_ops += r.stats.ops;
-                        if args.json {
-                            println!("{}", json(r));
-                        }
-                    }
-                    Ok(r) => {
-                        total_ops += r.stats.ops;
-                        if args.json {
-                            println!("{}", json(r));
-                        }
-                        failed.push((*seed, r.failure.as_ref().map(|f| f.to_string()).unwrap_or_default()));
-                        eprint!("{}", report_failure(factory, r, &args.trace_dir));
-                    }
-                    Err(e) => failed.push((*seed, e.clone())),
-                }
-            }
-            if !args.json {
-                println!("ext4sim swarm: seeds {a}..{b} shard {si}/{sn}: {} runs, {} ops", results.len(), total_ops);
-                println!("  {:<8} {:>6}", "result", "seeds");
-                println!("  {:<8} {:>6}", "pass", passed);
-                println!("  {:<8} {:>6}", "fail", failed.len());
-                for (seed, why) in &failed {
-                    println!("  seed {seed}: {}", why.lines().next().unwrap_or(""));
-                }
-            }
-            Ok(failed.is_empty())
-        }
+        Command::Swarm { seeds, shard, jobs, shrink, args } => swarm(factory, &seeds, shard.as_deref(), jobs, shrink, &args),
         Command::Replay { trace, json: as_json } => {
-            let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
-            let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;
-            let spec = RunSpec::from_trace(&t)?;
-            let r = crate::driver::run_steps(factory, &spec, &t.steps)?;
+            let (t, lines) = read_trace(&trace)?;
+            let r = run_steps(factory, &t.spec, &t.steps)?;
+            if let Some(&(step, commands)) = r.unfired_faults.first() {
+                let line = lines.get(step).copied().unwrap_or(0);
+                return Err(format!("{}: line {line}: `{}` names a device command its op never issues (it issued {commands})", trace.display(), t.steps[step]));
+            }
             if as_json {
                 println!("{}", json(&r));
             } else {
@@ -319,45 +255,21 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
         }
         Command::Export { seed, image, args } => {
             let spec = spec_from(seed, &args)?;
-            let (r, mut target) = crate::driver::run_seed_keeping_target(factory, &spec)?;
-            print!("{}", summary(&r));
+            let (r, mut target) = run_seed_keeping_target(factory, &spec)?;
             target.export_image(&image)?;
-            println!("  image       {}", image.display());
+            if args.json {
+                println!("{}", json_object([("run", json(&r)), ("image", json_str(&image.display().to_string()))]));
+            } else {
+                print!("{}", summary(&r));
+                println!("  image       {}", image.display());
+            }
             Ok(r.failure.is_none())
         }
-        Command::Bench { what, runs, lockstep_ops, seeds } => {
-            let mut ok = true;
-            if what == "all" || what == "e2fsprogs" {
-                println!("engine vs e2fsprogs (host time, median of {runs})");
-                match crate::bench::bench_e2fsprogs(runs.max(1), &crate::bench::default_work_dir()) {
-                    Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
-                    Err(e) => {
-                        println!("  failed: {e}");
-                        ok = false;
-                    }
-                }
-            }
-            if what == "all" || what == "lockstep" {
-                println!("lockstep throughput (ram profile, host time)");
-                match crate::bench::bench_lockstep(factory, runs, lockstep_ops, seeds) {
-                    Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
-                    Err(e) => {
-                        println!("  failed: {e}");
-                        ok = false;
-                    }
-                }
-            }
-            if !["all", "e2fsprogs", "lockstep"].contains(&what.as_str()) {
-                return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep or all"));
-            }
-            Ok(ok)
-        }
+        Command::Bench { what, runs, lockstep_ops, seeds } => bench(factory, &what, runs, lockstep_ops, seeds),
         Command::Oracle(_) | Command::OracleGuest | Command::OracleExec { .. } => unreachable!("handled in main_with"),
         Command::Shrink { trace } => {
-            let text = std::fs::read_to_string(&trace).map_err(|e| format!("{}: {e}", trace.display()))?;
-            let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", trace.display()))?;
-            let spec = RunSpec::from_trace(&t)?;
-            let r = crate::driver::run_steps(factory, &spec, &t.steps)?;
+            let (t, _) = read_trace(&trace)?;
+            let r = run_steps(factory, &t.spec, &t.steps)?;
             if r.failure.is_none() {
                 println!("trace passes; nothing to shrink");
                 return Ok(true);
@@ -369,25 +281,103 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
     }
 }
 
+fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>, jobs: usize, shrink: usize, args: &RunArgs) -> Result<bool, String> {
+    let (a, b) = parse_seed_range(seeds)?;
+    let (si, sn) = shard.map(parse_shard).transpose()?.unwrap_or((0, 1));
+    let specs: Vec<RunSpec> = (a..b).filter(|s| s % sn == si).map(|s| spec_from(s, args)).collect::<Result<_, _>>()?;
+    let bar = progress_bar(specs.len() as u64, "seeds", args.json);
+    let results = run_swarm(factory, &specs, jobs, &|n, _| bar.set_position(n as u64));
+    bar.finish_and_clear();
+    let (mut passed, mut ops, mut shrunk) = (0, 0, 0);
+    let mut failed = Vec::new();
+    let mut runs_json = Vec::new();
+    for (seed, r) in &results {
+        match r {
+            Ok(r) => {
+                ops += r.stats.ops;
+                runs_json.push(json(r));
+                match &r.failure {
+                    None => passed += 1,
+                    Some(f) => {
+                        failed.push((*seed, f.to_string()));
+                        if shrunk < shrink {
+                            shrunk += 1;
+                            eprint!("seed {seed}:\n{}", report_failure(factory, r, &args.trace_dir));
+                        } else {
+                            eprintln!("seed {seed}: not shrunk (--shrink {shrink}): {}", r.spec.command());
+                        }
+                    }
+                }
+            }
+            Err(e) => failed.push((*seed, e.clone())),
+        }
+    }
+    if args.json {
+        let failed_json: Vec<String> = failed.iter().map(|(s, why)| json_object([("seed", s.to_string()), ("why", json_str(why))])).collect();
+        let summary = json_object([
+            ("seeds", json_str(&format!("{a}..{b}"))),
+            ("shard", json_str(&format!("{si}/{sn}"))),
+            ("runs", results.len().to_string()),
+            ("passed", passed.to_string()),
+            ("failed", failed.len().to_string()),
+            ("ops", ops.to_string()),
+            ("failures", format!("[{}]", failed_json.join(","))),
+        ]);
+        println!("{}", json_object([("runs", format!("[{}]", runs_json.join(","))), ("summary", summary)]));
+    } else {
+        println!("ext4sim swarm: seeds {a}..{b} shard {si}/{sn}: {} runs, {ops} ops", results.len());
+        println!("  {:<8} {:>6}", "result", "seeds");
+        println!("  {:<8} {:>6}", "pass", passed);
+        println!("  {:<8} {:>6}", "fail", failed.len());
+        for (seed, why) in &failed {
+            println!("  seed {seed}: {}", why.lines().next().unwrap_or(""));
+        }
+    }
+    Ok(failed.is_empty())
+}
+
+fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u64, seeds: u64) -> Result<bool, String> {
+    if !["all", "e2fsprogs", "lockstep"].contains(&what) {
+        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep or all"));
+    }
+    let mut ok = true;
+    if what == "all" || what == "e2fsprogs" {
+        println!("engine vs e2fsprogs (host time, median of {runs})");
+        match crate::bench::bench_e2fsprogs(runs.max(1), &crate::bench::default_work_dir()) {
+            Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
+            Err(e) => {
+                println!("  failed: {e}");
+                ok = false;
+            }
+        }
+    }
+    if what == "all" || what == "lockstep" {
+        println!("lockstep throughput (ram profile, host time)");
+        match crate::bench::bench_lockstep(factory, runs, lockstep_ops, seeds) {
+            Ok(rows) => rows.iter().for_each(|r| println!("{}", r.line())),
+            Err(e) => {
+                println!("  failed: {e}");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn sizes_take_a_unit_and_refuse_what_no_disk_can_be() {
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("1536"), Ok(1536));
-        assert!(parse_size("0").unwrap_err().contains("positive multiple of 512"));
-        assert!(parse_size("1000").unwrap_err().contains("positive multiple of 512"));
-        assert!(parse_size("99999999T").unwrap_err().contains("64 bits"));
-        assert!(parse_size("lots").unwrap_err().contains("bad size"));
-    }
-
-    #[test]
     fn nonsense_arguments_are_refused_before_any_run() {
         assert!(Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--tasks", "0"]).is_err());
+        assert!(Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--tasks", "65"]).is_err());
         assert!(Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--tasks", "2"]).is_ok());
-        assert!(parse_range("5..2").unwrap_err().contains("empty"));
-        assert_eq!(parse_range("2..5"), Ok((2, 5)));
+        assert!(Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--disk-size", "1000"]).is_err());
+        let Command::Run { args, .. } = Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--faults", "cosmic-rays"]).unwrap().command else { unreachable!() };
+        assert!(spec_from(1, &args).unwrap_err().contains("cosmic-rays"));
+        let Command::Run { args, .. } = Cli::try_parse_from(["ext4sim", "run", "--seed", "1", "--mount", "data=journal,delalloc"]).unwrap().command else { unreachable!() };
+        assert!(spec_from(1, &args).unwrap_err().contains("EINVAL"));
+        assert!(parse_shard("3/3").is_err());
     }
 }

@@ -14,28 +14,20 @@ use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountCo
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::disk::clock::DisplayNs;
-use crate::disk::{CrashPolicy, DiskProfile, FaultConfig, SimDisk};
-use crate::driver::{RunSpec, TargetFactory};
-use crate::lockstep::Target;
+use crate::disk::{CrashPolicy, SimDisk};
+use crate::figure::Figure;
+use crate::run::spec::{RunSpec, SIM_EPOCH_SECS};
+use crate::target::{FaultPlane, Target, TargetFactory};
 
-/// Simulated disk size. Sparse: only written chunks take memory. Default: 8 GiB.
-pub const DISK_BYTES: u64 = 8 << 30;
 /// Below this many free blocks an ENOSPC the model did not expect is taken
 /// as metadata the model does not count, not as a divergence.
 pub const NEARLY_FULL_BLOCKS: u64 = 512;
-/// Every timestamp mkfs and the engine write: a fixed instant, never the clock.
-pub const SIM_EPOCH_SECS: i64 = 1_700_000_000;
 
 pub struct EngineTarget {
     /// None only after a remount failed; every op then reports EIO.
     fs: Option<Ext4<SimDisk>>,
     config: MountConfig,
     crash_policy: CrashPolicy,
-    /// The faults the run asked for; switched off while the runner judges.
-    faults: FaultConfig,
-    /// The runner holds faults off.
-    held: bool,
     /// Free data blocks and inodes right after mkfs and the first mount.
     start_space: (u64, u64),
     /// Run on the engine after every mount (see [`EngineTarget::after_mount`]).
@@ -78,17 +70,16 @@ impl EngineTarget {
     /// Unmounts, runs `f` on the bare disk, and mounts again, with faults
     /// held off throughout: checks judge the filesystem, not the disk.
     fn with_unmounted<R>(&mut self, f: impl FnOnce(SimDisk) -> (SimDisk, R)) -> Result<R, String> {
-        let held = self.held;
-        self.hold_faults(true);
-        let out = (|| {
-            let fs = self.fs.take().ok_or("filesystem is not mounted")?;
-            let dev = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
-            let (dev, out) = f(dev);
-            self.mount(dev, "mount")?;
-            Ok(out)
-        })();
-        self.hold_faults(held);
-        out
+        let mut fs = self.fs.take().ok_or("filesystem is not mounted")?;
+        let held = fs.device().faults_held();
+        fs.device_mut().hold_faults(true);
+        let dev = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
+        let (dev, out) = f(dev);
+        self.mount(dev, "mount")?;
+        if let Some(fs) = self.fs.as_mut() {
+            fs.device_mut().hold_faults(held);
+        }
+        Ok(out)
     }
 }
 
@@ -96,7 +87,7 @@ impl EngineTarget {
 pub fn write_sparse_image(disk: &SimDisk, path: &std::path::Path) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    file.set_len(DISK_BYTES).map_err(|e| format!("{}: {e}", path.display()))?;
+    file.set_len(disk.size_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
     for (offset, bytes) in disk.durable_extents() {
         file.write_all_at(bytes, offset).map_err(|e| format!("{}: {e}", path.display()))?;
     }
@@ -105,15 +96,7 @@ pub fn write_sparse_image(disk: &SimDisk, path: &std::path::Path) -> Result<(), 
 
 /// Builds the disk and the filesystem for a spec.
 pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
-    let profile = match DiskProfile::builtin(&spec.profile) {
-        Some(p) => p,
-        None => {
-            let text = std::fs::read_to_string(&spec.profile).map_err(|e| format!("profile `{}`: not built in, and {e}", spec.profile))?;
-            DiskProfile::parse(&text).map_err(|e| format!("profile `{}`: {e}", spec.profile))?
-        }
-    };
-    let faults = crate::faults::parse_faults(&spec.faults)?;
-    let mut disk = SimDisk::new(spec.disk_bytes, profile, spec.seed, FaultConfig::NONE).map_err(|e| e.to_string())?;
+    let mut disk = SimDisk::new(spec.disk_bytes, spec.profile.profile.clone(), spec.seed, crate::disk::FaultConfig::NONE).map_err(|e| e.to_string())?;
     let mut ids = ChaCha8Rng::seed_from_u64(spec.seed);
     ids.set_stream(0x0069_6473); // "ids"
     let mut uuid: [u8; 16] = ids.random();
@@ -123,9 +106,9 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
     let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
     // Faults start after mkfs and the first mount: they test the running filesystem.
-    fs.device_mut().set_faults(faults).map_err(|e| e.to_string())?;
+    fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), faults, held: false, start_space, after_mount: None })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -162,6 +145,10 @@ impl FileSystem for EngineTarget {
 }
 
 impl Target for EngineTarget {
+    type Lock = Lock;
+    type Holder = LockHolder;
+    type SecondHalf = SecondHalf;
+
     fn fsck(&mut self) -> Result<(), String> {
         let problems = self.with_unmounted(|dev| {
             let (dev, report) = check(dev);
@@ -178,11 +165,7 @@ impl Target for EngineTarget {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
         let mut dev = fs.into_device_dropping_caches();
         dev.crash_seeded(&self.crash_policy, seed);
-        // Recovery mounts on a healthy disk; faults return as the runner says.
-        let _ = dev.set_faults(FaultConfig::NONE);
-        self.mount(dev, "mount after crash")?;
-        self.hold_faults(self.held);
-        Ok(())
+        self.mount(dev, "mount after crash")
     }
 
     fn export_image(&mut self, path: &std::path::Path) -> Result<(), String> {
@@ -192,50 +175,26 @@ impl Target for EngineTarget {
         })?
     }
 
-    fn faults_seen(&self) -> u64 {
-        self.disk().map_or(0, |d| d.stats().faults.total())
+    fn now_ns(&self) -> u64 {
+        self.disk().map_or(0, |d| d.stats().elapsed_ns)
     }
 
-    fn faults_enabled(&self) -> bool {
-        self.faults != FaultConfig::NONE
-    }
-
-    fn hold_faults(&mut self, held: bool) {
-        self.held = held;
-        let faults = if held { FaultConfig::NONE } else { self.faults };
-        if let Some(fs) = self.fs.as_mut() {
-            // Both configs were validated when the run started.
-            let _ = fs.device_mut().set_faults(faults);
-        }
+    fn faults(&mut self) -> Option<&mut dyn FaultPlane> {
+        self.fs.as_mut().map(|fs| fs.device_mut() as &mut dyn FaultPlane)
     }
 
     fn remount_after_fault(&mut self) -> Result<(), String> {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
         let mut dev = fs.into_device_dropping_caches();
-        let _ = dev.set_faults(FaultConfig::NONE);
         // The model adopts what this mount shows as durable: so it must be.
         // Flushing what the device already took is the crash in which its
         // cache survived whole, one the runner's check allows.
         dev.flush().map_err(|e| format!("flush after fault: {e}"))?;
-        self.mount(dev, "mount after fault")?;
-        self.hold_faults(self.held);
-        Ok(())
+        self.mount(dev, "mount after fault")
     }
 
-    fn script_faults(&mut self) {
-        if let Some(fs) = self.fs.as_mut() {
-            fs.device_mut().script_faults();
-        }
-    }
-
-    fn begin_op(&mut self, armed: Vec<crate::disk::FaultEvent>) {
-        if let Some(fs) = self.fs.as_mut() {
-            fs.device_mut().begin_op(armed);
-        }
-    }
-
-    fn take_fired_faults(&mut self) -> Vec<crate::disk::FaultEvent> {
-        self.fs.as_mut().map(|fs| fs.device_mut().take_fired_faults()).unwrap_or_default()
+    fn explain_last_error(&mut self) -> Option<String> {
+        ext4_engine::fs::take_last_error().map(|e| e.to_string())
     }
 
     fn splits(&self, op: &Op) -> bool {
@@ -248,6 +207,10 @@ impl Target for EngineTarget {
 
     fn finish_split(&mut self, half: SecondHalf) -> Result<(), Errno> {
         self.fs()?.finish_split(half)
+    }
+
+    fn holder(half: &SecondHalf) -> Option<LockHolder> {
+        half.holder()
     }
 
     fn waits_for(&self, op: &Op) -> Option<Lock> {
@@ -275,23 +238,37 @@ impl Target for EngineTarget {
         self.disk().map_or(0, |d| d.image_hash())
     }
 
-    fn report(&mut self) -> Vec<(String, String)> {
-        let Some(fs) = self.fs.as_ref() else { return vec![("engine".into(), "not mounted".into())] };
+    fn report(&mut self) -> Vec<(String, Figure)> {
+        let Some(fs) = self.fs.as_ref() else { return vec![("engine".into(), Figure::Text("not mounted".into()))] };
         let disk = fs.device();
         let stats = disk.stats();
         let total = stats.total();
+        let group = |items: Vec<(&str, Figure)>| Figure::Group(items.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
         let mut out = vec![
-            ("sim time".to_string(), DisplayNs(stats.elapsed_ns).to_string()),
-            ("disk I/O".to_string(), format!("{} reads / {} writes, {} / {} bytes, {} flushes, {} seeks", total.reads, total.writes, total.read_bytes, total.write_bytes, stats.flushes, stats.seeks)),
-            ("store".to_string(), format!("{} MiB of backing store touched", disk.touched_bytes() >> 20)),
+            (
+                "disk I/O".to_string(),
+                group(vec![
+                    ("reads", Figure::Count(total.reads)),
+                    ("writes", Figure::Count(total.writes)),
+                    ("read", Figure::Bytes(total.read_bytes)),
+                    ("written", Figure::Bytes(total.write_bytes)),
+                    ("flushes", Figure::Count(stats.flushes)),
+                ]),
+            ),
+            ("store".to_string(), group(vec![("touched", Figure::Bytes(disk.touched_bytes()))])),
         ];
         for (name, class) in [("data", &stats.data), ("metadata", &stats.metadata), ("journal", &stats.journal)] {
-            let (read_mib, write_mib) = (class.read_bytes >> 20, class.write_bytes >> 20);
-            let line = format!("{} reads / {} writes, {read_mib} / {write_mib} MiB, busy {}", class.reads, class.writes, DisplayNs(class.busy_ns));
+            let line = group(vec![
+                ("reads", Figure::Count(class.reads)),
+                ("writes", Figure::Count(class.writes)),
+                ("read", Figure::Bytes(class.read_bytes)),
+                ("written", Figure::Bytes(class.write_bytes)),
+                ("busy", Figure::Ns(class.busy_ns)),
+            ]);
             out.push((name.to_string(), line));
         }
-        let mean_seek_mib = (stats.seek_distance_bytes / stats.seeks.max(1)) >> 20;
-        out.push(("seeks".to_string(), format!("{} of {mean_seek_mib} MiB on average, positioning {}", stats.seeks, DisplayNs(stats.positioning_ns))));
+        let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
+        out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
         match self.with_unmounted(|mut dev| {
             let layout = crate::layout::image_layout(&mut dev);
             (dev, layout)
@@ -299,11 +276,11 @@ impl Target for EngineTarget {
             Ok(Ok(layout)) => {
                 for line in layout.to_string().lines() {
                     if let Some((k, v)) = line.split_once(": ") {
-                        out.push((k.trim().to_string(), v.trim().to_string()));
+                        out.push((k.trim().to_string(), Figure::Text(v.trim().to_string())));
                     }
                 }
             }
-            Ok(Err(e)) | Err(e) => out.push(("layout".into(), format!("unavailable: {e}"))),
+            Ok(Err(e)) | Err(e) => out.push(("layout".into(), Figure::Text(format!("unavailable: {e}")))),
         }
         out
     }

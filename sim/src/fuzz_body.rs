@@ -71,7 +71,7 @@ pub fn lockstep_ops(data: &[u8]) {
     }
     config.read_only = false;
     let mut dev = ext4_engine::device_mem::MemDevice::new(FUZZ_DISK_BYTES);
-    let opts = ext4_engine::mkfs::MkfsOptions::for_mount(&config, FUZZ_DISK_BYTES, [0x5a; 16], [0x3c; 16], crate::engine_target::SIM_EPOCH_SECS);
+    let opts = ext4_engine::mkfs::MkfsOptions::for_mount(&config, FUZZ_DISK_BYTES, [0x5a; 16], [0x3c; 16], crate::run::spec::SIM_EPOCH_SECS);
     ext4_engine::mkfs::mkfs(&mut dev, &opts).expect("mkfs of a valid config");
     dev.flush().expect("memory device flush");
     let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("mount of a fresh image");

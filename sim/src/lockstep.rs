@@ -1,18 +1,19 @@
 //! The lockstep runner: every op goes to the model and to the target; their
 //! answers must agree ([`ext4_model::agree`]). Cheap invariants run after every
-//! op, the target's own fsck every N ops and at the end, and crashes at seeded
-//! moments are judged against the model's crash envelope.
+//! op, the target's own fsck when the run asks, and crashes are judged
+//! against the model's crash envelope. Simulated time is kept by who spent
+//! it ([`SimTime`]).
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use ext4_model::agree::agrees;
-use ext4_engine::fs::locks::{Lock, LockHolder};
-use ext4_engine::fs::SecondHalf;
-use ext4_model::{Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pending, Reply};
+use ext4_model::{CrashEnvelope, Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
 
 pub use crate::disk::hash::Fnv64;
 use crate::disk::FaultEvent;
+use crate::failure::{Divergence, Failure};
+use crate::sim_time::SimTime;
+use crate::target::{Begun, InFlight, Target};
 
 /// Feeds an outcome into the trace hash field by field (formatting bytes
 /// through Debug would cost more than the op).
@@ -51,174 +52,6 @@ fn hash_outcome(h: &mut Fnv64, o: &Outcome) {
 const BEGIN_MARK: u8 = 0xB0;
 const FINISH_MARK: u8 = 0xF0;
 
-/// What the runner needs of an implementation beyond [`FileSystem`].
-pub trait Target: FileSystem {
-    /// Full check of the implementation's own on-disk structures.
-    fn fsck(&mut self) -> Result<(), String>;
-    /// Crashes the device under the filesystem and mounts it again (journal
-    /// replay included). `seed` drives which unflushed writes survive.
-    fn crash_and_remount(&mut self, seed: u64) -> Result<(), String>;
-    /// A digest of the durable image, for determinism checks.
-    fn image_hash(&mut self) -> u64;
-    /// Labelled figures for the summary: simulated time, I/O, layout.
-    fn report(&mut self) -> Vec<(String, String)>;
-    /// Writes everything back and stores the image at `path` for e2fsprogs.
-    fn export_image(&mut self, path: &std::path::Path) -> Result<(), String>;
-    /// Device faults met so far.
-    fn faults_seen(&self) -> u64 {
-        0
-    }
-    /// True when the run injects device faults.
-    fn faults_enabled(&self) -> bool {
-        false
-    }
-    /// Holds device faults off (true) or lets them fire again (false). The
-    /// target's own checks and remounts keep whichever state the runner set.
-    fn hold_faults(&mut self, _held: bool) {}
-    /// After a fault: drop the caches and mount again (faults are held).
-    fn remount_after_fault(&mut self) -> Result<(), String> {
-        Ok(())
-    }
-    /// ENOSPC limits for the model: the target's free space at the start.
-    fn space_limits(&self) -> ext4_model::Limits {
-        ext4_model::Limits::default()
-    }
-    /// True when the target is so full that metadata the model does not
-    /// count (directory and extent-tree blocks) may decide an ENOSPC.
-    fn nearly_full(&self) -> bool {
-        false
-    }
-    /// Replays faults from trace steps instead of drawing them.
-    fn script_faults(&mut self) {}
-    /// Starts an op's fault window; `armed` are the trace's faults for it.
-    fn begin_op(&mut self, _armed: Vec<FaultEvent>) {}
-    /// The faults that fired since [`Target::begin_op`].
-    fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
-        Vec::new()
-    }
-    /// True when `op` can run in two halves ([`Target::begin_split`]).
-    fn splits(&self, _op: &Op) -> bool {
-        false
-    }
-    /// The first half of a split op (fsync: close the running transaction;
-    /// journal-flag switch: take the updates lock and close it). Only
-    /// called when [`Target::splits`].
-    fn begin_split(&mut self, _op: &Op) -> Result<SecondHalf, Errno> {
-        Err(Errno::EINVAL)
-    }
-    /// The second half: the op returns.
-    fn finish_split(&mut self, _half: SecondHalf) -> Result<(), Errno> {
-        Ok(())
-    }
-    /// The lock `op` would sleep on now (held by a split op in flight).
-    fn waits_for(&self, _op: &Op) -> Option<Lock> {
-        None
-    }
-    /// Locks held between calls, with their holders.
-    fn locks_held(&self) -> Vec<(Lock, LockHolder)> {
-        Vec::new()
-    }
-}
-
-/// A split op between its halves, on both sides.
-#[derive(Debug)]
-pub struct InFlight {
-    pub op: Op,
-    /// The op's index, for reports.
-    index: u64,
-    model: Pending,
-    target: SecondHalf,
-}
-
-impl InFlight {
-    /// The lock the target's first half took, if any.
-    pub fn holder(&self) -> Option<LockHolder> {
-        self.target.holder()
-    }
-}
-
-/// What the first half of a split op left.
-#[derive(Debug)]
-pub enum Begun {
-    /// The op is over (it failed, or it could not be split).
-    Completed(Outcome),
-    InFlight(InFlight),
-}
-
-/// The model and the target answered one op differently.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Divergence {
-    pub index: u64,
-    pub op: Op,
-    pub model: Outcome,
-    pub actual: Outcome,
-    pub why: String,
-}
-
-/// Why a run stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Failure {
-    Divergence(Box<Divergence>),
-    ModelInvariant { index: u64, what: String },
-    TargetFsck { index: u64, what: String },
-    Crash { index: u64, what: String },
-    /// A lock held after the op that took it returned, or every task asleep.
-    Lock { index: u64, what: String },
-}
-
-impl Failure {
-    pub fn index(&self) -> u64 {
-        match self {
-            Failure::Divergence(d) => d.index,
-            Failure::ModelInvariant { index, .. }
-            | Failure::TargetFsck { index, .. }
-            | Failure::Crash { index, .. }
-            | Failure::Lock { index, .. } => *index,
-        }
-    }
-
-    /// A failure's kind, so shrinking keeps the same bug rather than any bug.
-    pub fn same_kind(&self, other: &Failure) -> bool {
-        std::mem::discriminant(self) == std::mem::discriminant(other)
-    }
-}
-
-/// An outcome short enough for a failure report: bytes read by count, long
-/// replies cut (at a character boundary: names may be any UTF-8).
-pub(crate) fn brief(o: &Outcome) -> String {
-    match o {
-        Ok(Reply::Data(d)) => format!("Ok({} bytes)", d.len()),
-        Ok(r) => {
-            let s = format!("Ok({r:?})");
-            match s.char_indices().nth(300) {
-                Some((cut, _)) => format!("{}...", &s[..cut]),
-                None => s,
-            }
-        }
-        Err(e) => format!("Err({e:?})"),
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Failure::Divergence(d) => write!(
-                f,
-                "divergence at op {}: {}\n  model:  {}\n  target: {}\n  why:    {}",
-                d.index,
-                d.op.to_string(),
-                brief(&d.model),
-                brief(&d.actual),
-                d.why
-            ),
-            Failure::ModelInvariant { index, what } => write!(f, "model invariant broken after op {index}: {what}"),
-            Failure::TargetFsck { index, what } => write!(f, "target fsck failed after op {index}: {what}"),
-            Failure::Crash { index, what } => write!(f, "crash after op {index}: {what}"),
-            Failure::Lock { index, what } => write!(f, "lock discipline broken after op {index}: {what}"),
-        }
-    }
-}
-
 /// Counts per op kind and errno, for the summary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpStats {
@@ -238,18 +71,21 @@ pub struct OpStats {
 
 /// A model and a target in lockstep.
 pub struct Lockstep<T: Target> {
-    pub model: Model,
-    pub target: T,
+    model: Model,
+    target: T,
     config: MountConfig,
     /// Ops run so far; the index of the next op.
-    pub index: u64,
-    pub stats: OpStats,
+    index: u64,
+    stats: OpStats,
+    time: SimTime,
     trace: Fnv64,
     last_op: Option<Op>,
+    /// The target's clock when the current op (or half) began.
+    op_start_ns: u64,
     faults_before: u64,
     /// With faults on: what a crash just before the current op could leave,
     /// since a faulted op may or may not have taken effect.
-    envelope_before: Option<ext4_model::CrashEnvelope>,
+    envelope_before: Option<CrashEnvelope>,
     /// Fault steps waiting for the next op.
     armed: Vec<FaultEvent>,
     /// The last op ran out of space on the target only.
@@ -260,7 +96,35 @@ pub struct Lockstep<T: Target> {
 
 impl<T: Target> Lockstep<T> {
     pub fn new(config: MountConfig, model: Model, target: T) -> Self {
-        Lockstep { model, target, config, index: 0, stats: OpStats::default(), trace: Fnv64::new(), last_op: None, faults_before: 0, envelope_before: None, armed: Vec::new(), space_short: false, write_buf: Vec::new() }
+        Lockstep {
+            model,
+            target,
+            config,
+            index: 0,
+            stats: OpStats::default(),
+            time: SimTime::default(),
+            trace: Fnv64::new(),
+            last_op: None,
+            op_start_ns: 0,
+            faults_before: 0,
+            envelope_before: None,
+            armed: Vec::new(),
+            space_short: false,
+            write_buf: Vec::new(),
+        }
+    }
+
+    /// Ops run so far: the index the next op gets.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    pub fn stats(&self) -> &OpStats {
+        &self.stats
+    }
+
+    pub fn time(&self) -> &SimTime {
+        &self.time
     }
 
     /// Hash of every op and the model's answer so far.
@@ -268,9 +132,50 @@ impl<T: Target> Lockstep<T> {
         self.trace.finish()
     }
 
+    /// The target, for what the runner reads at the end (hash, report).
+    pub fn target_mut(&mut self) -> &mut T {
+        &mut self.target
+    }
+
+    pub fn into_target(self) -> T {
+        self.target
+    }
+
+    /// The model and the target, for a test that reads both at the end.
+    pub fn into_parts(self) -> (Model, T) {
+        (self.model, self.target)
+    }
+
+    /// The lock `op` would sleep on now, if any.
+    pub fn waits_for(&self, op: &Op) -> Option<T::Lock> {
+        self.target.waits_for(op)
+    }
+
+    /// Counts a task put to sleep on a lock.
+    pub fn note_lock_sleep(&mut self) {
+        self.stats.lock_sleeps += 1;
+    }
+
     /// Arms a trace's fault step for the next op.
     pub fn arm_fault(&mut self, event: FaultEvent) {
         self.armed.push(event);
+    }
+
+    /// From now on the device fires only the trace's faults.
+    pub fn script_faults(&mut self) {
+        if let Some(f) = self.target.faults() {
+            f.script();
+        }
+    }
+
+    /// The faults the last op met, for the trace.
+    pub fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
+        self.target.faults().map(|f| f.take_fired()).unwrap_or_default()
+    }
+
+    /// Armed faults the last op never reached, and the commands it issued.
+    pub fn take_unfired_faults(&mut self) -> (Vec<FaultEvent>, u32) {
+        self.target.faults().map(|f| f.take_unfired()).unwrap_or_default()
     }
 
     pub fn step(&mut self, op: &Op) -> Result<Outcome, Failure> {
@@ -295,13 +200,15 @@ impl<T: Target> Lockstep<T> {
         };
         std::hash::Hash::hash(op, &mut self.trace);
         self.stats.ops += 1;
+        let spent = self.spent_ns();
+        self.time.record_op(op.kind(), spent);
         self.judge(op, index, expected, actual)
     }
 
     /// The first half of an op that other tasks' ops may overtake (fsync,
     /// fdatasync, a journal-flag switch); the op returns in
     /// [`Lockstep::finish`]. Other ops, and targets that cannot split, run whole.
-    pub fn begin(&mut self, op: &Op) -> Result<Begun, Failure> {
+    pub fn begin(&mut self, op: &Op) -> Result<Begun<T::SecondHalf>, Failure> {
         if !self.target.splits(op) {
             return self.step(op).map(Begun::Completed);
         }
@@ -312,9 +219,11 @@ impl<T: Target> Lockstep<T> {
         self.trace.write(&[BEGIN_MARK]);
         std::hash::Hash::hash(op, &mut self.trace);
         self.stats.ops += 1;
+        let begun_ns = self.spent_ns();
         let (model, target) = match (expected, actual) {
             (Ok(model), Ok(target)) => (model, target),
             (expected, actual) => {
+                self.time.record_op(op.kind(), begun_ns);
                 let expected = expected.map(|_| Reply::Done);
                 let actual = actual.map(|_| Reply::Done);
                 return self.judge(op, index, expected, actual).map(Begun::Completed);
@@ -325,27 +234,44 @@ impl<T: Target> Lockstep<T> {
             // took) until the resync drops it with the mount it began in.
             let _faulted: Outcome = self.judge(op, index, Ok(Reply::Done), Ok(Reply::Done))?;
         }
-        Ok(Begun::InFlight(InFlight { op: op.clone(), index, model, target }))
+        Ok(Begun::InFlight(InFlight { op: op.clone(), index, model, target, begun_ns }))
     }
 
     /// The second half: the begun op returns on both sides.
-    pub fn finish(&mut self, flight: InFlight) -> Result<Outcome, Failure> {
-        let InFlight { op, index, model, target } = flight;
+    pub fn finish(&mut self, flight: InFlight<T::SecondHalf>) -> Result<Outcome, Failure> {
+        let InFlight { op, index, model, target, begun_ns } = flight;
         self.start_op(&op);
         let expected = self.model.finish_split(model).map(|()| Reply::Done);
         let actual = self.target.finish_split(target).map(|()| Reply::Done);
         self.trace.write(&[FINISH_MARK]);
+        let spent = self.spent_ns();
+        self.time.record_op(op.kind(), begun_ns.saturating_add(spent));
         self.judge(&op, index, expected, actual)
     }
 
     /// Opens an op's fault window and notes what the checks after it need;
     /// returns the index a new op gets.
     fn start_op(&mut self, op: &Op) -> u64 {
-        self.target.begin_op(std::mem::take(&mut self.armed));
+        let armed = std::mem::take(&mut self.armed);
+        let (faults_before, injects) = match self.target.faults() {
+            Some(f) => {
+                f.begin_op(armed);
+                (f.faults_met(), f.injects())
+            }
+            None => (0, false),
+        };
+        self.faults_before = faults_before;
+        self.envelope_before = injects.then(|| self.model.crash_envelope());
+        // Whatever an earlier op left behind its errno is not this op's.
+        let _ = self.target.explain_last_error();
         self.last_op = Some(op.clone());
-        self.faults_before = self.target.faults_seen();
-        self.envelope_before = self.target.faults_enabled().then(|| self.model.crash_envelope());
+        self.op_start_ns = self.target.now_ns();
         self.index
+    }
+
+    /// Simulated ns since the current op (or half) began.
+    fn spent_ns(&self) -> u64 {
+        self.target.now_ns().saturating_sub(self.op_start_ns)
     }
 
     /// Counts an outcome and holds the target's answer to the model's.
@@ -365,7 +291,8 @@ impl<T: Target> Lockstep<T> {
                 self.space_short = true;
                 return Ok(expected);
             }
-            return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0 })));
+            let detail = if actual.is_err() { self.target.explain_last_error() } else { None };
+            return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0, detail })));
         }
         Ok(expected)
     }
@@ -395,7 +322,7 @@ impl<T: Target> Lockstep<T> {
         // The adopted state is the new model's durable base, so it must be
         // durable on the target too: commit what is running first.
         let limits = self.model.limits();
-        let adopted = self.with_faults_held(|ls| {
+        let adopted = self.harness(|ls| {
             ls.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") })?;
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })
         });
@@ -406,8 +333,9 @@ impl<T: Target> Lockstep<T> {
     }
 
     /// True when the last op met a device fault (its answer is not compared).
-    pub fn fault_pending(&self) -> bool {
-        self.target.faults_seen() > self.faults_before
+    pub fn fault_pending(&mut self) -> bool {
+        let before = self.faults_before;
+        self.target.faults().is_some_and(|f| f.faults_met() > before)
     }
 
     /// After a fault: remount, check the state is one a crash now could
@@ -416,7 +344,7 @@ impl<T: Target> Lockstep<T> {
         let index = self.index;
         let after = self.model.crash_envelope();
         let before = self.envelope_before.take();
-        let judged = self.with_faults_held(|ls| {
+        let judged = self.harness(|ls| {
             ls.target.remount_after_fault().map_err(|what| Failure::Crash { index, what: format!("remount after fault: {what}") })?;
             // Either the faulted op took effect or it did not.
             if let Err(v) = after.check(&mut ls.target) {
@@ -429,14 +357,15 @@ impl<T: Target> Lockstep<T> {
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after fault: {v}") })
         });
         self.model = judged?;
-        self.faults_before = self.target.faults_seen();
+        self.faults_before = self.target.faults().map_or(0, |f| f.faults_met());
         Ok(())
     }
 
-    /// Every lock the target holds belongs to an op in flight, and every op
-    /// in flight still holds the lock it took.
-    pub fn check_locks<'a>(&self, in_flight: impl Iterator<Item = &'a InFlight>) -> Result<(), Failure> {
-        let mut owed: Vec<LockHolder> = in_flight.filter_map(InFlight::holder).collect();
+    /// Every lock the target holds belongs to an op in flight (`owed`: the
+    /// holders their first halves took), and every op in flight still
+    /// holds the lock it took.
+    pub fn check_locks(&self, mut owed: Vec<T::Holder>) -> Result<(), Failure> {
+        let op = self.last_op.as_ref().map(Op::kind);
         for (lock, holder) in self.target.locks_held() {
             match owed.iter().position(|h| *h == holder) {
                 Some(i) => {
@@ -445,14 +374,19 @@ impl<T: Target> Lockstep<T> {
                 None => {
                     let last = self.last_op.as_ref().map(|op| op.to_string()).unwrap_or_default();
                     let what = format!("{lock} is still held by {holder:?} after its op returned (last op: {last})");
-                    return Err(Failure::Lock { index: self.index, what });
+                    return Err(Failure::Lock { index: self.index, op, what });
                 }
             }
         }
         match owed.first() {
-            Some(h) => Err(Failure::Lock { index: self.index, what: format!("an op in flight took a lock as {h:?} and no longer holds it") }),
+            Some(h) => Err(Failure::Lock { index: self.index, op, what: format!("an op in flight took a lock as {h:?} and no longer holds it") }),
             None => Ok(()),
         }
+    }
+
+    /// A lock failure at the current op, for what the runner sees itself.
+    pub fn lock_failure(&self, what: String) -> Failure {
+        Failure::Lock { index: self.index, op: self.last_op.as_ref().map(Op::kind), what }
     }
 
     /// Cheap invariants after an op: what the last op touched.
@@ -465,7 +399,8 @@ impl<T: Target> Lockstep<T> {
     pub fn full_check(&mut self) -> Result<(), Failure> {
         self.model.check_invariants().map_err(|what| Failure::ModelInvariant { index: self.index, what })?;
         self.stats.fscks += 1;
-        self.target.fsck().map_err(|what| Failure::TargetFsck { index: self.index, what })
+        let index = self.index;
+        self.harness(|ls| ls.target.fsck().map_err(|what| Failure::TargetFsck { index, what }))
     }
 
     /// Crashes the target, checks the recovered state is one the model
@@ -474,9 +409,14 @@ impl<T: Target> Lockstep<T> {
         let index = self.index;
         let envelope = self.model.crash_envelope();
         self.stats.crashes += 1;
+        let start = self.target.now_ns();
         // Recovery is judged on a healthy disk; faults come back for the next op.
-        let judged = self.with_faults_held(|ls| {
-            ls.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })?;
+        let recovered = self.with_faults_held(|ls| {
+            ls.target.crash_and_remount(seed).map_err(|what| Failure::Crash { index, what: format!("remount: {what}") })
+        });
+        self.time.record_recovery(self.target.now_ns().saturating_sub(start));
+        recovered?;
+        let judged = self.harness(|ls| {
             ls.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
             envelope.check(&mut ls.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
             let limits = ls.model.limits();
@@ -486,13 +426,27 @@ impl<T: Target> Lockstep<T> {
         Ok(())
     }
 
-    /// Runs the runner's own bookkeeping (syncs, remounts, checks) on a
-    /// healthy disk: an injected fault there would fail the harness, not the
-    /// filesystem, and would fall in no op a trace could replay.
+    /// The runner's own work (syncs, remounts, checks), timed as the
+    /// harness's and run with faults held.
+    fn harness<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let (start, checks) = (self.target.now_ns(), self.target.check_ns());
+        let out = self.with_faults_held(f);
+        let spent = self.target.now_ns().saturating_sub(start) + self.target.check_ns().saturating_sub(checks);
+        self.time.record_harness(spent);
+        out
+    }
+
+    /// Runs the runner's own bookkeeping on a healthy disk: an injected
+    /// fault there would fail the harness, not the filesystem, and would
+    /// fall in no op a trace could replay.
     fn with_faults_held<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
-        self.target.hold_faults(true);
+        if let Some(faults) = self.target.faults() {
+            faults.hold(true);
+        }
         let out = f(self);
-        self.target.hold_faults(false);
+        if let Some(faults) = self.target.faults() {
+            faults.hold(false);
+        }
         out
     }
 }

@@ -1,26 +1,19 @@
 //! Human and machine-readable summaries of runs. JSON is written by hand to
-//! keep the dependency list short; every string goes through [`json_str`].
+//! keep the dependency list short: numbers stay numbers (bytes and times as
+//! integers, `_ns` for simulated nanoseconds); hashes are hex strings, since
+//! they are names, not quantities, and 64-bit integers lose precision in
+//! many JSON readers.
 
 use std::fmt::Write as _;
 
-use crate::driver::RunResult;
+use ext4_model::{Errno, Op};
 
-pub fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
+use crate::failure::Failure;
+use crate::figure::{json_object, json_str};
+use crate::run::spec::DISK_BYTES;
+use crate::run::RunResult;
+use crate::sim_time::Percentiles;
+use crate::trace::Step;
 
 /// The readable summary of one run.
 pub fn summary(r: &RunResult) -> String {
@@ -34,7 +27,7 @@ pub fn summary(r: &RunResult) -> String {
         r.spec.mount.block_size,
         r.spec.mount.page_size
     );
-    let _ = writeln!(s, "  profile     {}", r.spec.profile);
+    let _ = writeln!(s, "  profile     {}", r.spec.profile.name);
     let kinds: Vec<String> = r.enabled_kinds.iter().map(|k| format!("{k:?}")).collect();
     let _ = writeln!(s, "  op kinds    {} of 19{}: {}", kinds.len(), if r.spec.swarm { " (swarm)" } else { "" }, kinds.join(" "));
     let ok: u64 = r.stats.ok.values().sum();
@@ -42,16 +35,11 @@ pub fn summary(r: &RunResult) -> String {
     let _ = writeln!(s, "  ops         {} run: {} ok, {} errors ({})", r.stats.ops, ok, r.stats.ops - ok, errs.join(", "));
     if r.task_ops.len() > 1 {
         let per: Vec<String> = r.task_ops.iter().enumerate().map(|(t, n)| format!("task {t}: {n}")).collect();
-        let count = |f: fn(&crate::trace::Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
-        let switches = count(|st| matches!(st, crate::trace::Step::Task(_)));
-        let split = count(|st| matches!(st, crate::trace::Step::Begin(ext4_model::Op::Fsync { .. } | ext4_model::Op::Fdatasync { .. })));
-        let switched = count(|st| matches!(st, crate::trace::Step::Begin(ext4_model::Op::SetJournalData { .. })));
-        let _ = writeln!(
-            s,
-            "  tasks       {} interleaved by seed, {switches} switches ({})",
-            r.task_ops.len(),
-            per.join(", ")
-        );
+        let count = |f: fn(&Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
+        let switches = count(|st| matches!(st, Step::Task(_)));
+        let split = count(|st| matches!(st, Step::Begin(Op::Fsync { .. } | Op::Fdatasync { .. })));
+        let switched = count(|st| matches!(st, Step::Begin(Op::SetJournalData { .. })));
+        let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
         let _ = writeln!(
             s,
             "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds the updates lock); {} ops slept on a lock",
@@ -59,12 +47,17 @@ pub fn summary(r: &RunResult) -> String {
         );
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
-    if r.spec.disk_bytes != crate::engine_target::DISK_BYTES || r.stats.space_resyncs > 0 {
-        let enospc = r.stats.errors.get(&ext4_model::Errno::ENOSPC).copied().unwrap_or(0);
+    if r.spec.disk_bytes != DISK_BYTES || r.stats.space_resyncs > 0 {
+        let enospc = r.stats.errors.get(&Errno::ENOSPC).copied().unwrap_or(0);
         let _ = writeln!(s, "  space       {} MiB disk: {enospc} ENOSPC agreed, {} refused by the nearly full target only (model resynced)", r.spec.disk_bytes >> 20, r.stats.space_resyncs);
     }
+    let ns = |ns: u64| crate::disk::clock::DisplayNs(ns).to_string();
+    let _ = writeln!(s, "  sim time    workload {} (crash recovery {}), harness {} (checks and resyncs, apart)", ns(r.time.workload_ns), ns(r.time.recovery_ns), ns(r.time.harness_ns));
+    for (kind, p) in r.time.percentiles() {
+        let _ = writeln!(s, "    {:<14} {:>7} ops  p50 {:>11}  p99 {:>11}  max {:>11}", format!("{kind:?}"), p.count, ns(p.p50_ns), ns(p.p99_ns), ns(p.max_ns));
+    }
     for (k, v) in &r.report {
-        let _ = writeln!(s, "  {k:<11} {v}");
+        let _ = writeln!(s, "  {k:<11} {}", v.human());
     }
     let _ = writeln!(s, "  trace hash  {:#018x}", r.trace_hash);
     let _ = writeln!(s, "  image hash  {:#018x}", r.image_hash);
@@ -82,22 +75,55 @@ pub fn summary(r: &RunResult) -> String {
     s
 }
 
+fn percentiles_json(p: &Percentiles) -> String {
+    json_object([("count", p.count.to_string()), ("p50_ns", p.p50_ns.to_string()), ("p99_ns", p.p99_ns.to_string()), ("max_ns", p.max_ns.to_string())])
+}
+
+fn failure_json(f: &Failure) -> String {
+    let kind = match f {
+        Failure::Divergence(_) => "divergence",
+        Failure::ModelInvariant { .. } => "model_invariant",
+        Failure::TargetFsck { .. } => "target_fsck",
+        Failure::Crash { .. } => "crash",
+        Failure::Lock { .. } => "lock",
+        Failure::Panic { .. } => "panic",
+    };
+    let op = f.op_kind().map_or("null".to_string(), |k| json_str(&format!("{k:?}")));
+    json_object([("kind", json_str(kind)), ("index", f.index().to_string()), ("op", op), ("text", json_str(&f.to_string()))])
+}
+
+/// One run as one JSON object.
 pub fn json(r: &RunResult) -> String {
     let ok: u64 = r.stats.ok.values().sum();
-    let report: Vec<String> = r.report.iter().map(|(k, v)| format!("{}:{}", json_str(k), json_str(v))).collect();
-    format!(
-        "{{\"seed\":{},\"ops\":{},\"ok\":{},\"errors\":{},\"fscks\":{},\"crashes\":{},\"trace_hash\":\"{:#018x}\",\"image_hash\":\"{:#018x}\",\"mount\":{},\"profile\":{},\"report\":{{{}}},\"failure\":{}}}",
-        r.spec.seed,
-        r.stats.ops,
-        ok,
-        r.stats.ops - ok,
-        r.stats.fscks,
-        r.stats.crashes,
-        r.trace_hash,
-        r.image_hash,
-        json_str(&r.spec.mount.to_string()),
-        json_str(&r.spec.profile),
-        report.join(","),
-        r.failure.as_ref().map_or("null".to_string(), |f| json_str(&f.to_string())),
-    )
+    let errors = json_object(r.stats.errors.iter().map(|(e, n)| (format!("{e:?}"), n.to_string())));
+    let latency = json_object(r.time.percentiles().iter().map(|(k, p)| (format!("{k:?}"), percentiles_json(p))));
+    let workload = json_object([
+        ("sim_ns", r.time.workload_ns.to_string()),
+        ("recovery_ns", r.time.recovery_ns.to_string()),
+        ("latency", latency),
+    ]);
+    let harness = json_object([("sim_ns", r.time.harness_ns.to_string()), ("fscks", r.stats.fscks.to_string())]);
+    let report = json_object(r.report.iter().map(|(k, v)| (k.as_str(), v.json())));
+    json_object([
+        ("seed", r.spec.seed.to_string()),
+        ("ops", r.stats.ops.to_string()),
+        ("ok", ok.to_string()),
+        ("errors", (r.stats.ops - ok).to_string()),
+        ("errnos", errors),
+        ("fscks", r.stats.fscks.to_string()),
+        ("crashes", r.stats.crashes.to_string()),
+        ("faults", r.stats.faults.to_string()),
+        ("lock_sleeps", r.stats.lock_sleeps.to_string()),
+        ("space_resyncs", r.stats.space_resyncs.to_string()),
+        ("tasks", r.spec.tasks.to_string()),
+        ("trace_hash", json_str(&format!("{:#018x}", r.trace_hash))),
+        ("image_hash", json_str(&format!("{:#018x}", r.image_hash))),
+        ("mount", json_str(&r.spec.mount.to_string())),
+        ("profile", json_str(&r.spec.profile.name)),
+        ("command", json_str(&r.spec.command())),
+        ("workload", workload),
+        ("harness", harness),
+        ("report", report),
+        ("failure", r.failure.as_ref().map_or("null".to_string(), failure_json)),
+    ])
 }

@@ -1,30 +1,53 @@
-//! Trace files: a failing run as plain data. A trace is the whole repro: seed,
-//! mount options, and the ops, one per line.
+//! Trace files: a run as plain data. A trace is the whole repro: the run's
+//! spec as its header, then its steps, one per line.
 //!
 //! ```text
 //! # ext4sim trace v1
 //! seed 42
+//! ops 3
 //! mount data=journal,nodelalloc
 //! profile ram
 //! crash_every 0
 //! fsck_every 500
+//! faults write
+//! tasks 2
+//! disk_bytes 8589934592
+//! swarm true
 //! op write path="/a/b" offset=4096 len=100 seed=7
-//! op rename from="/a" to="/c"
+//! task 1
+//! begin fsync path="/a/b"
+//! task 0
 //! fault kind=write command=3 sector=0
-//! op fsync path="/a/b"
+//! op rename from="/a" to="/c"
+//! task 1
+//! finish
 //! crash seed=99
 //! ```
 //!
 //! A `fault` line arms a device fault for the op after it: the op's device
 //! command `command` (counted from 0) fails at sector `sector` of its range.
+//! `task N` switches to task N; `begin` runs an op's first half and `finish`
+//! the current task's second.
+//!
+//! Traces are validated, not skimmed: the header line and its version, every
+//! spec line, a task beyond `tasks`, a `finish` with no `begin` before it on
+//! its task, a `fault` with no op after it. Each error names its line. A
+//! fault naming a device command its op never issues shows when the trace
+//! runs ([`crate::run::RunResult::unfired_faults`]).
+
+use std::collections::BTreeSet;
 
 use ext4_model::text::Fields;
-use ext4_model::Op;
-
-use crate::disk::{FaultEvent, ScriptedFault};
+use ext4_model::{MountConfig, Op};
 use thiserror::Error;
 
+use crate::disk::{FaultEvent, ScriptedFault};
+use crate::run::spec::RunSpec;
+
+/// The first line of every trace this version writes.
 pub const TRACE_HEADER: &str = "# ext4sim trace v1";
+/// The trace format version this binary reads and writes.
+pub const TRACE_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum TraceError {
@@ -32,6 +55,10 @@ pub enum TraceError {
     Parse { line: usize, what: String },
     #[error("trace has no `seed` line")]
     NoSeed,
+    #[error("not a trace: the first line must be `{TRACE_HEADER}`")]
+    NoHeader,
+    #[error("trace format v{0} is newer than this ext4sim reads (v{TRACE_VERSION}): use the ext4sim that wrote it")]
+    Version(u32),
 }
 
 /// One step of a run: an op, a crash of the disk under the target (with the
@@ -51,96 +78,148 @@ pub enum Step {
     Finish,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Trace {
-    pub seed: u64,
-    /// As given to `--mount`.
-    pub mount: String,
-    /// Disk profile name. Default: "ram".
-    pub profile: String,
-    /// Mean ops between crashes; 0 = none. Default: 0.
-    pub crash_every: u64,
-    /// Full checks every N ops. Default: 500.
-    pub fsck_every: u64,
-    /// Device faults, as given to `--faults`. Default: none.
-    pub faults: String,
-    /// Simulated tasks. Default: 1.
-    pub tasks: u32,
-    /// Simulated disk size in bytes. Default: the simulator's 8 GiB.
-    pub disk_bytes: u64,
-    pub steps: Vec<Step>,
+impl Step {
+    /// The op this step starts, if it starts one.
+    pub fn op(&self) -> Option<&Op> {
+        match self {
+            Step::Op(op) | Step::Begin(op) => Some(op),
+            _ => None,
+        }
+    }
 }
 
-/// One step as a trace line.
-pub fn format_step(step: &Step) -> String {
-    match step {
-        Step::Op(op) => format!("op {}", op.to_string()),
-        Step::Crash { seed } => format!("crash seed={seed}"),
-        Step::Fault(e) => format!("fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
-        Step::Task(t) => format!("task {t}"),
-        Step::Begin(op) => format!("begin {}", op.to_string()),
-        Step::Finish => "finish".to_string(),
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Op(op) => write!(f, "op {op}"),
+            Step::Crash { seed } => write!(f, "crash seed={seed}"),
+            Step::Fault(e) => write!(f, "fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
+            Step::Task(t) => write!(f, "task {t}"),
+            Step::Begin(op) => write!(f, "begin {op}"),
+            Step::Finish => write!(f, "finish"),
+        }
     }
+}
+
+/// A run as data: the spec it ran under and its steps. A trace and a spec
+/// cannot disagree, since the trace holds the spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    pub spec: RunSpec,
+    pub steps: Vec<Step>,
 }
 
 impl Trace {
     pub fn to_text(&self) -> String {
-        let mut out = format!(
-            "{TRACE_HEADER}\nseed {}\nmount {}\nprofile {}\ncrash_every {}\nfsck_every {}\nfaults {}\ntasks {}\ndisk_bytes {}\n",
-            self.seed, self.mount, self.profile, self.crash_every, self.fsck_every, self.faults, self.tasks, self.disk_bytes
-        );
+        let mut out = format!("{TRACE_HEADER}\n");
+        for line in self.spec.header_lines() {
+            out.push_str(&line);
+            out.push('\n');
+        }
         for step in &self.steps {
-            out.push_str(&format_step(step));
+            out.push_str(&step.to_string());
             out.push('\n');
         }
         out
     }
 
     pub fn parse(text: &str) -> Result<Trace, TraceError> {
-        let mut seed = None;
-        let mut mount = String::new();
-        let mut profile = "ram".to_string();
-        let mut crash_every = 0;
-        let mut fsck_every = 500;
-        let mut faults = String::new();
-        let mut tasks = 1;
-        let mut disk_bytes = crate::engine_target::DISK_BYTES;
+        Trace::parse_with_lines(text).map(|(t, _)| t)
+    }
+
+    /// Parses and validates a trace; also returns each step's line number.
+    pub fn parse_with_lines(text: &str) -> Result<(Trace, Vec<usize>), TraceError> {
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())).filter(|(_, l)| !l.is_empty());
+        match lines.next() {
+            Some((_, first)) => check_header(first)?,
+            None => return Err(TraceError::NoHeader),
+        }
+        let mut spec = RunSpec::new(0, 0, MountConfig::default());
+        let (mut seed, mut ops) = (false, false);
         let mut steps = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let line = line.trim();
-            let err = |what: String| TraceError::Parse { line: i + 1, what };
-            if line.is_empty() || line.starts_with('#') {
+        let mut step_lines = Vec::new();
+        for (line, text) in lines {
+            let err = |what: String| TraceError::Parse { line, what };
+            if text.starts_with('#') {
                 continue;
             }
-            let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
-            match word {
-                "seed" => seed = Some(rest.trim().parse().map_err(|_| err(format!("bad seed `{rest}`")))?),
-                "mount" => mount = rest.trim().to_string(),
-                "profile" => profile = rest.trim().to_string(),
-                "faults" => faults = rest.trim().to_string(),
-                "crash_every" => crash_every = rest.trim().parse().map_err(|_| err(format!("bad crash_every `{rest}`")))?,
-                "fsck_every" => fsck_every = rest.trim().parse().map_err(|_| err(format!("bad fsck_every `{rest}`")))?,
-                "disk_bytes" => disk_bytes = rest.trim().parse().map_err(|_| err(format!("bad disk_bytes `{rest}`")))?,
-                "tasks" => tasks = rest.trim().parse().ok().filter(|&t: &u32| t >= 1).ok_or_else(|| err(format!("bad tasks `{rest}` (at least 1)")))?,
-                "task" => steps.push(Step::Task(rest.trim().parse().map_err(|_| err(format!("bad task `{rest}`")))?)),
-                "op" => steps.push(Step::Op(rest.parse::<Op>().map_err(|e| err(e.to_string()))?)),
-                "begin" => steps.push(Step::Begin(rest.parse::<Op>().map_err(|e| err(e.to_string()))?)),
-                "finish" => steps.push(Step::Finish),
-                "crash" => {
-                    let f = Fields::parse(rest).map_err(|e| err(e.to_string()))?;
-                    steps.push(Step::Crash { seed: f.num("seed").map_err(|e| err(e.to_string()))? });
-                }
-                "fault" => {
-                    let f = Fields::parse(rest).map_err(|e| err(e.to_string()))?;
-                    let name = f.text("kind").map_err(|e| err(e.to_string()))?;
-                    let kind = ScriptedFault::from_name(&name).ok_or_else(|| err(format!("unknown fault kind `{name}` (read, write, latent, readonly)")))?;
-                    steps.push(Step::Fault(FaultEvent { kind, command: f.num("command").map_err(|e| err(e.to_string()))?, sector: f.num("sector").map_err(|e| err(e.to_string()))? }));
-                }
-                other => return Err(err(format!("unknown line kind `{other}`"))),
+            let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+            if spec.apply_header(word, rest.trim()).map_err(err)? {
+                seed |= word == "seed";
+                ops |= word == "ops";
+                continue;
             }
+            steps.push(parse_step(word, rest).map_err(err)?);
+            step_lines.push(line);
         }
-        Ok(Trace { seed: seed.ok_or(TraceError::NoSeed)?, mount, profile, crash_every, fsck_every, faults, tasks, disk_bytes, steps })
+        if !seed {
+            return Err(TraceError::NoSeed);
+        }
+        if !ops {
+            spec.ops = steps.iter().filter(|s| matches!(s, Step::Op(_) | Step::Begin(_))).count() as u64;
+        }
+        validate(&spec, &steps, &step_lines)?;
+        Ok((Trace { spec, steps }, step_lines))
     }
+}
+
+fn check_header(first: &str) -> Result<(), TraceError> {
+    let Some(version) = first.strip_prefix("# ext4sim trace v") else { return Err(TraceError::NoHeader) };
+    match version.trim().parse::<u32>() {
+        Ok(TRACE_VERSION) => Ok(()),
+        Ok(v) if v > TRACE_VERSION => Err(TraceError::Version(v)),
+        _ => Err(TraceError::NoHeader),
+    }
+}
+
+fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
+    let fields = || Fields::parse(rest).map_err(|e| e.to_string());
+    Ok(match word {
+        "task" => Step::Task(rest.trim().parse().map_err(|_| format!("bad task `{rest}`"))?),
+        "op" => Step::Op(rest.parse().map_err(|e: ext4_model::TextError| e.to_string())?),
+        "begin" => {
+            let op: Op = rest.parse().map_err(|e: ext4_model::TextError| e.to_string())?;
+            if !op.has_two_halves() {
+                return Err(format!("`begin {op}`: only fsync, fdatasync and set_journal_data run in two halves"));
+            }
+            Step::Begin(op)
+        }
+        "finish" => Step::Finish,
+        "crash" => Step::Crash { seed: fields()?.num("seed").map_err(|e| e.to_string())? },
+        "fault" => {
+            let f = fields()?;
+            let name = f.text("kind").map_err(|e| e.to_string())?;
+            let kind = ScriptedFault::from_name(&name).ok_or_else(|| format!("unknown fault kind `{name}` (read, write, latent, readonly)"))?;
+            let command = f.num("command").map_err(|e| e.to_string())?;
+            let sector = f.num("sector").map_err(|e| e.to_string())?;
+            Step::Fault(FaultEvent { kind, command, sector })
+        }
+        other => return Err(format!("unknown line kind `{other}`")),
+    })
+}
+
+/// What a trace must hold to mean one run: tasks within its count, a finish
+/// only after a begin on its task, a fault only before an op.
+fn validate(spec: &RunSpec, steps: &[Step], lines: &[usize]) -> Result<(), TraceError> {
+    let mut task = 0;
+    let mut begun = BTreeSet::new();
+    for (i, step) in steps.iter().enumerate() {
+        let err = |what: String| TraceError::Parse { line: lines[i], what };
+        match step {
+            Step::Task(t) if *t >= spec.tasks => return Err(err(format!("task {t} is beyond the trace's {} task(s)", spec.tasks))),
+            Step::Task(t) => task = *t,
+            Step::Begin(_) => {
+                begun.insert(task);
+            }
+            Step::Finish if !begun.remove(&task) => return Err(err(format!("finish with nothing in flight: task {task} began no op"))),
+            Step::Crash { .. } => begun.clear(),
+            Step::Fault(_) if !matches!(steps.get(i + 1), Some(Step::Fault(_) | Step::Op(_) | Step::Begin(_) | Step::Finish)) => {
+                return Err(err("fault with no op after it to fail".into()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -155,17 +234,21 @@ mod tests {
         }
     }
 
+    fn parse_err(body: &str) -> TraceError {
+        Trace::parse(&format!("{TRACE_HEADER}\nseed 1\ntasks 2\n{body}")).unwrap_err()
+    }
+
     #[test]
     fn traces_round_trip_and_report_bad_lines() {
+        let mut spec = RunSpec::new(9, 4, "data=journal".parse().unwrap());
+        spec.profile = crate::run::ProfileSpec::resolve("hdd-5400").unwrap();
+        spec.crash_every = 50;
+        spec.fsck_every = 7;
+        spec.faults = "read,write=0.1".parse().unwrap();
+        spec.tasks = 3;
+        spec.disk_bytes = 64 << 20;
         let t = Trace {
-            seed: 9,
-            mount: "data=journal".into(),
-            profile: "hdd-5400".into(),
-            crash_every: 50,
-            fsck_every: 7,
-            faults: "read,write=0.1".into(),
-            tasks: 3,
-            disk_bytes: 64 << 20,
+            spec,
             steps: vec![
                 Step::Task(2),
                 Step::Op(Op::Sync),
@@ -175,16 +258,39 @@ mod tests {
                 Step::Op(Op::Stat { path: "/a".into() }),
                 Step::Begin(Op::Fdatasync { path: "/a".into() }),
                 Step::Task(0),
+                Step::Task(2),
                 Step::Finish,
             ],
         };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
-        assert_eq!(Trace::parse("op sync\n"), Err(TraceError::NoSeed));
-        assert!(matches!(Trace::parse("seed 1\nop frobnicate\n"), Err(TraceError::Parse { line: 2, .. })));
-        assert!(matches!(Trace::parse("seed 1\nop write path=\"/a\" offset=x len=1 seed=1\n"), Err(TraceError::Parse { line: 2, .. })));
-        assert!(matches!(Trace::parse("seed 1\nop stat path=\"/a\n"), Err(TraceError::Parse { .. })));
-        assert!(matches!(Trace::parse("seed 1\nfault kind=smoke command=1 sector=0\n"), Err(TraceError::Parse { line: 2, .. })));
-        assert!(matches!(Trace::parse("seed 1\nfault kind=read command=-1 sector=0\n"), Err(TraceError::Parse { line: 2, .. })));
-        assert!(matches!(Trace::parse("seed 1\ntasks 0\n"), Err(TraceError::Parse { line: 2, .. })));
+        let line = |e: TraceError| match e {
+            TraceError::Parse { line, .. } => line,
+            other => panic!("{other}"),
+        };
+        assert_eq!(Trace::parse(&format!("{TRACE_HEADER}\nop sync\n")), Err(TraceError::NoSeed));
+        assert_eq!(line(parse_err("op frobnicate\n")), 4);
+        assert_eq!(line(parse_err("op write path=\"/a\" offset=x len=1 seed=1\n")), 4);
+        assert!(matches!(parse_err("op stat path=\"/a\n"), TraceError::Parse { .. }));
+        assert_eq!(line(parse_err("fault kind=smoke command=1 sector=0\nop sync\n")), 4);
+        assert_eq!(line(parse_err("fault kind=read command=-1 sector=0\nop sync\n")), 4);
+        assert_eq!(line(parse_err("tasks 0\n")), 4);
+    }
+
+    #[test]
+    fn traces_that_cannot_mean_a_run_are_refused_with_their_line() {
+        let why = |e: TraceError| e.to_string();
+        assert!(why(parse_err("op sync\ntask 2\n")).contains("line 5: task 2 is beyond the trace's 2 task(s)"));
+        assert!(why(parse_err("op sync\nfinish\n")).contains("line 5: finish with nothing in flight"));
+        assert!(why(parse_err("begin fsync path=\"/a\"\ntask 1\nfinish\n")).contains("line 6: finish with nothing in flight: task 1"));
+        assert!(why(parse_err("begin fsync path=\"/a\"\ncrash seed=1\nfinish\n")).contains("line 6"), "a crash ends what was in flight");
+        assert!(Trace::parse(&format!("{TRACE_HEADER}\nseed 1\nbegin fsync path=\"/a\"\nop sync\nfinish\n")).is_ok());
+        assert!(why(parse_err("begin stat path=\"/a\"\n")).contains("two halves"));
+        assert!(why(parse_err("fault kind=read command=0 sector=0\ncrash seed=1\n")).contains("line 4: fault with no op after it"));
+        assert!(why(parse_err("tasks 100000\n")).contains("outside 1..=64"));
+        assert_eq!(Trace::parse("seed 1\nop sync\n"), Err(TraceError::NoHeader));
+        assert_eq!(Trace::parse("# ext4sim trace v2\nseed 1\n"), Err(TraceError::Version(2)));
+        assert!(TraceError::Version(2).to_string().contains("newer than this ext4sim reads (v1)"));
+        let (_, lines) = Trace::parse_with_lines(&format!("{TRACE_HEADER}\nseed 1\n\n# note\nop sync\ncrash seed=3\n")).unwrap();
+        assert_eq!(lines, vec![5, 6]);
     }
 }

@@ -3,9 +3,10 @@
 
 use ext4_engine::fs::test_hooks::InjectedBug;
 use ext4_model::MountConfig;
-use ext4_sim::driver::{run_seed, run_steps, shrink_failure, RunSpec, TargetFactory};
+use ext4_sim::run::{run_seed, run_steps, shrink_failure, RunSpec};
+use ext4_sim::target::TargetFactory;
 use ext4_sim::engine_target::{make_engine, EngineTarget};
-use ext4_sim::lockstep::Failure;
+use ext4_sim::failure::Failure;
 use ext4_sim::trace::Trace;
 
 /// The engine with a bug injected, on every mount.
@@ -31,11 +32,11 @@ fn injected_engine_bug_is_caught_shrunk_and_replayed() {
         .find(|r| r.failure.is_some())
         .expect("some seed reads to EOF after a truncate");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Read { .. })));
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &failing).unwrap();
+    let ext4_sim::run::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &failing).unwrap();
     assert!(replays && !budget_spent);
     assert!(trace.steps.len() <= 5, "shrunk to {} steps in {runs} runs: {:?}", trace.steps.len(), trace.steps);
     let back = Trace::parse(&trace.to_text()).unwrap();
-    let spec = RunSpec::from_trace(&back).unwrap();
+    let spec = back.spec.clone();
     let again = run_steps(&Buggy(InjectedBug::ReadFlipsLastByteAfterTruncate), &spec, &back.steps).unwrap();
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     // The same steps on the real engine pass.
@@ -52,17 +53,19 @@ fn injected_engine_bug_is_caught_shrunk_and_replayed() {
 #[test]
 fn a_commit_freeing_the_next_transactions_blocks_is_caught() {
     let bug = Buggy(InjectedBug::CommitReleasesEveryHold);
+    // A whole fsync has no second half to finish.
     let steps = |fsync: &str| {
+        let finish = if fsync.starts_with("begin") { "finish\n" } else { "" };
         format!(
-            "seed 1\nmount \ntasks 2\n\
+            "# ext4sim trace v1\nseed 1\nmount \ntasks 2\n\
 op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=65536 seed=1\nop sync\nop create path=\"/x\" perm=644\n\
-{fsync}\ntask 1\nop unlink path=\"/f\"\ntask 0\nfinish\ntask 1\nop create path=\"/g\" perm=644\n\
+{fsync}\ntask 1\nop unlink path=\"/f\"\ntask 0\n{finish}task 1\nop create path=\"/g\" perm=644\n\
 op write path=\"/g\" offset=0 len=65536 seed=2\ncrash seed=2\n"
         )
     };
-    let run = |factory: &dyn Fn(&RunSpec, &[ext4_sim::trace::Step]) -> ext4_sim::driver::RunResult, text: &str| {
+    let run = |factory: &dyn Fn(&RunSpec, &[ext4_sim::trace::Step]) -> ext4_sim::run::RunResult, text: &str| {
         let trace = Trace::parse(text).unwrap();
-        factory(&RunSpec::from_trace(&trace).unwrap(), &trace.steps)
+        factory(&trace.spec.clone(), &trace.steps)
     };
     let buggy = |s: &RunSpec, st: &[ext4_sim::trace::Step]| run_steps(&bug, s, st).unwrap();
     let clean = |s: &RunSpec, st: &[ext4_sim::trace::Step]| run_steps(&ext4_sim::engine_target::EngineFactory, s, st).unwrap();
@@ -86,7 +89,7 @@ op write path=\"/g\" offset=0 len=65536 seed=2\ncrash seed=2\n"
 
 /// A chattr -j whose journal flush fails (a write fault in the commit or
 /// the checkpoint) returns without dropping the updates lock: the lock imbalance
-/// DESIGN.md recalls. The runner holds the engine's locks to the ops in
+/// docs/ARCHITECTURE.md recalls. The runner holds the engine's locks to the ops in
 /// flight after every op, before the fault's remount could hide it, so it is
 /// caught at the switch itself, with one task, and shrinks to a few steps.
 /// The real engine releases the lock on the same path.
@@ -95,14 +98,14 @@ fn a_switch_keeping_the_updates_lock_on_a_failed_flush_is_caught() {
     let bug = Buggy(InjectedBug::SwitchKeepsLockOnFailedFlush);
     let trace = |command: u32| {
         Trace::parse(&format!(
-            "seed 1\nmount \nfaults write\n\
+            "# ext4sim trace v1\nseed 1\nmount \nfaults write\n\
 op create path=\"/f\" perm=644\nop set_journal_data path=\"/f\" enable=true\nop write path=\"/f\" offset=0 len=16384 seed=1\n\
 op mkdir path=\"/d\" perm=755\nfault kind=write command={command} sector=0\nop set_journal_data path=\"/f\" enable=false\nop stat path=\"/f\"\n\
 op write path=\"/f\" offset=4096 len=4096 seed=2\nop sync\n"
         ))
         .unwrap()
     };
-    let run = |factory: &dyn Fn(&RunSpec, &[ext4_sim::trace::Step]) -> ext4_sim::driver::RunResult, t: &Trace| factory(&RunSpec::from_trace(t).unwrap(), &t.steps);
+    let run = |factory: &dyn Fn(&RunSpec, &[ext4_sim::trace::Step]) -> ext4_sim::run::RunResult, t: &Trace| factory(&t.spec.clone(), &t.steps);
     let buggy = |s: &RunSpec, st: &[ext4_sim::trace::Step]| run_steps(&bug, s, st).unwrap();
     let clean = |s: &RunSpec, st: &[ext4_sim::trace::Step]| run_steps(&ext4_sim::engine_target::EngineFactory, s, st).unwrap();
     // Which of the switch's device commands is a journal write depends on
@@ -123,7 +126,7 @@ op write path=\"/f\" offset=4096 len=4096 seed=2\nop sync\n"
         }
     }
     let failing = caught.expect("some write of the switch's commit fails its flush");
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&bug, &failing).unwrap();
+    let ext4_sim::run::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&bug, &failing).unwrap();
     assert!(replays && !budget_spent);
     assert!(trace.steps.len() <= 5, "shrunk to {} steps in {runs} runs: {:?}", trace.steps.len(), trace.steps);
     let back = Trace::parse(&trace.to_text()).unwrap();

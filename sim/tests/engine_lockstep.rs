@@ -8,10 +8,11 @@ use std::process::Command;
 use ext4_testkit::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
 use ext4_model::durability::{read_range, view_tree};
 use ext4_model::{Model, MountConfig};
-use ext4_sim::driver::{run_seed, run_steps, RunSpec};
+use ext4_sim::run::{run_seed, run_steps, RunSpec};
 use ext4_sim::trace::Step;
 use ext4_sim::engine_target::{make_engine, EngineFactory, EngineTarget};
-use ext4_sim::lockstep::{Lockstep, Target};
+use ext4_sim::lockstep::Lockstep;
+use ext4_sim::target::Target;
 use ext4_sim::workload::{Workload, WorkloadConfig};
 
 use common::Scratch;
@@ -75,12 +76,12 @@ fn exported_images_pass_e2fsck_and_read_back_through_debugfs() {
     };
     let dir = Scratch::new("export");
     for (seed, mount) in [(11, ""), (12, "bs=1k"), (13, "bs=64k")] {
-        let mut ls = lockstep(seed, 1200, mount);
+        let (mut model, mut target) = lockstep(seed, 1200, mount).into_parts();
         let img = dir.0.join(format!("seed{seed}.img"));
-        ls.target.export_image(&img).unwrap();
+        target.export_image(&img).unwrap();
         e2fsck_clean(&e2fsck, &img).unwrap();
         e2fsck_fy_clean(&e2fsck, &img).unwrap();
-        let files = model_files(&mut ls.model);
+        let files = model_files(&mut model);
         assert!(!files.is_empty());
         for (path, want) in files.iter().take(25) {
             let got = debugfs_cat(&debugfs, &img, path).unwrap();
@@ -118,9 +119,9 @@ fn the_kernel_reads_what_the_model_says() {
         return;
     }
     let dir = Scratch::new("kernel");
-    let mut ls = lockstep(21, 1500, "");
+    let (mut model, mut target) = lockstep(21, 1500, "").into_parts();
     let img = dir.0.join("k.img");
-    ls.target.export_image(&img).unwrap();
+    target.export_image(&img).unwrap();
     // Only images e2fsck passes are ever given to the kernel.
     e2fsck_clean(&e2fsck, &img).unwrap();
     let out = Command::new("losetup").args(["--find", "--show", "--read-only"]).arg(&img).output().unwrap();
@@ -137,7 +138,7 @@ fn the_kernel_reads_what_the_model_says() {
         return;
     }
     guard.mounted = true;
-    let files = model_files(&mut ls.model);
+    let files = model_files(&mut model);
     assert!(!files.is_empty());
     for (path, want) in &files {
         let got = std::fs::read(mnt.join(path.trim_start_matches('/'))).unwrap();
@@ -157,9 +158,9 @@ fn crashes_recover_to_allowed_states_in_every_journaling_mode() {
 }
 
 /// Replays a regression trace on the engine; it must pass.
-fn replay_passes(text: &str) -> ext4_sim::driver::RunResult {
+fn replay_passes(text: &str) -> ext4_sim::run::RunResult {
     let trace = ext4_sim::trace::Trace::parse(text).unwrap();
-    let s = RunSpec::from_trace(&trace).unwrap();
+    let s = trace.spec.clone();
     let r = run_steps(&EngineFactory, &s, &trace.steps).unwrap();
     assert!(r.failure.is_none(), "{}", r.failure.unwrap());
     r
@@ -170,7 +171,7 @@ fn replay_passes(text: &str) -> ext4_sim::driver::RunResult {
 /// extension must not show those bytes (ext4 zeroes past EOF in the page cache).
 #[test]
 fn regression_bytes_past_a_lost_eof_stay_invisible() {
-    let text = "seed 14\nmount \nop mkdir path=\"/c\" perm=755\nop create path=\"/a\" perm=644\n\
+    let text = "# ext4sim trace v1\nseed 14\nmount \nop mkdir path=\"/c\" perm=755\nop create path=\"/a\" perm=644\n\
 op write path=\"/a\" offset=3695418 len=20480 seed=14777585236392749734\nop fsync path=\"/c\"\n\
 op create path=\"/c/c\" perm=644\nop write path=\"/c/c\" offset=4173824 len=124 seed=15072100471797016189\n\
 op write path=\"/a\" offset=3712882 len=10240 seed=11945522898178674590\ncrash seed=12090716320914397557\n\
@@ -186,7 +187,7 @@ op write path=\"/a\" offset=3729608 len=180 seed=15866634726541923782\nop sync\n
 /// the next crash lost it. The remount after a fault now flushes first.
 #[test]
 fn regression_state_adopted_after_a_fault_is_durable() {
-    let text = "seed 1\nmount \nfaults read\nop create path=\"/f\" perm=644\n\
+    let text = "# ext4sim trace v1\nseed 1\nmount \nfaults read\nop create path=\"/f\" perm=644\n\
 op write path=\"/f\" offset=0 len=65536 seed=1\nop sync\ncrash seed=1\n\
 op write path=\"/f\" offset=0 len=4096 seed=2\nfault kind=read command=0 sector=0\n\
 op read path=\"/f\" offset=0 len=4096\ncrash seed=1\n";
@@ -217,7 +218,7 @@ fn regression_state_adopted_after_a_target_only_enospc_is_durable() {
 fn regression_the_sync_before_a_space_resync_meets_no_injected_fault() {
     let (mut resyncs, mut faults) = (0, 0);
     for seed in 1..=3 {
-        let s = RunSpec { faults: "write=0.01".into(), disk_bytes: 16 << 20, swarm: false, ..spec(seed, 3000, "") };
+        let s = RunSpec { faults: "write=0.01".parse().unwrap(), disk_bytes: 16 << 20, swarm: false, ..spec(seed, 3000, "") };
         let r = run_seed(&EngineFactory, &s).unwrap();
         assert!(r.failure.is_none(), "seed {seed}: {:?}", r.failure);
         resyncs += r.stats.space_resyncs;
@@ -231,7 +232,7 @@ fn regression_the_sync_before_a_space_resync_meets_no_injected_fault() {
 #[test]
 fn every_fault_kind_is_survived() {
     for faults in ["read=0.01", "write=0.01", "latent=0.01", "readonly=200", "nospace=12000000"] {
-        let s = RunSpec { faults: faults.into(), ..spec(41, 1500, "") };
+        let s = RunSpec { faults: faults.parse().unwrap(), ..spec(41, 1500, "") };
         let r = run_seed(&EngineFactory, &s).unwrap();
         assert!(r.failure.is_none(), "faults {faults}: {}", r.failure.unwrap());
         assert!(r.stats.faults > 0, "faults {faults}: no op met a fault");
@@ -247,7 +248,7 @@ fn fault_runs_replay_exactly_from_their_trace_steps() {
     for faults in ["read=0.01", "write=0.01", "latent=0.01", "readonly=200", "read=0.005,write=0.005,latent=0.005"] {
         // The mixed case crashes too: crash and fault steps replay together.
         let crash_every = if faults.contains(',') { 100 } else { 0 };
-        let s = RunSpec { faults: faults.into(), crash_every, ..spec(43, 800, "") };
+        let s = RunSpec { faults: faults.parse().unwrap(), crash_every, ..spec(43, 800, "") };
         let first = run_seed(&EngineFactory, &s).unwrap();
         assert!(first.failure.is_none(), "faults {faults}: {}", first.failure.unwrap());
         let fault_steps = first.steps.iter().filter(|st| matches!(st, Step::Fault(_))).count();
@@ -307,13 +308,13 @@ fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
 /// the holder finish first, so the trace's own order cannot deadlock.
 #[test]
 fn a_split_journal_switch_lets_only_looking_ops_through() {
-    let text = "seed 1\nmount \ntasks 2\n\
+    let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\n\
 op create path=\"/f\" perm=644\nop set_journal_data path=\"/f\" enable=true\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
 begin set_journal_data path=\"/f\" enable=false\ntask 1\nop stat path=\"/f\"\nop read path=\"/f\" offset=0 len=100\n\
 op write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfinish\n";
     let r = replay_passes(text);
     assert_eq!(r.stats.lock_sleeps, 1);
-    let lines: Vec<String> = r.steps.iter().map(ext4_sim::trace::format_step).collect();
+    let lines: Vec<String> = r.steps.iter().map(|s| s.to_string()).collect();
     let at = |l: &str| lines.iter().position(|x| x.starts_with(l)).unwrap_or_else(|| panic!("no {l} in {lines:?}"));
     // Stat and read ran inside the switch; the write waited for its finish.
     assert!(at("begin set_journal_data") < at("op stat") && at("op read") < at("finish") && at("finish") < at("op write path=\"/f\" offset=0 len=4096"), "{lines:?}");
@@ -342,7 +343,7 @@ op write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfini
 /// flight: here the one due at op 3 runs after the finish.
 #[test]
 fn regression_a_full_check_waits_for_the_ops_in_flight() {
-    let text = "seed 1\nmount \ntasks 2\nfsck_every 3\n\
+    let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nfsck_every 3\n\
 op create path=\"/f\" perm=644\nop set_journal_data path=\"/f\" enable=true\n\
 begin set_journal_data path=\"/f\" enable=false\ntask 1\nop stat path=\"/f\"\ntask 0\nfinish\n";
     let r = replay_passes(text);

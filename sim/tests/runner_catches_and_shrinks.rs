@@ -2,8 +2,11 @@
 //! deliberate bug. It must be caught, shrunk to a few ops, and replay.
 
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, Stat};
-use ext4_sim::driver::{run_seed, run_steps, shrink_failure, RunSpec, TargetFactory};
-use ext4_sim::lockstep::{Failure, Target};
+use ext4_sim::run::{run_seed, run_steps, shrink_failure, RunSpec};
+use ext4_sim::target::TargetFactory;
+use ext4_sim::failure::Failure;
+use ext4_sim::figure::Figure;
+use ext4_sim::target::{NoLocks, Target};
 use ext4_sim::trace::Trace;
 
 /// A model that answers one kind of read wrongly: after any truncate, reads
@@ -49,10 +52,13 @@ impl FileSystem for Buggy {
 }
 
 impl Target for Buggy {
+    type Lock = NoLocks;
+    type Holder = ();
+    type SecondHalf = ();
     fn fsck(&mut self) -> Result<(), String> { self.inner.check_invariants() }
     fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
     fn image_hash(&mut self) -> u64 { self.inner.seq() }
-    fn report(&mut self) -> Vec<(String, String)> { vec![("double".into(), "model with an injected bug".into())] }
+    fn report(&mut self) -> Vec<(String, Figure)> { vec![("double".into(), Figure::Text("model with an injected bug".into()))] }
     fn export_image(&mut self, _path: &std::path::Path) -> Result<(), String> { Err("a test double has no image".into()) }
 }
 
@@ -79,7 +85,7 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
         .find(|r| r.failure.is_some())
         .expect("some seed trips the injected bug");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, Op::Read { .. })));
-    let ext4_sim::driver::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&factory, &failing).unwrap();
+    let ext4_sim::run::ShrunkTrace { trace, runs, budget_spent, replays } = shrink_failure(&factory, &failing).unwrap();
     assert!(replays && !budget_spent);
     assert!(trace.steps.len() <= 4, "shrunk to {} steps after {runs} runs: {:?}", trace.steps.len(), trace.steps);
     // The trace file is the whole repro.

@@ -51,7 +51,7 @@ fn canonical_workload(fs: &mut dyn FileSystem) -> Vec<String> {
 /// Runs the canonical workload under `mount` and describes the layout.
 pub fn canonical_layout(mount: &MountConfig) -> String {
     let mut disk = SimDisk::new(DISK_BYTES, DiskProfile::builtin("ram").expect("ram profile"), 1, FaultConfig::NONE).expect("disk");
-    let opts = MkfsOptions::for_mount(mount, DISK_BYTES, [0x42; 16], [0x17; 16], ext4_sim::engine_target::SIM_EPOCH_SECS);
+    let opts = MkfsOptions::for_mount(mount, DISK_BYTES, [0x42; 16], [0x17; 16], ext4_sim::run::spec::SIM_EPOCH_SECS);
     mkfs(&mut disk, &opts).expect("mkfs");
     disk.flush().expect("flush");
     let mut fs = Ext4::mount(disk, mount).expect("mount");

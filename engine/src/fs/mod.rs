@@ -123,14 +123,29 @@ pub struct Ext4<D: BlockDevice> {
     bug: test_hooks::BugState,
 }
 
+thread_local! {
+    /// The engine error behind the errno an op last answered on this thread.
+    /// Ops answer what a user would see; the detail is kept aside for the
+    /// harness's reports, and nothing the engine decides ever reads it.
+    static LAST_ERROR: std::cell::RefCell<Option<Error>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Takes the engine error behind the last errno made from one on this
+/// thread (which structure, which check), if any since the last take.
+pub fn take_last_error() -> Option<Error> {
+    LAST_ERROR.with(|last| last.borrow_mut().take())
+}
+
 /// How an engine error looks to a user.
 impl From<Error> for Errno {
     fn from(e: Error) -> Errno {
-        match e {
+        let errno = match e {
             Error::Device(DeviceError::ReadOnly) => Errno::EROFS,
             Error::Device(DeviceError::NoSpace) => Errno::ENOSPC,
             _ => Errno::EIO,
-        }
+        };
+        LAST_ERROR.with(|last| *last.borrow_mut() = Some(e));
+        errno
     }
 }
 

@@ -16,7 +16,7 @@ pub enum InjectedBug {
     /// freed after the committing one closed (whose frees a crash can undo).
     CommitReleasesEveryHold,
     /// A journal-flag switch whose journal flush fails keeps the updates
-    /// lock (the lock imbalance DESIGN.md recalls).
+    /// lock (the lock imbalance docs/ARCHITECTURE.md recalls).
     SwitchKeepsLockOnFailedFlush,
 }
 

@@ -38,7 +38,7 @@ use thiserror::Error;
 pub use cache::WriteRecord;
 pub use clock::{SimClock, SimTime};
 pub use crash::{CrashPolicy, CrashPolicyError, CrashReport, Fate};
-pub use fault::{FaultConfig, FaultConfigError, FaultEvent, FaultSwitch, NoSpaceFault, ReadOnlyFault, ReadOnlyTrigger, ScriptedFault};
+pub use fault::{FaultConfig, FaultConfigError, FaultEvent, FaultSwitch, FaultTextError, NoSpaceFault, ReadOnlyFault, ReadOnlyTrigger, ScriptedFault};
 pub use profile::{DiskProfile, ProfileError, BUILTIN_PROFILES};
 pub use profile_text::{LineError, ProfileParseError};
 pub use stats::{ClassStats, DiskStats, FaultCounts};
@@ -70,6 +70,10 @@ pub struct SimDisk {
     head: u64,
     cache: WriteCache,
     faults: FaultState,
+    /// The faults last asked for; in force unless held.
+    configured: FaultConfig,
+    /// The runner holds faults off while it checks and remounts.
+    held: bool,
     latency_rng: ChaCha8Rng,
     crash_rng: ChaCha8Rng,
     stats: DiskStats,
@@ -107,6 +111,8 @@ impl SimDisk {
             head: 0,
             cache: WriteCache::new(),
             faults: FaultState::new(faults, seed)?,
+            configured: faults,
+            held: false,
             latency_rng: stream_rng(seed, Stream::Latency),
             crash_rng: stream_rng(seed, Stream::Crash),
             stats: DiskStats::default(),
@@ -129,14 +135,42 @@ impl SimDisk {
         self.clock.now()
     }
 
+    /// The faults in force now (none while held).
     pub fn faults(&self) -> &FaultConfig {
         self.faults.config()
     }
 
+    /// The faults last given to [`SimDisk::set_faults`], held or not.
+    pub fn configured_faults(&self) -> &FaultConfig {
+        &self.configured
+    }
+
     /// Replaces the fault settings; bad sectors, touched storage and the write
     /// count are kept, so faults can be switched off and on without losing them.
+    /// While faults are held the new settings wait for the release.
     pub fn set_faults(&mut self, faults: FaultConfig) -> Result<(), DiskConfigError> {
-        Ok(self.faults.configure(faults)?)
+        faults.validate()?;
+        self.configured = faults;
+        if !self.held {
+            self.faults.configure(faults)?;
+        }
+        Ok(())
+    }
+
+    /// Holds faults off (the disk acts as with none) or lets the configured
+    /// ones fire again. The overlay is kept, and the read-only moment is not
+    /// drawn again, so holding perturbs no random stream.
+    pub fn hold_faults(&mut self, held: bool) {
+        if held == self.held {
+            return;
+        }
+        self.held = held;
+        let faults = if held { FaultConfig::NONE } else { self.configured };
+        self.faults.configure(faults).expect("both configs were validated when set");
+    }
+
+    pub fn faults_held(&self) -> bool {
+        self.held
     }
 
     /// Replays faults from a trace: only armed events fire from now on.
@@ -152,6 +186,12 @@ impl SimDisk {
     /// Faults that fired since [`SimDisk::begin_op`], for the trace.
     pub fn take_fired_faults(&mut self) -> Vec<FaultEvent> {
         self.faults.take_fired()
+    }
+
+    /// Faults armed for this op that never fired (it issued no such command),
+    /// and how many device commands it issued.
+    pub fn take_unfired_faults(&mut self) -> (Vec<FaultEvent>, u32) {
+        self.faults.take_unfired()
     }
 
     /// Plants a latent sector error at the sector holding byte `offset`.

@@ -10,7 +10,8 @@ use ext4_model::MountConfig;
 use super::host::HostKernel;
 use super::qemu::QemuKernel;
 use super::{run_oracle, Kernel, OracleReport, OracleSpec, Verdict};
-use crate::report::json_str;
+use crate::figure::json_str;
+use crate::run::spec::{parse_mount, parse_seed_range};
 use crate::trace::{Step, Trace};
 
 /// The exit status that says "skipped" (the automake convention).
@@ -63,20 +64,19 @@ fn specs(args: &OracleArgs) -> Result<Vec<OracleSpec>, String> {
         swarm: !args.no_swarm,
         fixed,
     };
-    let parse = crate::cli::mount_from_text;
     if let Some(path) = &args.trace {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let ops: Vec<_> = t.steps.iter().filter_map(|s| if let Step::Op(op) = s { Some(op.clone()) } else { None }).collect();
-        let mut spec = base(t.seed, parse(&t.mount)?, Some(ops.clone()));
+        let mut spec = base(t.spec.seed, t.spec.mount, Some(ops.clone()));
         spec.ops = ops.len() as u64;
         return Ok(vec![spec]);
     }
-    let mount = parse(&args.mount)?;
+    let mount = parse_mount(&args.mount)?;
     match (&args.seed, &args.seeds) {
         (Some(seed), None) => Ok(vec![base(*seed, mount, None)]),
         (None, Some(range)) => {
-            let (a, b) = crate::cli::parse_range(range)?;
+            let (a, b) = parse_seed_range(range)?;
             Ok((a..b).map(|s| base(s, mount, None)).collect())
         }
         _ => Err("give --seed N, --seeds A..B or --trace FILE".into()),
@@ -105,7 +105,7 @@ fn line(r: &OracleReport) -> String {
         Verdict::Failed { finding, shrunk, trace, rounds } => {
             let mut out = format!("seed {}: DIVERGED from the model\n  {finding}\n  shrunk      {} ops -> {} ops in {rounds} rounds\n", r.spec.seed, r.ops, shrunk.len());
             for op in shrunk {
-                out.push_str(&format!("    {}\n", op.to_string()));
+                out.push_str(&format!("    {}\n", op));
             }
             if let Some(t) = trace {
                 out.push_str(&format!("  replay      ext4sim oracle --kernel {} --trace {}", r.kernel, t.display()));

@@ -16,9 +16,10 @@ use rand_chacha::ChaCha8Rng;
 
 use super::syscalls::FLAGS_UNKNOWN;
 use super::{kernel_mount_data, Case, CaseRun, Kernel};
-use crate::engine_target::SIM_EPOCH_SECS;
-use crate::lockstep::brief;
+use crate::run::spec::SIM_EPOCH_SECS;
+use crate::failure::brief;
 use crate::shrink::shrink_in_rounds;
+use crate::run::spec::RunSpec;
 use crate::trace::{Step, Trace};
 use crate::workload::{Workload, WorkloadConfig};
 
@@ -89,7 +90,7 @@ impl std::fmt::Display for Finding {
             Finding::Divergence { index, op, model, kernel, why } => write!(
                 f,
                 "op {index} {}: {why}\n    model:  {}\n    kernel: {}",
-                op.to_string(),
+                op,
                 brief(model),
                 brief(kernel)
             ),
@@ -384,17 +385,8 @@ fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops
             Err(_) => finding,
         }
     };
-    let trace = Trace {
-        seed: spec.seed,
-        mount: spec.mount.to_string(),
-        profile: "ram".into(),
-        crash_every: 0,
-        fsck_every: 0,
-        faults: String::new(),
-        tasks: 1,
-        disk_bytes: IMAGE_BYTES,
-        steps: shrunk.iter().cloned().map(Step::Op).collect(),
-    };
+    let run_spec = RunSpec { fsck_every: 0, disk_bytes: IMAGE_BYTES, ..RunSpec::new(spec.seed, shrunk.len() as u64, spec.mount) };
+    let trace = Trace { spec: run_spec, steps: shrunk.iter().cloned().map(Step::Op).collect() };
     let path = trace_dir.join(format!("ext4sim-oracle-{}-seed{}.trace", kernel.name(), spec.seed));
     let trace_path = std::fs::write(&path, trace.to_text()).ok().map(|()| path);
     Verdict::Failed { finding, shrunk, trace: trace_path, rounds }

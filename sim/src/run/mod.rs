@@ -1,0 +1,158 @@
+//! One simulation run from its spec: build model and target, take steps
+//! from their source (generated or replayed), run each in lockstep with the
+//! checks after it, and end with a full check. A panic in a step is a
+//! failure of the run like any other.
+//!
+//! - [`spec`]: what fixes a run, and the one table of defaults.
+//! - [`source`]: where steps come from.
+//! - [`state`]: how a step moves the run; [`flights`]: ops between halves.
+//! - [`shrink`]: a failing run's steps made small.
+
+pub mod flights;
+pub mod shrink;
+pub mod source;
+pub mod spec;
+pub mod state;
+
+use ext4_model::{Model, Op, OpKind};
+
+pub use shrink::{shrink_failure, ShrunkTrace};
+pub use spec::{ProfileSpec, RunSpec};
+
+use crate::disk::FaultConfig;
+use crate::failure::Failure;
+use crate::figure::Figure;
+use crate::lockstep::{Lockstep, OpStats};
+use crate::panics::catching;
+use crate::sim_time::SimTime;
+use crate::target::{Target, TargetFactory};
+use crate::trace::Step;
+use source::StepSource;
+use state::RunState;
+
+#[derive(Debug)]
+pub struct RunResult {
+    pub spec: RunSpec,
+    /// Steps actually run (up to and including a failing one), crashes included.
+    pub steps: Vec<Step>,
+    pub stats: OpStats,
+    pub time: SimTime,
+    pub failure: Option<Failure>,
+    pub trace_hash: u64,
+    pub image_hash: u64,
+    pub report: Vec<(String, Figure)>,
+    pub enabled_kinds: Vec<OpKind>,
+    /// Ops each task ran (one entry per task).
+    pub task_ops: Vec<u64>,
+    /// Indices into `steps` of ops the model answered with an errno: the
+    /// first thing a shrink tries to drop.
+    pub errored_steps: Vec<usize>,
+    /// In a replay: fault steps (indices into `steps`) naming a device
+    /// command their op never issued, with the commands it did issue.
+    pub unfired_faults: Vec<(usize, u32)>,
+}
+
+/// Told how many ops a run has done, now and then.
+pub type Progress<'a> = &'a dyn Fn(u64);
+
+fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, replay: Option<Vec<Step>>, progress: Progress) -> Result<(RunResult, F::Target), String> {
+    spec.validate()?;
+    let target = factory.make(spec)?;
+    // The model's ENOSPC limits are the target's free space after mkfs.
+    let mut model = Model::with_limits(&spec.mount, target.space_limits()).map_err(|e| format!("mount config refused: {e}"))?;
+    // Crash checks replay a log holding every write's data; keep it only when crashing.
+    let replays_crashes = replay.as_ref().is_some_and(|steps| steps.iter().any(|s| matches!(s, Step::Crash { .. })));
+    model.set_crash_log(spec.crash_every > 0 || replays_crashes || spec.faults != FaultConfig::NONE);
+    let mut ls = Lockstep::new(spec.mount, model, target);
+    let mut source = match replay {
+        Some(steps) => {
+            // A replay fires exactly the trace's faults, each with its op.
+            ls.script_faults();
+            StepSource::replay(steps)
+        }
+        None => StepSource::generated(spec),
+    };
+    let generated = matches!(source, StepSource::Generated(_));
+    let mut st = RunState::new(ls, spec.tasks, spec.fsck_every, generated);
+    let failure = run_steps_of(&mut source, &mut st, progress);
+    let RunState { mut ls, steps, errored, task_ops, unfired, .. } = st;
+    let trace_hash = ls.trace_hash();
+    // A target that panicked may panic again when asked for its figures.
+    let image_hash = catching(|| ls.target_mut().image_hash()).unwrap_or(0);
+    let report = catching(|| ls.target_mut().report()).unwrap_or_else(|p| vec![("report".into(), Figure::Text(format!("unavailable: {p}")))]);
+    let result = RunResult {
+        spec: spec.clone(),
+        steps,
+        stats: ls.stats().clone(),
+        time: ls.time().clone(),
+        failure,
+        trace_hash,
+        image_hash,
+        report,
+        enabled_kinds: source.enabled_kinds(),
+        task_ops,
+        errored_steps: errored,
+        unfired_faults: unfired,
+    };
+    Ok((result, ls.into_target()))
+}
+
+/// Runs steps until the source ends or one fails; the full check at the end.
+fn run_steps_of<T: Target>(source: &mut StepSource, st: &mut RunState<T>, progress: Progress) -> Option<Failure> {
+    loop {
+        let index = st.ls.index();
+        let stepped = catching(|| -> Result<bool, Failure> {
+            let Some(step) = source.next(st)? else { return Ok(false) };
+            if let Some(ran) = st.execute(step)? {
+                source.after(st, &ran)?;
+            }
+            Ok(true)
+        });
+        match stepped {
+            Ok(Ok(true)) => progress(st.ops_run),
+            Ok(Ok(false)) => break,
+            Ok(Err(f)) => return Some(f),
+            Err(message) => return Some(Failure::Panic { index, op: panicked_op(&st.steps), message }),
+        }
+    }
+    match catching(|| st.ls.full_check()) {
+        Ok(checked) => checked.err(),
+        Err(message) => Some(Failure::Panic { index: st.ls.index(), op: None, message }),
+    }
+}
+
+/// The op of the step that was running when a panic struck, if it ran one.
+fn panicked_op(steps: &[Step]) -> Option<Op> {
+    match steps.last() {
+        Some(Step::Op(op) | Step::Begin(op)) => Some(op.clone()),
+        _ => None,
+    }
+}
+
+fn no_progress(_: u64) {}
+
+/// Runs a spec with generated ops.
+pub fn run_seed<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<RunResult, String> {
+    execute(factory, spec, None, &no_progress).map(|(r, _)| r)
+}
+
+/// Runs a spec with generated ops, telling `progress` how far it got.
+pub fn run_seed_with_progress<F: TargetFactory>(factory: &F, spec: &RunSpec, progress: Progress) -> Result<RunResult, String> {
+    execute(factory, spec, None, progress).map(|(r, _)| r)
+}
+
+/// Runs a spec and hands back the target too (to export its image).
+pub fn run_seed_keeping_target<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<(RunResult, F::Target), String> {
+    execute(factory, spec, None, &no_progress)
+}
+
+/// Runs a fixed list of steps (a replayed trace, a shrink candidate).
+pub fn run_steps<F: TargetFactory>(factory: &F, spec: &RunSpec, steps: &[Step]) -> Result<RunResult, String> {
+    execute(factory, spec, Some(steps.to_vec()), &no_progress).map(|(r, _)| r)
+}
+
+/// Runs a fixed op list with no crashes.
+pub fn run_ops<F: TargetFactory>(factory: &F, spec: &RunSpec, ops: &[Op]) -> Result<RunResult, String> {
+    let steps: Vec<Step> = ops.iter().cloned().map(Step::Op).collect();
+    run_steps(factory, spec, &steps)
+}

@@ -1,0 +1,235 @@
+//! Where a run's steps come from.
+//!
+//! - **Generated**: the seeded tasks draw ops, the scheduler picks who
+//!   runs, and crashes are drawn after ops; what ran is recorded as steps.
+//! - **Replay**: a fixed list of steps (a trace, or a shrink candidate).
+//!   An op that would sleep on a lock makes the lock's holder finish first,
+//!   so a trace whose interleaving was shrunk away cannot deadlock.
+//!
+//! Either way, once the steps run out the ops in flight return, lowest
+//! task first.
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::spec::RunSpec;
+use super::state::{Ran, RunState};
+use crate::failure::Failure;
+use crate::scheduler::Tasks;
+use crate::target::Target;
+use crate::trace::Step;
+use crate::workload::WorkloadConfig;
+
+pub enum StepSource {
+    Generated(Box<Generated>),
+    Replay(Replay),
+}
+
+pub struct Generated {
+    tasks: Tasks,
+    crash_rng: ChaCha8Rng,
+    ops: u64,
+    crash_every: u64,
+}
+
+pub struct Replay {
+    steps: std::iter::Peekable<std::vec::IntoIter<Step>>,
+    /// The task to go back to after finishing a lock's holder.
+    resume: Option<u32>,
+}
+
+impl StepSource {
+    pub fn generated(spec: &RunSpec) -> StepSource {
+        let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        crash_rng.set_stream(0x0063_7261_7368); // "crash"
+        let tasks = Tasks::new(spec.seed, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+        StepSource::Generated(Box::new(Generated { tasks, crash_rng, ops: spec.ops, crash_every: spec.crash_every }))
+    }
+
+    pub fn replay(steps: Vec<Step>) -> StepSource {
+        StepSource::Replay(Replay { steps: steps.into_iter().peekable(), resume: None })
+    }
+
+    /// The next step to run (task switches it implies already recorded),
+    /// None when the run is over.
+    pub fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
+        match self {
+            StepSource::Generated(g) => g.next(st),
+            StepSource::Replay(r) => Ok(r.next(st)),
+        }
+    }
+
+    /// After a step ran an op: a generated run learns from its answer and
+    /// may crash.
+    pub fn after<T: Target>(&mut self, st: &mut RunState<T>, ran: &Ran) -> Result<(), Failure> {
+        let StepSource::Generated(g) = self else { return Ok(()) };
+        if ran.resynced {
+            return Ok(());
+        }
+        if let Some(outcome) = &ran.outcome {
+            g.tasks.observe(st.task, &ran.op, outcome);
+        }
+        // Crash points are drawn here and recorded as steps, so a trace
+        // replays (and shrinks) with its crashes where they happened.
+        if ran.new_op && g.crash_every > 0 && g.crash_rng.random_range(0..g.crash_every) == 0 {
+            let seed = g.crash_rng.random();
+            st.steps.push(Step::Crash { seed });
+            st.crash(seed)?;
+        }
+        Ok(())
+    }
+
+    /// Op kinds the generator draws (all of them for a replay).
+    pub fn enabled_kinds(&self) -> Vec<ext4_model::OpKind> {
+        match self {
+            StepSource::Generated(g) => g.tasks.enabled_kinds(),
+            StepSource::Replay(_) => ext4_model::OpKind::ALL.to_vec(),
+        }
+    }
+}
+
+/// Once the steps are over, begun ops return.
+fn wind_down<T: Target>(st: &mut RunState<T>) -> Option<Step> {
+    let task = st.flights.first()?;
+    st.switch_to(task);
+    Some(Step::Finish)
+}
+
+impl Generated {
+    fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
+        loop {
+            if st.ops_run >= self.ops {
+                return Ok(wind_down(st));
+            }
+            let sleeps = |st: &RunState<T>, t: u32| st.flights.asleep_with(t).is_some_and(|op| st.ls.waits_for(op).is_some());
+            let mut next = self.tasks.pick(|t| st.flights.has_flight(t));
+            if sleeps(st, next) {
+                match self.tasks.pick_among(|t| !sleeps(st, t)) {
+                    Some(t) => next = t,
+                    None => return Err(st.ls.lock_failure("every task sleeps on a lock that no op in flight holds".into())),
+                }
+            }
+            let step = if st.flights.has_flight(next) {
+                Step::Finish
+            } else {
+                let op = match st.flights.wake(next) {
+                    Some(op) => op,
+                    None => self.tasks.op(),
+                };
+                if st.ls.waits_for(&op).is_some() {
+                    st.ls.note_lock_sleep();
+                    st.flights.sleep(next, op);
+                    continue;
+                }
+                if self.tasks.split(&op) {
+                    Step::Begin(op)
+                } else {
+                    Step::Op(op)
+                }
+            };
+            if self.tasks.count() > 1 {
+                // A switch is a step: the trace shows who ran what.
+                st.switch_to(next);
+            }
+            return Ok(Some(step));
+        }
+    }
+}
+
+impl Replay {
+    fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Option<Step> {
+        if let Some(task) = self.resume.take() {
+            st.switch_to(task);
+        }
+        let sleeps = matches!(self.steps.peek(), Some(Step::Op(op) | Step::Begin(op)) if st.ls.waits_for(op).is_some());
+        // With no holder in flight the op runs and meets the lock.
+        if let Some(holder) = sleeps.then(|| st.flights.holding(T::holder)).flatten() {
+            st.ls.note_lock_sleep();
+            self.resume = Some(st.task);
+            st.switch_to(holder);
+            return Some(Step::Finish);
+        }
+        self.steps.next().or_else(|| wind_down(st))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lockstep::Lockstep;
+    use crate::target::NoLocks;
+    use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, Stat};
+
+    /// The model as a target: no locks, no device.
+    struct Plain(Model);
+
+    impl FileSystem for Plain {
+        fn create(&mut self, p: &str, m: u16) -> Result<(), Errno> { self.0.create(p, m) }
+        fn mkdir(&mut self, p: &str, m: u16) -> Result<(), Errno> { self.0.mkdir(p, m) }
+        fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.0.unlink(p) }
+        fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.0.rmdir(p) }
+        fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.0.rename(a, b) }
+        fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.0.link(a, b) }
+        fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.0.symlink(t, p) }
+        fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.0.readlink(p) }
+        fn readdir(&mut self, p: &str) -> Result<Vec<DirEntry>, Errno> { self.0.readdir(p) }
+        fn stat(&mut self, p: &str) -> Result<Stat, Errno> { self.0.stat(p) }
+        fn write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.0.write(p, o, d) }
+        fn read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.0.read(p, o, l) }
+        fn truncate(&mut self, p: &str, s: u64) -> Result<(), Errno> { self.0.truncate(p, s) }
+        fn fsync(&mut self, p: &str) -> Result<(), Errno> { self.0.fsync(p) }
+        fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.0.fdatasync(p) }
+        fn sync(&mut self) -> Result<(), Errno> { self.0.sync() }
+        fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.0.fallocate(p, m, o, l) }
+        fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.0.fiemap(p, s) }
+        fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.0.set_journal_data(p, e) }
+    }
+
+    impl Target for Plain {
+        type Lock = NoLocks;
+        type Holder = ();
+        type SecondHalf = ();
+        fn fsck(&mut self) -> Result<(), String> { self.0.check_invariants() }
+        fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
+        fn image_hash(&mut self) -> u64 { 0 }
+        fn report(&mut self) -> Vec<(String, crate::figure::Figure)> { Vec::new() }
+        fn export_image(&mut self, _: &std::path::Path) -> Result<(), String> { Err("no image".into()) }
+    }
+
+    fn state(tasks: u32) -> RunState<Plain> {
+        let config = MountConfig::default();
+        let ls = Lockstep::new(config, Model::new(&config).unwrap(), Plain(Model::new(&config).unwrap()));
+        RunState::new(ls, tasks, 0, true)
+    }
+
+    #[test]
+    fn a_generated_source_stops_at_its_op_count_and_records_task_switches() {
+        let spec = RunSpec { tasks: 3, ..RunSpec::new(4, 40, MountConfig::default()) };
+        let mut source = StepSource::generated(&spec);
+        let mut st = state(3);
+        while let Some(step) = source.next(&mut st).unwrap() {
+            if let Some(ran) = st.execute(step).unwrap() {
+                source.after(&mut st, &ran).unwrap();
+            }
+        }
+        assert_eq!(st.ops_run, 40);
+        let switches = st.steps.iter().filter(|s| matches!(s, Step::Task(_))).count();
+        assert!(switches > 0, "three tasks interleave");
+        assert_eq!(st.task_ops.iter().sum::<u64>(), 40);
+        assert!(st.steps.iter().all(|s| !matches!(s, Step::Crash { .. })), "no crashes were asked for");
+    }
+
+    #[test]
+    fn a_replay_yields_its_steps_then_ends() {
+        let steps = vec![Step::Op(Op::Sync), Step::Task(1), Step::Op(Op::Stat { path: "/".into() })];
+        let mut source = StepSource::replay(steps.clone());
+        let mut st = state(2);
+        let mut seen = Vec::new();
+        while let Some(step) = source.next(&mut st).unwrap() {
+            seen.push(step.clone());
+            st.execute(step).unwrap();
+        }
+        assert_eq!(seen, steps);
+        assert_eq!((st.task, st.ops_run), (1, 2));
+    }
+}

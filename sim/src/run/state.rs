@@ -1,0 +1,173 @@
+//! One run's moving parts and how a step moves them: the lockstep pair, the
+//! ops in flight, the task running, and the steps recorded so far (the
+//! trace that replays the run).
+
+use ext4_model::{Op, Outcome};
+
+use super::flights::Flights;
+use crate::failure::Failure;
+use crate::lockstep::Lockstep;
+use crate::target::{Begun, Target};
+use crate::trace::Step;
+
+/// What a step that ran an op did.
+#[derive(Debug)]
+pub struct Ran {
+    pub op: Op,
+    /// A new op (not the second half of one).
+    pub new_op: bool,
+    /// Its answer; None while it is in flight, or when a resync dropped it.
+    pub outcome: Option<Outcome>,
+    /// The model adopted the target's state after it (ENOSPC or a fault).
+    pub resynced: bool,
+}
+
+pub struct RunState<T: Target> {
+    pub ls: Lockstep<T>,
+    pub flights: Flights<T::SecondHalf>,
+    /// The task whose steps run now.
+    pub task: u32,
+    /// Every step run, task switches included: the run's trace.
+    pub steps: Vec<Step>,
+    /// Indices into `steps` of ops the model answered with an errno.
+    pub errored: Vec<usize>,
+    /// Ops each task ran.
+    pub task_ops: Vec<u64>,
+    /// New ops run so far.
+    pub ops_run: u64,
+    fsck_every: u64,
+    fsck_due: bool,
+    /// Faults an op meets go into the trace before it (a generated run;
+    /// a replay's faults are its trace's own).
+    records_faults: bool,
+    /// Fault steps (indices into `steps`) whose op never issued the device
+    /// command they name, with the commands it did issue.
+    pub unfired: Vec<(usize, u32)>,
+}
+
+impl<T: Target> RunState<T> {
+    pub fn new(ls: Lockstep<T>, tasks: u32, fsck_every: u64, records_faults: bool) -> Self {
+        let tasks = usize::try_from(tasks).expect("task counts are validated to 1..=64");
+        RunState { ls, flights: Flights::default(), task: 0, steps: Vec::new(), errored: Vec::new(), task_ops: vec![0; tasks], ops_run: 0, fsck_every, fsck_due: false, records_faults, unfired: Vec::new() }
+    }
+
+    /// Makes `task` the running one, recording the switch as a step.
+    pub fn switch_to(&mut self, task: u32) {
+        if task != self.task {
+            self.steps.push(Step::Task(task));
+            self.task = task;
+        }
+    }
+
+    /// Runs one step and the checks after it. Returns what it ran, if it
+    /// ran an op.
+    pub fn execute(&mut self, step: Step) -> Result<Option<Ran>, Failure> {
+        self.steps.push(step.clone());
+        let (op, new_op, outcome) = match step {
+            Step::Crash { seed } => {
+                self.crash(seed)?;
+                return Ok(None);
+            }
+            Step::Fault(event) => {
+                self.ls.arm_fault(event);
+                return Ok(None);
+            }
+            Step::Task(t) => {
+                self.task = t;
+                return Ok(None);
+            }
+            Step::Op(op) => {
+                let outcome = self.ls.step(&op).map(Some);
+                (op, true, outcome)
+            }
+            Step::Begin(op) => {
+                let outcome = match self.ls.begin(&op) {
+                    Ok(Begun::Completed(o)) => Ok(Some(o)),
+                    Ok(Begun::InFlight(flight)) => {
+                        self.flights.begin(self.task, flight);
+                        Ok(None)
+                    }
+                    Err(f) => Err(f),
+                };
+                (op, true, outcome)
+            }
+            Step::Finish => match self.flights.take(self.task) {
+                Some(flight) => (flight.op.clone(), false, self.ls.finish(flight).map(Some)),
+                // Its begin was shrunk away: nothing to finish.
+                None => return Ok(None),
+            },
+        };
+        if new_op {
+            self.ops_run += 1;
+            if let Some(n) = usize::try_from(self.task).ok().and_then(|t| self.task_ops.get_mut(t)) {
+                *n += 1;
+            }
+        }
+        if self.records_faults {
+            let fired = self.ls.take_fired_faults();
+            if !fired.is_empty() {
+                let op_step = self.steps.pop();
+                self.steps.extend(fired.into_iter().map(Step::Fault));
+                self.steps.extend(op_step);
+            }
+        } else {
+            self.note_unfired();
+        }
+        let outcome = outcome?;
+        if outcome.as_ref().is_some_and(|o| o.is_err()) {
+            self.errored.push(self.steps.len() - 1);
+        }
+        let resynced = self.after_op(new_op)?;
+        Ok(Some(Ran { op, new_op, outcome, resynced }))
+    }
+
+    /// The checks after an op; true when the model adopted the target's state.
+    fn after_op(&mut self, new_op: bool) -> Result<bool, Failure> {
+        // Before any resync remounts: a lock left held by an op that has
+        // returned, error paths included, puts every later handle to sleep.
+        self.ls.check_locks(self.flights.holders(T::holder))?;
+        let space = self.ls.space_pending();
+        if space || self.ls.fault_pending() {
+            // The model adopts the target's state next: what was in flight
+            // is dropped with the model it began in.
+            self.flights.drop_all();
+            if space {
+                // The target ran out of room where the model, blind to
+                // metadata, still had some: the model takes its state.
+                self.ls.resync_after_space()?;
+            } else {
+                // The op met a device fault: its answer is not comparable,
+                // and the state is whatever the fault left.
+                self.ls.resync_after_fault()?;
+            }
+            return Ok(true);
+        }
+        self.fsck_due |= new_op && self.fsck_every > 0 && self.ops_run % self.fsck_every == 0;
+        self.ls.check_model()?;
+        // An op in flight holds what its first half took: the check waits
+        // until none is, so it sees the filesystem between ops.
+        if self.fsck_due && self.flights.is_empty() {
+            self.fsck_due = false;
+            self.ls.full_check()?;
+        }
+        Ok(false)
+    }
+
+    /// Notes the fault steps just before the op that the op never reached.
+    fn note_unfired(&mut self) {
+        let (events, commands) = self.ls.take_unfired_faults();
+        let op_at = self.steps.len() - 1;
+        for event in events {
+            let armed_at = (0..op_at).rev().take_while(|&i| matches!(self.steps[i], Step::Fault(_))).find(|&i| self.steps[i] == Step::Fault(event));
+            if let Some(i) = armed_at {
+                self.unfired.push((i, commands));
+            }
+        }
+    }
+
+    /// A crash ends what was in flight: those ops never returned.
+    pub fn crash(&mut self, seed: u64) -> Result<(), Failure> {
+        self.flights.drop_all();
+        self.ls.crash(seed)
+    }
+}

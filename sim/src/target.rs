@@ -1,0 +1,168 @@
+//! What the runner drives: an implementation held to the model, generic in
+//! fact. Whatever is the implementation's own (its locks, who holds them,
+//! what a split op carries between its halves) is an associated type; the
+//! runner only compares, counts and reports them. Device faults are reached
+//! through a [`FaultPlane`] the target lends, not through the filesystem.
+
+use std::fmt;
+
+use ext4_model::{Errno, FileSystem, Limits, Op, Outcome, Pending};
+
+use crate::disk::{FaultConfig, FaultEvent, SimDisk};
+use crate::figure::Figure;
+use crate::run::RunSpec;
+
+/// The device's fault controls, as the runner needs them.
+pub trait FaultPlane {
+    /// Faults met so far (every refused command counts).
+    fn faults_met(&self) -> u64;
+    /// The run injects faults at all.
+    fn injects(&self) -> bool;
+    /// Holds faults off (true) or lets them fire again (false).
+    fn hold(&mut self, held: bool);
+    /// From now on fire only the faults a trace arms, drawing none.
+    fn script(&mut self);
+    /// Starts an op's fault window; `armed` are the trace's faults for it.
+    fn begin_op(&mut self, armed: Vec<FaultEvent>);
+    /// The faults that fired since [`FaultPlane::begin_op`].
+    fn take_fired(&mut self) -> Vec<FaultEvent>;
+    /// Armed faults the op never reached, and the device commands it issued.
+    fn take_unfired(&mut self) -> (Vec<FaultEvent>, u32);
+}
+
+impl FaultPlane for SimDisk {
+    fn faults_met(&self) -> u64 {
+        self.stats().faults.total()
+    }
+    fn injects(&self) -> bool {
+        *self.configured_faults() != FaultConfig::NONE
+    }
+    fn hold(&mut self, held: bool) {
+        self.hold_faults(held);
+    }
+    fn script(&mut self) {
+        self.script_faults();
+    }
+    fn begin_op(&mut self, armed: Vec<FaultEvent>) {
+        SimDisk::begin_op(self, armed);
+    }
+    fn take_fired(&mut self) -> Vec<FaultEvent> {
+        self.take_fired_faults()
+    }
+    fn take_unfired(&mut self) -> (Vec<FaultEvent>, u32) {
+        self.take_unfired_faults()
+    }
+}
+
+/// A type with no values: the lock type of a target that has no locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoLocks {}
+
+impl fmt::Display for NoLocks {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {}
+    }
+}
+
+/// What the runner needs of an implementation beyond [`FileSystem`].
+pub trait Target: FileSystem {
+    /// A lock an op may sleep on.
+    type Lock: fmt::Display + fmt::Debug;
+    /// Who holds a lock across the halves of a split op.
+    type Holder: fmt::Debug + Clone + PartialEq;
+    /// What a split op's first half leaves for its second.
+    type SecondHalf: fmt::Debug;
+
+    /// Full check of the implementation's own on-disk structures. It must
+    /// observe, never perturb: the run goes on as if it had not looked.
+    fn fsck(&mut self) -> Result<(), String>;
+    /// Crashes the device under the filesystem and mounts it again (journal
+    /// replay included). `seed` drives which unflushed writes survive.
+    fn crash_and_remount(&mut self, seed: u64) -> Result<(), String>;
+    /// A digest of the image, for determinism checks.
+    fn image_hash(&mut self) -> u64;
+    /// Labelled figures for the summary: I/O, layout.
+    fn report(&mut self) -> Vec<(String, Figure)>;
+    /// Writes everything back and stores the image at `path` for e2fsprogs.
+    fn export_image(&mut self, path: &std::path::Path) -> Result<(), String>;
+    /// Simulated time so far, in ns (0 for a target with no clock).
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    /// Simulated ns the target's checks spent away from the run's clock.
+    fn check_ns(&self) -> u64 {
+        0
+    }
+    /// The device's fault controls, when the target has a simulated device.
+    fn faults(&mut self) -> Option<&mut dyn FaultPlane> {
+        None
+    }
+    /// After a fault: drop the caches and mount again (faults are held).
+    fn remount_after_fault(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+    /// ENOSPC limits for the model: the target's free space at the start.
+    fn space_limits(&self) -> Limits {
+        Limits::default()
+    }
+    /// True when the target is so full that metadata the model does not
+    /// count (directory and extent-tree blocks) may decide an ENOSPC.
+    fn nearly_full(&self) -> bool {
+        false
+    }
+    /// What lies behind the last errno the target answered, when it was
+    /// more than the errno says (EIO: which structure, which check).
+    fn explain_last_error(&mut self) -> Option<String> {
+        None
+    }
+    /// True when `op` can run in two halves ([`Target::begin_split`]).
+    fn splits(&self, _op: &Op) -> bool {
+        false
+    }
+    /// The first half of a split op. Only called when [`Target::splits`].
+    fn begin_split(&mut self, _op: &Op) -> Result<Self::SecondHalf, Errno> {
+        Err(Errno::EINVAL)
+    }
+    /// The second half: the op returns.
+    fn finish_split(&mut self, _half: Self::SecondHalf) -> Result<(), Errno> {
+        Ok(())
+    }
+    /// The lock a first half took and holds until its second.
+    fn holder(_half: &Self::SecondHalf) -> Option<Self::Holder> {
+        None
+    }
+    /// The lock `op` would sleep on now (held by a split op in flight).
+    fn waits_for(&self, _op: &Op) -> Option<Self::Lock> {
+        None
+    }
+    /// Locks held between calls, with their holders.
+    fn locks_held(&self) -> Vec<(Self::Lock, Self::Holder)> {
+        Vec::new()
+    }
+}
+
+/// Builds fresh targets for a spec (the engine, or a test double).
+pub trait TargetFactory {
+    type Target: Target;
+    fn make(&self, spec: &RunSpec) -> Result<Self::Target, String>;
+}
+
+/// A split op between its halves, on both sides.
+#[derive(Debug)]
+pub struct InFlight<H> {
+    pub op: Op,
+    /// The op's index, for reports.
+    pub index: u64,
+    pub model: Pending,
+    pub target: H,
+    /// Simulated ns its first half took.
+    pub begun_ns: u64,
+}
+
+/// What the first half of a split op left.
+#[derive(Debug)]
+pub enum Begun<H> {
+    /// The op is over (it failed, or it could not be split).
+    Completed(Outcome),
+    InFlight(InFlight<H>),
+}
