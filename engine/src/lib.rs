@@ -8,6 +8,8 @@
 //! - [`image`]: opens an existing image read-only and validates it.
 //! - [`journal`]: jbd2 commits, checkpoints and recovery for inode 8.
 
+#![forbid(unsafe_code)]
+
 pub mod device;
 pub mod device_file;
 pub mod device_mem;

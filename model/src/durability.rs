@@ -29,7 +29,8 @@ use std::ops::Range;
 use crate::config::{EffectiveMount, InodeJournalMode};
 use crate::data::FileData;
 use crate::fs::FileSystem;
-use crate::model::{Call, Limits, Model};
+use crate::crash_log::{Call, CrashLog};
+use crate::model::{Limits, Model};
 use crate::op::{fiemap_flags, FileKind, Op, MAX_IO_LEN};
 use crate::state::{Ino, Node, State};
 use crate::Errno;
@@ -40,22 +41,6 @@ pub const SECTOR: u64 = 512;
 /// Upper bound on ops a crash check replays; a workload syncs more often.
 pub const MAX_LOGGED_CALLS: usize = 1 << 20;
 
-#[derive(Clone, Debug)]
-pub(crate) struct CrashLog {
-    pub base: State,
-    pub calls: Vec<Call>,
-}
-
-impl CrashLog {
-    pub fn new(base: State) -> CrashLog {
-        CrashLog { base, calls: Vec::new() }
-    }
-
-    pub fn restart(&mut self, base: State) {
-        self.base = base;
-        self.calls.clear();
-    }
-}
 
 /// One name as the crash check compares it: everything but the inode number
 /// (physical) and file size and contents (checked per file).

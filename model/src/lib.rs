@@ -6,10 +6,13 @@
 //! coverage and flags, listings) are law; physical choices belong to the engine.
 //! [`agree`] says how an implementation's answer is compared with the model's.
 
+#![forbid(unsafe_code)]
+
 pub mod adopt;
 pub mod agree;
 pub mod config;
 pub mod content;
+mod crash_log;
 pub mod data;
 pub mod durability;
 mod errno;

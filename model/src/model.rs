@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::content::Source;
 use crate::config::{ConfigError, EffectiveMount, InodeJournalMode, MountConfig};
 use crate::data::{Alloc, FileData};
-use crate::durability::CrashLog;
+pub use crate::crash_log::Call;
+use crate::crash_log::CrashLog;
 use crate::fs::FileSystem;
 use crate::op::{inode_flags, DirEntry, FallocFlags, FiemapExtent, FileKind, Op, Stat};
 use crate::path::SplitPath;
@@ -20,13 +21,6 @@ pub struct Limits {
     pub data_blocks: Option<u64>,
     /// Inodes that may be created beyond root and lost+found.
     pub inodes: Option<u64>,
-}
-
-/// A state-changing call as the crash log keeps it, replayable exactly.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Call {
-    Op(Op),
-    Write { path: String, offset: u64, data: Arc<[u8]> },
 }
 
 #[derive(Clone, Debug)]

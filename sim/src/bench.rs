@@ -192,8 +192,9 @@ pub fn bench_e2fsprogs(runs: usize, work: &Path) -> Result<Vec<BenchRow>, String
 fn peak_rss_mib() -> u64 {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: getrusage only writes the struct it is given.
+        // SAFETY: rusage is plain integers, for which all zeroes is a value.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage only writes the struct it is given.
         if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } == 0 {
             return (usage.ru_maxrss.max(0) as u64) / 1024;
         }

@@ -6,6 +6,10 @@
 //! [`target::Target`] through [`lockstep`]; `cli` and `report` sit on top;
 //! the disk, the workload and the text forms know nothing of the runner.
 
+// Unsafe only where the oracle calls the kernel and the heap is tuned; each
+// block says why it is sound.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod bench;
 pub mod cli;
 pub mod disk;

@@ -10,7 +10,7 @@ use ext4_model::{Errno, FileSystem, Limits, Op, Outcome, Pending};
 
 use crate::disk::{FaultConfig, FaultEvent, SimDisk};
 use crate::figure::Figure;
-use crate::run::RunSpec;
+use crate::run::spec::RunSpec;
 
 /// The device's fault controls, as the runner needs them.
 pub trait FaultPlane {

@@ -1,0 +1,32 @@
+//! The crash log: every state-changing call since the last point a crash
+//! cannot go behind, so the crash check can replay any prefix of it.
+
+use std::sync::Arc;
+
+use crate::op::Op;
+use crate::state::State;
+
+/// A state-changing call as the crash log keeps it, replayable exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    Op(Op),
+    Write { path: String, offset: u64, data: Arc<[u8]> },
+}
+
+/// The state at the last sync and every call since.
+#[derive(Clone, Debug)]
+pub(crate) struct CrashLog {
+    pub base: State,
+    pub calls: Vec<Call>,
+}
+
+impl CrashLog {
+    pub fn new(base: State) -> CrashLog {
+        CrashLog { base, calls: Vec::new() }
+    }
+
+    pub fn restart(&mut self, base: State) {
+        self.base = base;
+        self.calls.clear();
+    }
+}
