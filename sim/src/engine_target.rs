@@ -1,9 +1,14 @@
 //! The engine on the simulated disk, as the lockstep runner's [`Target`].
 //!
-//! Every full check unmounts (writing everything back), runs the engine's own
-//! fsck on the image, and mounts again, so persistence across a remount is
-//! tested as often as consistency. A crash drops the engine's caches, lets the
-//! disk lose or tear what was not flushed, and mounts what is left.
+//! A full check observes without perturbing: a shadow of the mount (its whole
+//! in-memory state) unmounts onto a shadow of the disk, writing everything
+//! back there, and the engine's own fsck reads what that wrote. The mount,
+//! its disk, clock and random streams go on as if nothing had looked, so the
+//! workload's simulated time and final image do not depend on how often the
+//! harness checks. Persistence across a remount is tested by crashes, fault
+//! remounts and the mount after every trace. A crash drops the engine's
+//! caches, lets the disk lose or tear what was not flushed, and mounts what
+//! is left.
 
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
@@ -14,6 +19,7 @@ use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountCo
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::disk::shadow::ShadowDisk;
 use crate::disk::{CrashPolicy, SimDisk};
 use crate::figure::Figure;
 use crate::run::spec::{RunSpec, SIM_EPOCH_SECS};
@@ -32,6 +38,8 @@ pub struct EngineTarget {
     start_space: (u64, u64),
     /// Run on the engine after every mount (see [`EngineTarget::after_mount`]).
     after_mount: Option<fn(&mut Ext4<SimDisk>)>,
+    /// Simulated ns the checks' shadows spent, on their own clocks.
+    check_ns: u64,
 }
 
 impl EngineTarget {
@@ -65,6 +73,19 @@ impl EngineTarget {
 
     fn disk(&self) -> Option<&SimDisk> {
         self.fs.as_ref().map(|f| f.device())
+    }
+
+    /// Unmounts a shadow of the mount onto a shadow of its disk and runs `f`
+    /// on what that wrote; the mount and its disk stay as they were. Faults
+    /// do not reach a shadow: checks judge the filesystem, not the disk.
+    fn with_shadow<R>(&mut self, f: impl FnOnce(ShadowDisk<'_>) -> R) -> Result<R, String> {
+        let fs = self.fs.as_ref().ok_or("filesystem is not mounted")?;
+        let shadow = fs.shadow(fs.device().shadow());
+        let dev = shadow.unmount().map_err(|e| format!("unmount of a shadow: {e}"))?;
+        let spent = dev.elapsed_ns();
+        let out = f(dev);
+        self.check_ns = self.check_ns.saturating_add(spent);
+        Ok(out)
     }
 
     /// Unmounts, runs `f` on the bare disk, and mounts again, with faults
@@ -108,7 +129,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0 })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -150,10 +171,10 @@ impl Target for EngineTarget {
     type SecondHalf = SecondHalf;
 
     fn fsck(&mut self) -> Result<(), String> {
-        let problems = self.with_unmounted(|dev| {
-            let (dev, report) = check(dev);
+        let problems = self.with_shadow(|dev| {
+            let (_, report) = check(dev);
             let problems: Vec<String> = report.problems.iter().take(5).map(|p| p.to_string()).collect();
-            (dev, (report.is_clean(), problems))
+            (report.is_clean(), problems)
         })?;
         match problems {
             (true, _) => Ok(()),
@@ -177,6 +198,10 @@ impl Target for EngineTarget {
 
     fn now_ns(&self) -> u64 {
         self.disk().map_or(0, |d| d.stats().elapsed_ns)
+    }
+
+    fn check_ns(&self) -> u64 {
+        self.check_ns
     }
 
     fn faults(&mut self) -> Option<&mut dyn FaultPlane> {
@@ -269,10 +294,7 @@ impl Target for EngineTarget {
         }
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
-        match self.with_unmounted(|mut dev| {
-            let layout = crate::layout::image_layout(&mut dev);
-            (dev, layout)
-        }) {
+        match self.with_shadow(|mut dev| crate::layout::image_layout(&mut dev)) {
             Ok(Ok(layout)) => {
                 for line in layout.to_string().lines() {
                     if let Some((k, v)) = line.split_once(": ") {

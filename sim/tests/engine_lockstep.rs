@@ -60,6 +60,34 @@ fn same_seed_same_hashes_different_seeds_differ() {
 }
 
 #[test]
+fn full_checks_observe_without_perturbing_the_run() {
+    // On a disk with seek costs, with crashes and two tasks: however often
+    // the harness checks, the workload sees the same device, so its time,
+    // trace and final image are the same; only the harness's time grows.
+    let runs: Vec<_> = [0, 300, 50]
+        .into_iter()
+        .map(|every| {
+            let mut s = spec(11, 900, "");
+            s.profile = ext4_sim::run::spec::ProfileSpec::resolve("hdd-7200").unwrap();
+            s.fsck_every = every;
+            s.crash_every = 200;
+            s.tasks = 2;
+            run_seed(&EngineFactory, &s).unwrap()
+        })
+        .collect();
+    for r in &runs {
+        assert!(r.failure.is_none(), "fsck every {}: {:?}", r.spec.fsck_every, r.failure);
+        assert!(r.stats.fscks > 0);
+    }
+    let seen = |r: &ext4_sim::run::RunResult| (r.trace_hash, r.image_hash, r.time.workload_ns, r.time.recovery_ns);
+    assert_eq!(seen(&runs[0]), seen(&runs[1]));
+    assert_eq!(seen(&runs[0]), seen(&runs[2]));
+    assert!(runs[0].time.workload_ns > 0);
+    assert!(runs[2].stats.fscks > runs[1].stats.fscks && runs[1].stats.fscks > runs[0].stats.fscks);
+    assert!(runs[2].time.harness_ns > runs[1].time.harness_ns, "checks on shadows still count as the harness's time");
+}
+
+#[test]
 fn seeded_runs_pass_across_mount_configurations() {
     for (seed, mount) in [(1, ""), (2, "nodelalloc"), (3, "data=journal"), (4, "bs=1k"), (5, "bs=64k,ps=64k"), (6, "bs=16k,ps=4k,skip_block_uninit")] {
         let r = run_seed(&EngineFactory, &spec(seed, 1500, mount)).unwrap();

@@ -31,7 +31,7 @@ use crate::format::GroupIndex;
 pub use inode::InodeGrant;
 
 /// Allocation state of a mounted filesystem.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Allocator {
     geo: Geometry,
     descs: Vec<GroupDesc>,

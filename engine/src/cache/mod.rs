@@ -26,7 +26,7 @@ use crate::format::BlockNumber;
 const MAX_WRITE_BYTES: usize = 1 << 20;
 
 /// Cached metadata blocks of one filesystem.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct BufferCache {
     block_size: usize,
     blocks_count: u64,

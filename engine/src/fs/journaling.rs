@@ -64,6 +64,7 @@ impl<D: BlockDevice> Ctx<D> {
 /// A transaction closed and waiting to be written: jbd2's committing
 /// transaction. Its blocks are copies taken when it closed, so ops that run
 /// meanwhile build the next (running) transaction on the cache freely.
+#[derive(Clone)]
 pub(crate) struct Committing {
     /// The tid it commits under (its ticket).
     tid: u32,

@@ -38,7 +38,7 @@ impl fmt::Display for Lock {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Locks {
     updates: Option<LockHolder>,
     next_holder: u64,

@@ -259,6 +259,37 @@ impl<D: BlockDevice> Ext4<D> {
         (data, self.ctx.alloc.totals().free_inodes)
     }
 
+    /// This mount's whole state (caches, dirty inodes, the journal, locks)
+    /// over another device that holds the same image: a check can unmount
+    /// the copy, writing everything back to that device, and leave this
+    /// mount and its device exactly as they were.
+    pub fn shadow<E: BlockDevice>(&self, dev: E) -> Ext4<E> {
+        let c = &self.ctx;
+        let ctx = Ctx {
+            dev,
+            mount: c.mount,
+            sb: c.sb.clone(),
+            geo: c.geo.clone(),
+            alloc: c.alloc.clone(),
+            cache: c.cache.clone(),
+            csum_seed: c.csum_seed,
+            journal: c.journal.clone(),
+            clock_secs: c.clock_secs,
+            clock_ticks: c.clock_ticks,
+            next_generation: c.next_generation,
+            scratch: Vec::new(),
+        };
+        Ext4 {
+            ctx,
+            nodes: self.nodes.clone(),
+            dirty: self.dirty.clone(),
+            committing: self.committing.clone(),
+            locks: self.locks.clone(),
+            #[cfg(feature = "test-hooks")]
+            bug: self.bug,
+        }
+    }
+
     /// Checks the allocator's running counts against descriptors and bitmaps.
     pub fn check_allocator(&self) -> std::result::Result<(), String> {
         self.ctx.alloc.check_counts()

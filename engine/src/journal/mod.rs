@@ -56,7 +56,7 @@ pub struct JournalStats {
 }
 
 /// A mounted, writable journal.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Journal {
     jsb: JournalSuperblock,
     map: LogMap,

@@ -26,6 +26,7 @@ pub mod pending;
 pub mod profile;
 pub mod profile_text;
 pub mod rng;
+pub mod shadow;
 pub mod stats;
 pub mod store;
 
