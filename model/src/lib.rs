@@ -29,6 +29,7 @@ mod split;
 pub mod state;
 pub mod text;
 pub mod vfs;
+pub mod whole_tree;
 
 pub use text::TextError;
 pub use config::{AllocPolicy, ConfigError, DataMode, EffectiveMount, InodeJournalMode, MountConfig};

@@ -23,7 +23,7 @@ use crate::disk::shadow::ShadowDisk;
 use crate::disk::{CrashPolicy, SimDisk};
 use crate::figure::Figure;
 use crate::run::spec::{RunSpec, SIM_EPOCH_SECS};
-use crate::target::{FaultPlane, Target, TargetFactory};
+use crate::target::{FaultPlane, ReadBack, Target, TargetFactory};
 
 /// Below this many free blocks an ENOSPC the model did not expect is taken
 /// as metadata the model does not count, not as a divergence.
@@ -78,12 +78,14 @@ impl EngineTarget {
     /// Unmounts a shadow of the mount onto a shadow of its disk and runs `f`
     /// on what that wrote; the mount and its disk stay as they were. Faults
     /// do not reach a shadow: checks judge the filesystem, not the disk.
-    fn with_shadow<R>(&mut self, f: impl FnOnce(ShadowDisk<'_>) -> R) -> Result<R, String> {
+    /// `f` hands the shadow disk back when it can, so its time is counted.
+    fn with_shadow<R>(&mut self, f: impl FnOnce(ShadowDisk<'_>) -> (Option<ShadowDisk<'_>>, R)) -> Result<R, String> {
         let fs = self.fs.as_ref().ok_or("filesystem is not mounted")?;
         let shadow = fs.shadow(fs.device().shadow());
         let dev = shadow.unmount().map_err(|e| format!("unmount of a shadow: {e}"))?;
-        let spent = dev.elapsed_ns();
-        let out = f(dev);
+        let mut spent = dev.elapsed_ns();
+        let (dev, out) = f(dev);
+        spent = dev.map_or(spent, |d| d.elapsed_ns());
         self.check_ns = self.check_ns.saturating_add(spent);
         Ok(out)
     }
@@ -170,16 +172,22 @@ impl Target for EngineTarget {
     type Holder = LockHolder;
     type SecondHalf = SecondHalf;
 
-    fn fsck(&mut self) -> Result<(), String> {
-        let problems = self.with_shadow(|dev| {
-            let (_, report) = check(dev);
-            let problems: Vec<String> = report.problems.iter().take(5).map(|p| p.to_string()).collect();
-            (report.is_clean(), problems)
-        })?;
-        match problems {
-            (true, _) => Ok(()),
-            (false, list) => Err(list.join("; ")),
-        }
+    fn fsck(&mut self, read_back: ReadBack<'_>) -> Result<(), String> {
+        let config = self.config;
+        self.with_shadow(|dev| {
+            let (dev, report) = check(dev);
+            if !report.is_clean() {
+                let problems: Vec<String> = report.problems.iter().take(5).map(|p| p.to_string()).collect();
+                return (Some(dev), Err(problems.join("; ")));
+            }
+            match Ext4::mount(dev, &config) {
+                Ok(mut cold) => {
+                    let read = read_back(&mut cold);
+                    (Some(cold.into_device_dropping_caches()), read)
+                }
+                Err(e) => (None, Err(format!("mount of the checked image: {e}"))),
+            }
+        })?
     }
 
     fn crash_and_remount(&mut self, seed: u64) -> Result<(), String> {
@@ -294,7 +302,10 @@ impl Target for EngineTarget {
         }
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
-        match self.with_shadow(|mut dev| crate::layout::image_layout(&mut dev)) {
+        match self.with_shadow(|mut dev| {
+            let layout = crate::layout::image_layout(&mut dev);
+            (Some(dev), layout)
+        }) {
             Ok(Ok(layout)) => {
                 for line in layout.to_string().lines() {
                     if let Some((k, v)) = line.split_once(": ") {

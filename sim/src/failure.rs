@@ -23,6 +23,9 @@ pub enum Failure {
     Divergence(Box<Divergence>),
     ModelInvariant { index: u64, what: String },
     TargetFsck { index: u64, what: String },
+    /// The image, mounted afresh with cold caches at a full check, reads
+    /// back other than the model says: what was written back is wrong.
+    ReadBack { index: u64, what: String },
     Crash { index: u64, what: String },
     /// A lock held after the op that took it returned, or every task asleep.
     Lock { index: u64, op: Option<OpKind>, what: String },
@@ -36,6 +39,7 @@ impl Failure {
             Failure::Divergence(d) => d.index,
             Failure::ModelInvariant { index, .. }
             | Failure::TargetFsck { index, .. }
+            | Failure::ReadBack { index, .. }
             | Failure::Crash { index, .. }
             | Failure::Lock { index, .. }
             | Failure::Panic { index, .. } => *index,
@@ -48,7 +52,7 @@ impl Failure {
             Failure::Divergence(d) => Some(d.op.kind()),
             Failure::Lock { op, .. } => *op,
             Failure::Panic { op, .. } => op.as_ref().map(Op::kind),
-            Failure::ModelInvariant { .. } | Failure::TargetFsck { .. } | Failure::Crash { .. } => None,
+            Failure::ModelInvariant { .. } | Failure::TargetFsck { .. } | Failure::ReadBack { .. } | Failure::Crash { .. } => None,
         }
     }
 
@@ -87,6 +91,7 @@ impl fmt::Display for Failure {
             }
             Failure::ModelInvariant { index, what } => write!(f, "model invariant broken after op {index}: {what}"),
             Failure::TargetFsck { index, what } => write!(f, "target fsck failed after op {index}: {what}"),
+            Failure::ReadBack { index, what } => write!(f, "image read back after op {index} differs from the model: {what}"),
             Failure::Crash { index, what } => write!(f, "crash after op {index}: {what}"),
             Failure::Lock { index, what, .. } => write!(f, "lock discipline broken after op {index}: {what}"),
             Failure::Panic { index, op: Some(op), message } => write!(f, "panic in op {index}: {op}\n  panic:  {message}"),

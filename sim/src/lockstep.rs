@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use ext4_model::agree::agrees;
+use ext4_model::whole_tree::{tree_agrees, ReadBackBudget};
 use ext4_model::{CrashEnvelope, Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
 
 pub use crate::disk::hash::Fnv64;
@@ -14,6 +15,15 @@ use crate::disk::FaultEvent;
 use crate::failure::{Divergence, Failure};
 use crate::sim_time::SimTime;
 use crate::target::{Begun, InFlight, Target};
+
+/// What a periodic full check reads back from the cold image and compares,
+/// going on each time where the last stopped: enough to walk a typical
+/// run's tree over a few checks without making checks the run's main cost.
+pub const READ_BACK_PER_CHECK: ReadBackBudget = ReadBackBudget { names: 512, bytes: 1 << 20 };
+/// What the check at the end of a run reads back: every name, and file
+/// data up to a bound that keeps a long run's last check to a fraction of
+/// a second.
+pub const READ_BACK_AT_END: ReadBackBudget = ReadBackBudget { names: u64::MAX, bytes: 8 << 20 };
 
 /// Feeds an outcome into the trace hash field by field (formatting bytes
 /// through Debug would cost more than the op).
@@ -92,6 +102,8 @@ pub struct Lockstep<T: Target> {
     space_short: bool,
     /// Reused for every write's bytes.
     write_buf: Vec<u8>,
+    /// Where the next full check's read-back starts (a name index).
+    read_back_from: u64,
 }
 
 impl<T: Target> Lockstep<T> {
@@ -111,6 +123,7 @@ impl<T: Target> Lockstep<T> {
             armed: Vec::new(),
             space_short: false,
             write_buf: Vec::new(),
+            read_back_from: 0,
         }
     }
 
@@ -395,12 +408,42 @@ impl<T: Target> Lockstep<T> {
         self.model.check_paths(&paths).map_err(|what| Failure::ModelInvariant { index: self.index, what })
     }
 
-    /// The expensive checks: the model from scratch and the target's fsck.
+    /// The expensive checks: the model from scratch, the target's fsck, and
+    /// the checked image read back cold within [`READ_BACK_PER_CHECK`],
+    /// starting where the last check stopped.
     pub fn full_check(&mut self) -> Result<(), Failure> {
+        self.full_check_within(READ_BACK_PER_CHECK)
+    }
+
+    /// The full check at the end of a run: every name read back.
+    pub fn final_check(&mut self) -> Result<(), Failure> {
+        self.full_check_within(READ_BACK_AT_END)
+    }
+
+    fn full_check_within(&mut self, budget: ReadBackBudget) -> Result<(), Failure> {
         self.model.check_invariants().map_err(|what| Failure::ModelInvariant { index: self.index, what })?;
         self.stats.fscks += 1;
         let index = self.index;
-        self.harness(|ls| ls.target.fsck().map_err(|what| Failure::TargetFsck { index, what }))
+        let mut differs = None;
+        let checked = self.harness(|ls| {
+            let (model, next_file) = (&mut ls.model, &mut ls.read_back_from);
+            let mut read_back = |fs: &mut dyn FileSystem| match tree_agrees(model, fs, budget, *next_file) {
+                Ok(seen) => {
+                    *next_file = seen.next;
+                    Ok(())
+                }
+                Err(d) => {
+                    differs = Some(d.to_string());
+                    Err("the image read back differs from the model".to_string())
+                }
+            };
+            ls.target.fsck(&mut read_back)
+        });
+        match (checked, differs) {
+            (_, Some(what)) => Err(Failure::ReadBack { index, what }),
+            (Err(what), None) => Err(Failure::TargetFsck { index, what }),
+            (Ok(()), None) => Ok(()),
+        }
     }
 
     /// Crashes the target, checks the recovered state is one the model
@@ -417,7 +460,8 @@ impl<T: Target> Lockstep<T> {
         self.time.record_recovery(self.target.now_ns().saturating_sub(start));
         recovered?;
         let judged = self.harness(|ls| {
-            ls.target.fsck().map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
+            // The recovered mount is cold already: the envelope reads it.
+            ls.target.fsck(&mut |_| Ok(())).map_err(|what| Failure::Crash { index, what: format!("fsck after recovery: {what}") })?;
             envelope.check(&mut ls.target).map_err(|v| Failure::Crash { index, what: v.to_string() })?;
             let limits = ls.model.limits();
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })

@@ -84,6 +84,7 @@ fn failure_json(f: &Failure) -> String {
         Failure::Divergence(_) => "divergence",
         Failure::ModelInvariant { .. } => "model_invariant",
         Failure::TargetFsck { .. } => "target_fsck",
+        Failure::ReadBack { .. } => "read_back",
         Failure::Crash { .. } => "crash",
         Failure::Lock { .. } => "lock",
         Failure::Panic { .. } => "panic",

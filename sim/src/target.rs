@@ -54,6 +54,9 @@ impl FaultPlane for SimDisk {
     }
 }
 
+/// Holds a filesystem (the checked image, mounted afresh) to the model.
+pub type ReadBack<'a> = &'a mut dyn FnMut(&mut dyn FileSystem) -> Result<(), String>;
+
 /// A type with no values: the lock type of a target that has no locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoLocks {}
@@ -73,9 +76,11 @@ pub trait Target: FileSystem {
     /// What a split op's first half leaves for its second.
     type SecondHalf: fmt::Debug;
 
-    /// Full check of the implementation's own on-disk structures. It must
-    /// observe, never perturb: the run goes on as if it had not looked.
-    fn fsck(&mut self) -> Result<(), String>;
+    /// Full check of the implementation's own on-disk structures, then the
+    /// checked image mounted afresh (cold caches) handed to `read_back`,
+    /// which holds it to the model. It must observe, never perturb: the run
+    /// goes on as if it had not looked.
+    fn fsck(&mut self, read_back: ReadBack<'_>) -> Result<(), String>;
     /// Crashes the device under the filesystem and mounts it again (journal
     /// replay included). `seed` drives which unflushed writes survive.
     fn crash_and_remount(&mut self, seed: u64) -> Result<(), String>;

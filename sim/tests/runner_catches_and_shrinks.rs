@@ -55,7 +55,10 @@ impl Target for Buggy {
     type Lock = NoLocks;
     type Holder = ();
     type SecondHalf = ();
-    fn fsck(&mut self) -> Result<(), String> { self.inner.check_invariants() }
+    fn fsck(&mut self, read_back: ext4_sim::target::ReadBack<'_>) -> Result<(), String> {
+        self.inner.check_invariants()?;
+        read_back(&mut self.inner)
+    }
     fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
     fn image_hash(&mut self) -> u64 { self.inner.seq() }
     fn report(&mut self) -> Vec<(String, Figure)> { vec![("double".into(), Figure::Text("model with an injected bug".into()))] }

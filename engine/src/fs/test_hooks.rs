@@ -18,6 +18,10 @@ pub enum InjectedBug {
     /// A journal-flag switch whose journal flush fails keeps the updates
     /// lock (the lock imbalance docs/ARCHITECTURE.md recalls).
     SwitchKeepsLockOnFailedFlush,
+    /// Inodes are written back without their other-read permission bit;
+    /// the mount's own copy keeps it, so only a cold read of the image can
+    /// tell.
+    WriteBackDropsOtherRead,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +45,15 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {
         self.bug.bug == Some(InjectedBug::SwitchKeepsLockOnFailedFlush)
+    }
+
+    /// The inode as this bug writes it back, if the bug changes it.
+    pub(crate) fn bug_on_store(bug: BugState, disk: &crate::format::inode::Inode) -> Option<crate::format::inode::Inode> {
+        (bug.bug == Some(InjectedBug::WriteBackDropsOtherRead) && disk.mode & 0o004 != 0).then(|| {
+            let mut wrong = disk.clone();
+            wrong.mode &= !0o004;
+            wrong
+        })
     }
 
     pub(crate) fn bug_on_read(&self, offset: u64, size: u64, data: &mut [u8]) {

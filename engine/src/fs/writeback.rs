@@ -105,6 +105,10 @@ impl<D: BlockDevice> Ext4<D> {
                 self.dirty.insert(ino);
                 return Err(e);
             }
+            #[cfg(feature = "test-hooks")]
+            if let Some(wrong) = Self::bug_on_store(self.bug, &node.disk) {
+                self.ctx.store_inode(ino, &wrong)?;
+            }
         }
         let ctx = &mut self.ctx;
         ctx.alloc.write_back(&mut ctx.cache, &mut ctx.dev)?;

@@ -189,7 +189,10 @@ mod tests {
         type Lock = NoLocks;
         type Holder = ();
         type SecondHalf = ();
-        fn fsck(&mut self) -> Result<(), String> { self.0.check_invariants() }
+        fn fsck(&mut self, read_back: crate::target::ReadBack<'_>) -> Result<(), String> {
+            self.0.check_invariants()?;
+            read_back(&mut self.0)
+        }
         fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
         fn image_hash(&mut self) -> u64 { 0 }
         fn report(&mut self) -> Vec<(String, crate::figure::Figure)> { Vec::new() }
