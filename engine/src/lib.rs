@@ -16,6 +16,7 @@ pub mod device_mem;
 pub mod error;
 pub mod format;
 pub mod image;
+pub mod layout;
 pub mod mkfs;
 pub mod range_set;
 #[cfg(test)]
@@ -30,4 +31,5 @@ pub mod extent_tree;
 pub mod fs;
 pub mod journal;
 
-pub use fs::{Ext4, LayoutReport};
+pub use fs::Ext4;
+pub use layout::LayoutReport;

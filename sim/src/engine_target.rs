@@ -14,6 +14,8 @@ use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
 use ext4_engine::fs::locks::{Lock, LockHolder};
 use ext4_engine::fs::{Ext4, SecondHalf};
+use ext4_engine::image::Image;
+use ext4_engine::layout::LayoutReport;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Op, Stat};
 use rand::{RngExt, SeedableRng};
@@ -104,6 +106,34 @@ impl EngineTarget {
         }
         Ok(out)
     }
+}
+
+/// The run summary's view of the layout report.
+fn layout_figures(layout: &LayoutReport) -> Vec<(String, Figure)> {
+    let named = |items: Vec<(&str, Figure)>| Figure::Group(items.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    let files = layout.files_with_data().count();
+    let mean_hundredths = (layout.file_extents() * 100 + files / 2).checked_div(files).unwrap_or(0);
+    vec![
+        (
+            "groups".into(),
+            named(vec![
+                ("in all", Figure::Count(layout.groups.into())),
+                ("per flex", Figure::Count(layout.flex_size.into())),
+                ("never touched", Figure::Count(layout.untouched_groups.into())),
+            ]),
+        ),
+        ("data blocks by group".into(), Figure::PerGroup(layout.data_blocks_per_group.clone())),
+        ("dirs by group".into(), Figure::PerGroup(layout.dirs_per_group.clone())),
+        (
+            "files".into(),
+            named(vec![
+                ("with data", Figure::Count(files as u64)),
+                ("extents", Figure::Count(layout.file_extents() as u64)),
+                ("fragmented", Figure::Count(layout.fragmented_files() as u64)),
+                ("extents/file", Figure::Hundredths(mean_hundredths as u64)),
+            ]),
+        ),
+    ]
 }
 
 /// Stores a disk's durable contents as a sparse image file.
@@ -302,17 +332,15 @@ impl Target for EngineTarget {
         }
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
-        match self.with_shadow(|mut dev| {
-            let layout = crate::layout::image_layout(&mut dev);
-            (Some(dev), layout)
-        }) {
-            Ok(Ok(layout)) => {
-                for line in layout.to_string().lines() {
-                    if let Some((k, v)) = line.split_once(": ") {
-                        out.push((k.trim().to_string(), Figure::Text(v.trim().to_string())));
-                    }
-                }
+        let layout = self.with_shadow(|dev| match Image::open(dev) {
+            Ok(mut image) => {
+                let layout = LayoutReport::read(&mut image).map_err(|e| e.to_string());
+                (Some(image.into_device()), layout)
             }
+            Err(e) => (None, Err(e.to_string())),
+        });
+        match layout {
+            Ok(Ok(layout)) => out.extend(layout_figures(&layout)),
             Ok(Err(e)) | Err(e) => out.push(("layout".into(), Figure::Text(format!("unavailable: {e}")))),
         }
         out

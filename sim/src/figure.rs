@@ -11,6 +11,11 @@ pub enum Figure {
     Bytes(u64),
     Ns(u64),
     Text(String),
+    /// A ratio in hundredths (394 is 3.94), kept as an integer so its text
+    /// is the same everywhere.
+    Hundredths(u64),
+    /// A count per block group; people see the first dozen.
+    PerGroup(std::collections::BTreeMap<u32, u64>),
     /// Named figures shown on one line.
     Group(Vec<(String, Figure)>),
 }
@@ -23,6 +28,8 @@ impl Figure {
             Figure::Bytes(b) => human_bytes(*b),
             Figure::Ns(ns) => DisplayNs(*ns).to_string(),
             Figure::Text(t) => t.clone(),
+            Figure::Hundredths(h) => format!("{}.{:02}", h / 100, h % 100),
+            Figure::PerGroup(m) => ext4_engine::layout::fmt_groups(m),
             Figure::Group(items) => items.iter().map(|(k, v)| format!("{} {k}", v.human())).collect::<Vec<_>>().join(", "),
         }
     }
@@ -32,6 +39,8 @@ impl Figure {
         match self {
             Figure::Count(n) | Figure::Bytes(n) | Figure::Ns(n) => n.to_string(),
             Figure::Text(t) => json_str(t),
+            Figure::Hundredths(h) => format!("{}.{:02}", h / 100, h % 100),
+            Figure::PerGroup(m) => json_object(m.iter().map(|(g, n)| (g.to_string(), n.to_string()))),
             Figure::Group(items) => json_object(items.iter().map(|(k, v)| (k.as_str(), v.json()))),
         }
     }

@@ -18,7 +18,6 @@ pub mod failure;
 pub mod figure;
 pub mod fuzz_body;
 pub mod heap;
-pub mod layout;
 pub mod lockstep;
 pub mod oracle;
 pub mod panics;

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use ext4_engine::device::BlockDevice;
 use ext4_engine::fs::Ext4;
 use ext4_engine::image::Image;
+use ext4_engine::layout::LayoutReport;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::pattern;
 use ext4_model::{FileSystem, MountConfig};
@@ -56,26 +57,21 @@ pub fn canonical_layout(mount: &MountConfig) -> String {
     disk.flush().expect("flush");
     let mut fs = Ext4::mount(disk, mount).expect("mount");
     let files = canonical_workload(&mut fs);
-    let layout = fs.layout();
     let disk = fs.unmount().expect("unmount");
     let mut image = Image::open(disk).expect("reopen");
-    let geo = image.geometry().clone();
+    let layout = LayoutReport::read(&mut image).expect("layout");
     let mut out = String::new();
-    let _ = writeln!(out, "block size {}, {} groups of {} blocks, flex {}", geo.block_size, geo.group_count, geo.blocks_per_group, geo.flex_size());
+    let _ = writeln!(out, "block size {}, {} groups of {} blocks, flex {}", layout.block_size, layout.groups, layout.blocks_per_group, layout.flex_size);
     let mut dirs: Vec<String> = files.iter().filter_map(|f| f.rsplit_once('/').map(|(d, _)| d.to_string())).collect();
     dirs.sort();
     dirs.dedup();
     for path in dirs.iter().chain(files.iter()) {
-        let ino = image.lookup(path).expect("lookup");
-        let inode = image.read_inode(ino).expect("inode");
-        let (group, _) = geo.inode_location(ino).expect("inode location");
-        let extents = image.extents(ino, &inode).expect("extents");
-        let mut groups: Vec<u32> = extents.iter().filter_map(|e| geo.group_of_block(e.physical)).collect();
-        groups.dedup();
-        let gl: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
-        let _ = writeln!(out, "{path:<22} inode group {group:>3}  extents {:>2}  data groups [{}]", extents.len(), gl.join(" "));
+        let p = layout.find(path).expect("the walk reaches every file the workload made");
+        let gl: Vec<String> = p.data_groups.iter().map(|g| g.to_string()).collect();
+        let _ = writeln!(out, "{path:<22} inode group {:>3}  extents {:>2}  data groups [{}]", p.inode_group, p.extents, gl.join(" "));
     }
-    let _ = writeln!(out, "groups with data: {:?}", layout.groups_with_data);
+    let groups: Vec<u32> = layout.data_blocks_per_group.keys().copied().collect();
+    let _ = writeln!(out, "groups with data: {groups:?}");
     let _ = writeln!(out, "mean extents per file: {:.2}", layout.mean_extents());
     out
 }

@@ -28,11 +28,11 @@ mod data;
 mod fallocate;
 mod journal_switch;
 mod journaling;
-mod layout;
 mod lifecycle;
 pub mod locks;
 mod namespace;
 mod node;
+pub mod not_modelled;
 mod resolve;
 mod split;
 mod syscalls;
@@ -56,7 +56,6 @@ use crate::format::InodeNumber;
 use crate::image::Image;
 use crate::journal::{recovery, Journal};
 
-pub use layout::LayoutReport;
 pub use journal_switch::SwitchTicket;
 pub use split::{SecondHalf, SyncTicket};
 use node::Node;
@@ -154,6 +153,9 @@ impl<D: BlockDevice> Ext4<D> {
     /// reads and checks the superblock and descriptors, and takes over the device.
     pub fn mount(mut dev: D, config: &MountConfig) -> Result<Self> {
         let mount = config.validate().map_err(|e| Error::InvalidArgument(format!("mount options: {e}")))?;
+        if let Some(why) = not_modelled::unmodelled_option(config) {
+            return Err(Error::InvalidArgument(format!("mount options: {why}")));
+        }
         Self::recover(&mut dev)?;
         let img = Image::open(dev)?;
         let sb = img.superblock().clone();

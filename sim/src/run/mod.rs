@@ -115,7 +115,7 @@ fn run_steps_of<T: Target>(source: &mut StepSource, st: &mut RunState<T>, progre
             Err(message) => return Some(Failure::Panic { index, op: panicked_op(&st.steps), message }),
         }
     }
-    match catching(|| st.ls.full_check()) {
+    match catching(|| st.ls.final_check()) {
         Ok(checked) => checked.err(),
         Err(message) => Some(Failure::Panic { index: st.ls.index(), op: None, message }),
     }
