@@ -494,3 +494,6 @@ impl<T: Target> Lockstep<T> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,6 +13,8 @@ pub mod shrink;
 pub mod source;
 pub mod spec;
 pub mod state;
+#[cfg(test)]
+pub(crate) mod test_target;
 
 use ext4_model::{Model, Op, OpKind};
 
@@ -155,4 +157,72 @@ pub fn run_steps<F: TargetFactory>(factory: &F, spec: &RunSpec, steps: &[Step]) 
 pub fn run_ops<F: TargetFactory>(factory: &F, spec: &RunSpec, ops: &[Op]) -> Result<RunResult, String> {
     let steps: Vec<Step> = ops.iter().cloned().map(Step::Op).collect();
     run_steps(factory, spec, &steps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::test_target::Knobs;
+    use ext4_model::MountConfig;
+
+    fn spec(ops: u64) -> RunSpec {
+        RunSpec { fsck_every: 0, ..RunSpec::new(7, ops, MountConfig::default()) }
+    }
+
+    fn create(path: &str) -> Op {
+        Op::Create { path: path.into(), perm: 0o644 }
+    }
+
+    #[test]
+    fn replaying_a_generated_runs_steps_gives_its_steps_and_trace_hash_again() {
+        let knobs = Knobs { splits_fsync: true, ..Knobs::default() };
+        let spec = RunSpec { tasks: 3, fsck_every: 50, crash_every: 40, ..RunSpec::new(3, 300, MountConfig::default()) };
+        let generated = run_seed(&knobs, &spec).unwrap();
+        assert_eq!(generated.failure, None);
+        let has = |f: fn(&Step) -> bool| generated.steps.iter().any(f);
+        assert!(has(|s| matches!(s, Step::Begin(_))) && has(|s| matches!(s, Step::Task(_))) && has(|s| matches!(s, Step::Crash { .. })), "the run interleaves, splits and crashes");
+        let replayed = run_steps(&knobs, &spec, &generated.steps).unwrap();
+        assert_eq!(replayed.failure, None);
+        assert_eq!(replayed.steps, generated.steps);
+        assert_eq!(replayed.trace_hash, generated.trace_hash);
+        assert_eq!((replayed.stats, replayed.task_ops), (generated.stats, generated.task_ops));
+    }
+
+    #[test]
+    fn a_panic_in_a_target_op_is_a_panic_failure_naming_the_op_and_ends_the_run() {
+        let knobs = Knobs { panic_on: Some(OpKind::Rename), ..Knobs::default() };
+        let rename = Op::Rename { from: "/a".into(), to: "/b".into() };
+        let result = run_ops(&knobs, &spec(3), &[create("/a"), rename.clone(), Op::Stat { path: "/b".into() }]).unwrap();
+        match &result.failure {
+            Some(Failure::Panic { index, op, message }) => {
+                assert_eq!((*index, op.as_ref()), (1, Some(&rename)));
+                assert!(message.starts_with("the double panics in Rename"), "{message}");
+            }
+            other => panic!("expected a panic failure, got {other:?}"),
+        }
+        assert_eq!(result.steps, [Step::Op(create("/a")), Step::Op(rename)], "nothing runs after the panic");
+    }
+
+    #[test]
+    fn a_divergence_ends_the_run_at_its_step() {
+        fn eio_on_stat(op: &Op) -> Option<ext4_model::Outcome> {
+            matches!(op, Op::Stat { .. }).then_some(Err(ext4_model::Errno::EIO))
+        }
+        let knobs = Knobs { lie: Some(eio_on_stat), ..Knobs::default() };
+        let ops = [create("/a"), Op::Stat { path: "/a".into() }, create("/b")];
+        let result = run_ops(&knobs, &spec(3), &ops).unwrap();
+        assert!(matches!(&result.failure, Some(Failure::Divergence(d)) if d.index == 1), "{:?}", result.failure);
+        assert_eq!(result.steps.len(), 2);
+        assert_eq!(result.stats.fscks, 0, "a failed run skips the final check");
+    }
+
+    #[test]
+    fn the_final_check_runs_at_the_end_of_every_run() {
+        let knobs = Knobs { fsck_fails_from: Some(3), ..Knobs::default() };
+        let two = run_ops(&knobs, &spec(2), &[create("/a"), create("/b")]).unwrap();
+        assert_eq!((two.failure, two.stats.fscks), (None, 1), "no periodic checks, one at the end");
+        let three = run_ops(&knobs, &spec(3), &[create("/a"), create("/b"), create("/c")]).unwrap();
+        assert_eq!(three.failure, Some(Failure::TargetFsck { index: 3, what: "the double's fsck fails after 3 ops".into() }));
+        assert_eq!(three.stats.fscks, 1);
+    }
 }

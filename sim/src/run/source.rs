@@ -156,53 +156,11 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lockstep::Lockstep;
-    use crate::target::NoLocks;
-    use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, Stat};
-
-    /// The model as a target: no locks, no device.
-    struct Plain(Model);
-
-    impl FileSystem for Plain {
-        fn create(&mut self, p: &str, m: u16) -> Result<(), Errno> { self.0.create(p, m) }
-        fn mkdir(&mut self, p: &str, m: u16) -> Result<(), Errno> { self.0.mkdir(p, m) }
-        fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.0.unlink(p) }
-        fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.0.rmdir(p) }
-        fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.0.rename(a, b) }
-        fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.0.link(a, b) }
-        fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.0.symlink(t, p) }
-        fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.0.readlink(p) }
-        fn readdir(&mut self, p: &str) -> Result<Vec<DirEntry>, Errno> { self.0.readdir(p) }
-        fn stat(&mut self, p: &str) -> Result<Stat, Errno> { self.0.stat(p) }
-        fn write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.0.write(p, o, d) }
-        fn read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.0.read(p, o, l) }
-        fn truncate(&mut self, p: &str, s: u64) -> Result<(), Errno> { self.0.truncate(p, s) }
-        fn fsync(&mut self, p: &str) -> Result<(), Errno> { self.0.fsync(p) }
-        fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.0.fdatasync(p) }
-        fn sync(&mut self) -> Result<(), Errno> { self.0.sync() }
-        fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.0.fallocate(p, m, o, l) }
-        fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.0.fiemap(p, s) }
-        fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.0.set_journal_data(p, e) }
-    }
-
-    impl Target for Plain {
-        type Lock = NoLocks;
-        type Holder = ();
-        type SecondHalf = ();
-        fn fsck(&mut self, read_back: crate::target::ReadBack<'_>) -> Result<(), String> {
-            self.0.check_invariants()?;
-            read_back(&mut self.0)
-        }
-        fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
-        fn image_hash(&mut self) -> u64 { 0 }
-        fn report(&mut self) -> Vec<(String, crate::figure::Figure)> { Vec::new() }
-        fn export_image(&mut self, _: &std::path::Path) -> Result<(), String> { Err("no image".into()) }
-    }
+    use crate::run::test_target::{run_state, Knobs, Plain};
+    use ext4_model::{MountConfig, Op};
 
     fn state(tasks: u32) -> RunState<Plain> {
-        let config = MountConfig::default();
-        let ls = Lockstep::new(config, Model::new(&config).unwrap(), Plain(Model::new(&config).unwrap()));
-        RunState::new(ls, tasks, 0, true)
+        run_state(Knobs::default(), tasks, 0)
     }
 
     #[test]

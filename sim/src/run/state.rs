@@ -171,3 +171,112 @@ impl<T: Target> RunState<T> {
         self.ls.crash(seed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::test_target::{run_state, Knobs, Plain};
+    use ext4_model::{Errno, OpKind, Reply};
+
+    fn mkdir(path: &str) -> Step {
+        Step::Op(Op::Mkdir { path: path.into(), perm: 0o755 })
+    }
+
+    fn run(st: &mut RunState<Plain>, steps: impl IntoIterator<Item = Step>) {
+        for step in steps {
+            st.execute(step).unwrap();
+        }
+    }
+
+    #[test]
+    fn full_checks_fall_due_every_fsck_every_ops_and_never_at_zero() {
+        let mut st = run_state(Knobs::default(), 1, 3);
+        run(&mut st, (0..7).map(|i| mkdir(&format!("/d{i}"))));
+        assert_eq!(st.ls.target_mut().fscks_at, [3, 6]);
+        assert_eq!(st.ls.stats().fscks, 2);
+
+        let mut never = run_state(Knobs::default(), 1, 0);
+        run(&mut never, (0..7).map(|i| mkdir(&format!("/d{i}"))));
+        assert!(never.ls.target_mut().fscks_at.is_empty());
+    }
+
+    #[test]
+    fn a_due_full_check_waits_for_the_op_in_flight_and_runs_once_it_returns() {
+        let mut st = run_state(Knobs { splits_fsync: true, ..Knobs::default() }, 2, 2);
+        let fsync = Op::Fsync { path: "/a".into() };
+        run(&mut st, [Step::Op(Op::Create { path: "/a".into(), perm: 0o644 }), Step::Task(1), Step::Begin(fsync)]);
+        // The second op made a check due, but the fsync is between its halves.
+        assert!(st.flights.has_flight(1));
+        run(&mut st, [Step::Task(0), Step::Op(Op::Stat { path: "/a".into() })]);
+        assert_eq!(st.ls.stats().fscks, 0, "still in flight after another task's op");
+        run(&mut st, [Step::Task(1), Step::Finish]);
+        assert!(st.flights.is_empty());
+        assert_eq!(st.ls.stats().fscks, 1);
+        assert_eq!(st.ls.target_mut().fscks_at, [3], "after create, the fsync's first half and stat");
+    }
+
+    #[test]
+    fn steps_are_recorded_in_order_errno_answers_listed_and_ops_counted_per_task() {
+        let mut st = run_state(Knobs::default(), 2, 0);
+        let steps = vec![
+            mkdir("/d"),
+            Step::Op(Op::Rmdir { path: "/nope".into() }),
+            Step::Task(1),
+            Step::Op(Op::Create { path: "/d/f".into(), perm: 0o644 }),
+            Step::Op(Op::Unlink { path: "/missing".into() }),
+            Step::Op(Op::Stat { path: "/d/f".into() }),
+        ];
+        let ran: Vec<_> = steps.iter().map(|s| st.execute(s.clone()).unwrap()).collect();
+        assert_eq!(st.steps, steps);
+        assert_eq!(st.errored, [1, 4]);
+        assert_eq!((st.ops_run, st.task_ops.clone()), (5, vec![2, 3]));
+        assert!(ran[2].is_none(), "a task switch runs no op");
+        let rmdir = ran[1].as_ref().unwrap();
+        assert_eq!((rmdir.new_op, &rmdir.outcome, rmdir.resynced), (true, &Some(Err(Errno::ENOENT)), false));
+        assert_eq!(st.ls.stats().errors.get(&Errno::ENOENT), Some(&2));
+        assert_eq!(st.ls.stats().ok.get(&OpKind::Stat), Some(&1));
+    }
+
+    #[test]
+    fn a_finish_with_nothing_in_flight_is_recorded_and_runs_nothing() {
+        let mut st = run_state(Knobs::default(), 1, 1);
+        assert!(st.execute(Step::Finish).unwrap().is_none());
+        assert_eq!(st.steps, [Step::Finish]);
+        assert_eq!((st.ops_run, st.ls.index(), st.ls.stats().fscks), (0, 0, 0));
+    }
+
+    #[test]
+    fn the_second_half_returns_the_op_but_counts_no_new_op() {
+        let mut st = run_state(Knobs { splits_fsync: true, ..Knobs::default() }, 1, 0);
+        run(&mut st, [Step::Op(Op::Create { path: "/a".into(), perm: 0o644 })]);
+        let begun = st.execute(Step::Begin(Op::Fsync { path: "/a".into() })).unwrap().unwrap();
+        assert_eq!((begun.new_op, begun.outcome), (true, None));
+        let finished = st.execute(Step::Finish).unwrap().unwrap();
+        assert_eq!((finished.op, finished.new_op, finished.outcome), (Op::Fsync { path: "/a".into() }, false, Some(Ok(Reply::Done))));
+        assert_eq!((st.ops_run, st.task_ops.clone()), (2, vec![2]));
+    }
+
+    #[test]
+    fn an_op_that_returns_holding_a_lock_fails_its_step() {
+        let mut st = run_state(Knobs { leaks_lock_on: Some(OpKind::Mkdir), ..Knobs::default() }, 1, 0);
+        run(&mut st, [Step::Op(Op::Sync)]);
+        match st.execute(mkdir("/d")) {
+            Err(Failure::Lock { index, op, what }) => {
+                assert_eq!((index, op), (2, Some(OpKind::Mkdir)));
+                assert!(what.contains("the lock a Mkdir took") && what.contains("mkdir"), "{what}");
+            }
+            other => panic!("expected a lock failure, got {other:?}"),
+        }
+        assert_eq!(st.steps.last(), Some(&mkdir("/d")), "the failing step is in the trace");
+    }
+
+    #[test]
+    fn a_crash_drops_the_ops_in_flight() {
+        let mut st = run_state(Knobs { splits_fsync: true, ..Knobs::default() }, 2, 0);
+        run(&mut st, [Step::Op(Op::Create { path: "/a".into(), perm: 0o644 }), Step::Task(1), Step::Begin(Op::Fsync { path: "/a".into() })]);
+        assert!(st.execute(Step::Crash { seed: 5 }).unwrap().is_none());
+        assert!(st.flights.is_empty());
+        assert_eq!(st.ls.stats().crashes, 1);
+        assert!(st.execute(Step::Finish).unwrap().is_none(), "the fsync died with the mount");
+    }
+}

@@ -1,0 +1,182 @@
+//! A test double for the runner's unit tests: the model as a target (no
+//! device, no clock, no disk), with knobs that make it misbehave the ways
+//! the runner must notice: a wrong answer, a panic, a failing fsck, an
+//! image that reads back other than memory, a lock left held, and fsyncs
+//! run in two halves. It records what the runner asked of it so a test can
+//! say when a check ran and what it read.
+
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pending, Stat};
+
+use super::spec::RunSpec;
+use super::state::RunState;
+use crate::figure::Figure;
+use crate::lockstep::Lockstep;
+use crate::target::{ReadBack, Target, TargetFactory};
+
+/// How the double misbehaves; all off by default. Also its factory: every
+/// target made misbehaves alike, so a replay meets the same double.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Knobs {
+    /// An answer to give instead of the model's, for the ops it picks.
+    /// Writes reach the target through `write`, not `apply`: never asked.
+    pub lie: Option<fn(&Op) -> Option<Outcome>>,
+    /// Panics in any op of this kind.
+    pub panic_on: Option<OpKind>,
+    /// Its fsck fails once this many ops have run.
+    pub fsck_fails_from: Option<u64>,
+    /// Its image keeps nothing written: the read-back sees a fresh mkfs.
+    pub forgets_on_disk: bool,
+    /// An op of this kind returns still holding a lock.
+    pub leaks_lock_on: Option<OpKind>,
+    /// Fsync runs in two halves (holding no lock between them).
+    pub splits_fsync: bool,
+}
+
+/// The model as a target.
+pub struct Plain {
+    pub fs: Model,
+    pub knobs: Knobs,
+    /// What the read-back sees when the image is not what memory holds.
+    cold: Option<Model>,
+    /// True while the runner reads the image back through us.
+    reading_back: bool,
+    /// Ops the target ran (first halves included, second halves not).
+    pub ops: u64,
+    /// `ops` at each fsck, in order.
+    pub fscks_at: Vec<u64>,
+    /// Per fsck, the names the read-back looked at, in order.
+    pub read_back: Vec<Vec<String>>,
+    /// Locks held between calls: (lock, holder).
+    pub locks: Vec<(String, u32)>,
+}
+
+impl Plain {
+    pub fn new(config: &MountConfig, knobs: Knobs) -> Plain {
+        let fs = Model::new(config).expect("test configs are valid");
+        let cold = knobs.forgets_on_disk.then(|| fs.clone());
+        Plain { fs, knobs, cold, reading_back: false, ops: 0, fscks_at: Vec::new(), read_back: Vec::new(), locks: Vec::new() }
+    }
+
+    /// Memory, or the image while it is read back.
+    fn view(&mut self) -> &mut Model {
+        match (&mut self.cold, self.reading_back) {
+            (Some(cold), true) => cold,
+            _ => &mut self.fs,
+        }
+    }
+
+    /// What every op does first: count it and maybe panic.
+    fn enter(&mut self, kind: OpKind) {
+        self.ops += 1;
+        assert!(self.knobs.panic_on != Some(kind), "the double panics in {kind:?}");
+    }
+
+    fn leave(&mut self, kind: OpKind) {
+        if self.knobs.leaks_lock_on == Some(kind) {
+            self.locks.push((format!("the lock a {kind:?} took"), 9));
+        }
+    }
+}
+
+impl FileSystem for Plain {
+    fn create(&mut self, p: &str, m: u16) -> Result<(), Errno> { self.view().create(p, m) }
+    fn mkdir(&mut self, p: &str, m: u16) -> Result<(), Errno> { self.view().mkdir(p, m) }
+    fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.view().unlink(p) }
+    fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.view().rmdir(p) }
+    fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.view().rename(a, b) }
+    fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.view().link(a, b) }
+    fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.view().symlink(t, p) }
+    fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.view().readlink(p) }
+    fn readdir(&mut self, p: &str) -> Result<Vec<DirEntry>, Errno> { self.view().readdir(p) }
+    fn stat(&mut self, p: &str) -> Result<Stat, Errno> {
+        // The read-back stats every name it compares once: its trail.
+        if let (true, Some(seen)) = (self.reading_back, self.read_back.last_mut()) {
+            seen.push(p.to_string());
+        }
+        self.view().stat(p)
+    }
+    fn write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> {
+        self.enter(OpKind::Write);
+        let written = self.view().write(p, o, d);
+        self.leave(OpKind::Write);
+        written
+    }
+    fn read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.view().read(p, o, l) }
+    fn truncate(&mut self, p: &str, s: u64) -> Result<(), Errno> { self.view().truncate(p, s) }
+    fn fsync(&mut self, p: &str) -> Result<(), Errno> { self.view().fsync(p) }
+    fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.view().fdatasync(p) }
+    fn sync(&mut self) -> Result<(), Errno> { self.view().sync() }
+    fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.view().fallocate(p, m, o, l) }
+    fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.view().fiemap(p, s) }
+    fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.view().set_journal_data(p, e) }
+
+    // The runner sends every op but a write through here.
+    fn apply(&mut self, op: &Op) -> Outcome {
+        self.enter(op.kind());
+        let out = match self.knobs.lie.and_then(|lie| lie(op)) {
+            Some(lie) => lie,
+            None => self.fs.apply(op),
+        };
+        self.leave(op.kind());
+        out
+    }
+}
+
+/// A first half's leftovers: the model's own pending op.
+#[derive(Debug)]
+pub struct Half(Pending);
+
+impl Target for Plain {
+    type Lock = String;
+    type Holder = u32;
+    type SecondHalf = Half;
+
+    fn fsck(&mut self, read_back: ReadBack<'_>) -> Result<(), String> {
+        self.fscks_at.push(self.ops);
+        self.fs.check_invariants()?;
+        if self.knobs.fsck_fails_from.is_some_and(|n| self.ops >= n) {
+            return Err(format!("the double's fsck fails after {} ops", self.ops));
+        }
+        self.read_back.push(Vec::new());
+        self.reading_back = true;
+        let agreed = read_back(self);
+        self.reading_back = false;
+        agreed
+    }
+    fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
+    fn image_hash(&mut self) -> u64 { self.fs.seq() }
+    fn report(&mut self) -> Vec<(String, Figure)> { Vec::new() }
+    fn export_image(&mut self, _: &std::path::Path) -> Result<(), String> { Err("a test double has no image".into()) }
+    fn splits(&self, op: &Op) -> bool {
+        self.knobs.splits_fsync && matches!(op, Op::Fsync { .. })
+    }
+    fn begin_split(&mut self, op: &Op) -> Result<Half, Errno> {
+        self.enter(op.kind());
+        self.fs.begin_split(op).unwrap_or(Err(Errno::EINVAL)).map(Half)
+    }
+    fn finish_split(&mut self, half: Half) -> Result<(), Errno> {
+        self.fs.finish_split(half.0)
+    }
+    fn locks_held(&self) -> Vec<(String, u32)> {
+        self.locks.clone()
+    }
+}
+
+impl TargetFactory for Knobs {
+    type Target = Plain;
+    fn make(&self, spec: &RunSpec) -> Result<Plain, String> {
+        Ok(Plain::new(&spec.mount, *self))
+    }
+}
+
+/// A model and a double in lockstep, both fresh.
+pub fn lockstep(knobs: Knobs) -> Lockstep<Plain> {
+    let config = MountConfig::default();
+    Lockstep::new(config, Model::new(&config).expect("the default config is valid"), Plain::new(&config, knobs))
+}
+
+/// A run's state over a fresh lockstep pair that records faults (as a
+/// generated run does).
+pub fn run_state(knobs: Knobs, tasks: u32, fsck_every: u64) -> RunState<Plain> {
+    RunState::new(lockstep(knobs), tasks, fsck_every, true)
+}
