@@ -217,6 +217,18 @@ mod tests {
     }
 
     #[test]
+    fn the_check_at_the_end_reads_back_every_name() {
+        let names = crate::lockstep::READ_BACK_PER_CHECK.names + 90;
+        let ops: Vec<Step> = (0..names).map(|i| Step::Op(create(&format!("/f{i}")))).collect();
+        let (result, target) = execute(&Knobs::default(), &spec(names), Some(ops), &no_progress).unwrap();
+        assert_eq!((result.failure, result.stats.fscks), (None, 1));
+        let seen = &target.read_back[0];
+        // Every file, the root and lost+found: more than a periodic check reads.
+        assert_eq!(seen.len() as u64, names + 2);
+        assert!(seen.iter().any(|p| p == "/f0") && seen.iter().any(|p| *p == format!("/f{}", names - 1)));
+    }
+
+    #[test]
     fn the_final_check_runs_at_the_end_of_every_run() {
         let knobs = Knobs { fsck_fails_from: Some(3), ..Knobs::default() };
         let two = run_ops(&knobs, &spec(2), &[create("/a"), create("/b")]).unwrap();
