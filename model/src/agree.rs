@@ -6,8 +6,14 @@
 //!   the model's slack;
 //! - readdir: the same set of (name, kind), in any order;
 //! - FIEMAP: the same coverage and flags, in any extent boundaries; where the
-//!   model marks writeback pending, the range may also be reported written. A
-//!   directory's map is layout: written blocks from 0 with no holes.
+//!   model marks writeback pending, the range may also be reported written.
+//!   That includes unwritten blocks ext4 may have zeroed out when writeback
+//!   converted their extent's dirty part (`Alloc::Zeroed`, within
+//!   s_extent_max_zeroout_kb of it and inside EOF): whether it splits or
+//!   zeroes depends on internals (extent merges, dioread_lock), not on any
+//!   promise. Everywhere else unwritten is unwritten: ZERO_RANGE's whole
+//!   blocks included. A directory's map is layout: written blocks from 0
+//!   with no holes.
 
 use std::fmt;
 

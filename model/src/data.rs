@@ -22,9 +22,10 @@ pub enum Alloc {
     UnwrittenDirty,
     /// Reserved by delayed allocation: dirty data, no block yet.
     Delayed,
-    /// Held data, then ZERO_RANGE: reads as zeros, and ext4 either converted
-    /// it to unwritten or left it written with zeros on disk, which FIEMAP
-    /// shows as a written extent (the Linux oracle sees both).
+    /// Unwritten, next to a part of its extent that writeback converts: ext4
+    /// may write zeros over it instead of splitting the extent
+    /// (s_extent_max_zeroout_kb), so FIEMAP may show it written. Reads as
+    /// zeros either way; the Linux oracle sees both.
     Zeroed,
 }
 
@@ -129,8 +130,16 @@ impl FileData {
     }
 
     /// Writeback of blocks at or after `from`: dirty blocks become written.
-    pub fn settle_from(&mut self, from: u64) {
+    /// Converting dirty unwritten blocks may zero out the short unwritten
+    /// rest of their extent, whose neighbours (written since, or allocated
+    /// by a later fallocate) ext4 has merged into it by now.
+    pub fn settle_from(&mut self, from: u64, bs: u64) {
+        let converting: Vec<Range<u64>> =
+            self.blocks.overlapping(from..u64::MAX).into_iter().filter(|(_, a)| *a == Alloc::UnwrittenDirty).map(|(r, _)| r).collect();
         self.blocks.update(from..u64::MAX, |a| Some(a.settled()));
+        for r in converting {
+            self.zeroout_around(r, bs);
+        }
     }
 
     pub fn allocated_blocks(&self) -> u64 {
@@ -215,7 +224,7 @@ mod tests {
         f.write(8192, 1, Source::Pattern { seed: 1, at: 0 }, 4096, Alloc::Delayed);
         assert_eq!(f.blocks.get(2), Some(&Alloc::UnwrittenDirty));
         assert_eq!(f.blocks.get(3), Some(&Alloc::Unwritten));
-        f.settle_from(0);
+        f.settle_from(0, 4096);
         assert_eq!(f.blocks.get(2), Some(&Alloc::Written));
         assert_eq!(f.blocks.get(3), Some(&Alloc::Unwritten));
         assert!(f.check(4096).is_ok());

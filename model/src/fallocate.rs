@@ -4,9 +4,12 @@
 //!   the end of the range unless KEEP_SIZE.
 //! - PUNCH_HOLE needs KEEP_SIZE. It does nothing at or past EOF, ends at the
 //!   page (or larger block) holding EOF, frees whole blocks and zeroes partial edges.
-//! - ZERO_RANGE: whole blocks become unwritten (ones that held data may also
-//!   stay written, as zeros); partial edges are zeroed, and an edge that was
-//!   a hole becomes a clean unwritten block.
+//! - ZERO_RANGE: whole blocks become unwritten, whatever they held; partial
+//!   edges are zeroed, an edge that was a hole becomes a clean unwritten
+//!   block, and a delayed edge gets an unwritten block with its page dirty.
+//! - Delayed data that fallocate or a ZERO_RANGE edge gives an unwritten
+//!   block is dirty unwritten data, converted at writeback (where ext4 may
+//!   zero short unwritten neighbours out: see `FileData::settle_from`).
 //! - COLLAPSE_RANGE / INSERT_RANGE: block aligned, no KEEP_SIZE; collapse must
 //!   end before EOF, insert must start before it. Dirty data from the page
 //!   holding the offset onwards is written back first.
@@ -109,23 +112,20 @@ impl Model {
         // Edges keep their data outside the range. A hole at an edge is
         // allocated unwritten and stays clean: it reads as zeros already, so
         // there is nothing to zero (Linux 6.18 leaves it unwritten even
-        // after fsync). Written, dirty and delayed edges keep their state.
+        // after fsync). Written and dirty edges keep their state; a delayed
+        // edge gets its unwritten block now, as fallocate gives one.
         let edges = [span.start..first_full.min(span.end), last_full.max(span.start)..span.end];
         for edge in edges.iter().filter(|e| !e.is_empty()) {
             let existing = file.blocks.overlapping(edge.clone());
             file.blocks.insert(edge.clone(), Alloc::Unwritten);
             for (r, a) in existing {
-                file.blocks.insert(r, a);
+                file.blocks.insert(r, if a == Alloc::Delayed { Alloc::UnwrittenDirty } else { a });
             }
         }
+        // Whole blocks become unwritten whatever they held: ext4 converts
+        // written extents and drops the pages of dirty ones.
         if first_full < last_full {
-            let held = file.blocks.overlapping(first_full..last_full);
             file.blocks.insert(first_full..last_full, Alloc::Unwritten);
-            for (r, a) in held {
-                if a != Alloc::Unwritten {
-                    file.blocks.insert(r, Alloc::Zeroed);
-                }
-            }
         }
         file.zero_bytes(offset, end);
         file.size = new_size;
@@ -148,7 +148,7 @@ impl Model {
         let ps = self.mount.page_size as u64;
         let bs = self.bs();
         let from = (offset / ps * ps) / bs;
-        self.file_mut(ino).settle_from(from);
+        self.file_mut(ino).settle_from(from, bs);
     }
 
     fn collapse(&mut self, ino: Ino, offset: u64, len: u64) -> Result<(), Errno> {

@@ -75,8 +75,9 @@ impl Model {
 
     /// Writeback of one file: dirty blocks become written. Not durable by itself.
     pub(crate) fn writeback(&mut self, ino: Ino) {
+        let bs = self.bs();
         if let Node::File(f) = &mut self.st.inode_mut(ino).node {
-            f.settle_from(0);
+            f.settle_from(0, bs);
         }
     }
 

@@ -121,11 +121,56 @@ fn zero_range_makes_whole_blocks_unwritten_and_zeroes_edges() {
     let ext = m.fiemap("/f", false).unwrap();
     let cover: Vec<(u64, u64, u32)> = ext.iter().map(|e| (e.logical, e.length, e.flags)).collect();
     assert_eq!(cover, vec![(0, 4096, 0), (4096, 4096, UNWRITTEN), (8192, 8192, LAST)]);
+    // Strictly unwritten: the kernel converts the written block (both
+    // kernels, 1 KiB..64 KiB blocks), so an engine leaving it written diverges.
+    assert!(!ext[1].writeback_pending, "{ext:?}");
+    let written = [ext[0].clone(), ext4_model::FiemapExtent { flags: 0, ..ext[1].clone() }, ext[2].clone()];
+    assert!(ext4_model::agree::fiemap_agrees(&ext, &written).is_err());
     fa(&mut m, ZERO, 20000, 100).unwrap();
     assert_eq!(m.stat("/f").unwrap().size, 20100);
     fa(&mut m, ZERO | KEEP, 30000, 100).unwrap();
     assert_eq!(m.stat("/f").unwrap().size, 20100);
     m.check_invariants().unwrap();
+}
+
+/// Delayed data that gets an unwritten block (fallocate over it, or a
+/// ZERO_RANGE edge) is converted at writeback, and under dioread_lock ext4
+/// zeroes the short rest of the new unwritten extent out: the kernel reports
+/// those blocks written, a split leaves them unwritten. Both are allowed;
+/// blocks out of zeroout's reach stay strictly unwritten.
+#[test]
+fn writeback_into_a_new_unwritten_extent_may_zero_its_short_rest_out() {
+    let dioread_lock = MountConfig { dioread_nolock: Some(false), ..MountConfig::default() };
+    let all_written = |len: u64| vec![ext4_model::FiemapExtent { logical: 0, length: len, flags: LAST, writeback_pending: false }];
+    // The oracle's trace (host 6.18 and qemu 7.3): 8 KiB delayed, 20 KiB fallocate.
+    let mut m = model_with(dioread_lock);
+    m.write("/f", 0, &[1; 8192]).unwrap();
+    fa(&mut m, 0, 0, 20480).unwrap();
+    let synced = m.fiemap("/f", true).unwrap();
+    let kernel = all_written(20480);
+    assert!(ext4_model::agree::fiemap_agrees(&synced, &kernel).is_ok(), "{synced:?}");
+    let split = vec![
+        ext4_model::FiemapExtent { logical: 0, length: 8192, flags: 0, writeback_pending: false },
+        ext4_model::FiemapExtent { logical: 8192, length: 12288, flags: UNWRITTEN | LAST, writeback_pending: false },
+    ];
+    assert!(ext4_model::agree::fiemap_agrees(&synced, &split).is_ok());
+    // Beyond 32 KiB of the converted block, unwritten is a promise.
+    let mut far = model_with(dioread_lock);
+    far.write("/f", 0, &[1; 4096]).unwrap();
+    fa(&mut far, 0, 0, 1 << 20).unwrap();
+    let synced = far.fiemap("/f", true).unwrap();
+    assert!(ext4_model::agree::fiemap_agrees(&synced, &all_written(1 << 20)).is_err(), "{synced:?}");
+    // A delayed ZERO_RANGE edge (seed 3037 on the host): the whole blocks after it may be zeroed out.
+    let mut z = model_with(dioread_lock);
+    z.write("/f", 0, &[2; 40458]).unwrap();
+    fa(&mut z, ZERO, 38695, 20480).unwrap();
+    let synced = z.fiemap("/f", true).unwrap();
+    let kernel = vec![
+        ext4_model::FiemapExtent { logical: 0, length: 36864, flags: 0, writeback_pending: false },
+        ext4_model::FiemapExtent { logical: 36864, length: 24576, flags: LAST, writeback_pending: false },
+    ];
+    assert!(ext4_model::agree::fiemap_agrees(&synced, &kernel).is_ok(), "{synced:?}");
+    z.check_invariants().unwrap();
 }
 
 #[test]
