@@ -161,6 +161,37 @@ impl Trace {
         validate(&spec, &steps, &step_lines)?;
         Ok((Trace { spec, steps }, step_lines))
     }
+
+    /// Says why this trace could not be read back from its text, if it
+    /// could not: the spec refused, or the steps break a rule of
+    /// [`Trace::parse`] (errors name steps, counted from 1, as lines).
+    pub fn validate(&self) -> Result<(), TraceError> {
+        self.spec.validate().map_err(|what| TraceError::Parse { line: 0, what })?;
+        let lines: Vec<usize> = (1..=self.steps.len()).collect();
+        validate(&self.spec, &self.steps, &lines)
+    }
+
+    /// The trace without `finish` steps whose task began nothing (their
+    /// begin was shrunk away). A replay runs such a finish as nothing, so
+    /// dropping it changes no run, and it is a trace [`Trace::parse`] refuses.
+    pub fn without_orphan_finishes(&self) -> Trace {
+        let mut task = 0;
+        let mut begun = BTreeSet::new();
+        let mut steps = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            match step {
+                Step::Task(t) => task = *t,
+                Step::Begin(_) => {
+                    begun.insert(task);
+                }
+                Step::Finish if !begun.remove(&task) => continue,
+                Step::Crash { .. } => begun.clear(),
+                _ => {}
+            }
+            steps.push(step.clone());
+        }
+        Trace { spec: self.spec.clone(), steps }
+    }
 }
 
 fn check_header(first: &str) -> Result<(), TraceError> {
@@ -199,7 +230,8 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
 }
 
 /// What a trace must hold to mean one run: tasks within its count, a finish
-/// only after a begin on its task, a fault only before an op.
+/// only after a begin on its task, a fault only before an op. The walk over
+/// tasks and begins is the one [`Trace::without_orphan_finishes`] makes.
 fn validate(spec: &RunSpec, steps: &[Step], lines: &[usize]) -> Result<(), TraceError> {
     let mut task = 0;
     let mut begun = BTreeSet::new();
@@ -292,5 +324,22 @@ mod tests {
         assert!(TraceError::Version(2).to_string().contains("newer than this ext4sim reads (v1)"));
         let (_, lines) = Trace::parse_with_lines(&format!("{TRACE_HEADER}\nseed 1\n\n# note\nop sync\ncrash seed=3\n")).unwrap();
         assert_eq!(lines, vec![5, 6]);
+    }
+
+    #[test]
+    fn a_built_trace_is_checked_by_the_rules_of_parsing_and_orphan_finishes_go() {
+        let fsync = Step::Begin(Op::Fsync { path: "/a".into() });
+        let spec = RunSpec { tasks: 2, ..RunSpec::new(1, 1, MountConfig::default()) };
+        let trace = |steps: Vec<Step>| Trace { spec: spec.clone(), steps };
+        assert!(trace(vec![Step::Task(1), fsync.clone(), Step::Task(0), Step::Task(1), Step::Finish]).validate().is_ok());
+        assert!(trace(vec![Step::Task(2)]).validate().unwrap_err().to_string().contains("task 2 is beyond"));
+        let odd = Trace { spec: RunSpec { tasks: 0, ..spec.clone() }, steps: vec![] };
+        assert!(odd.validate().unwrap_err().to_string().contains("outside 1..=64"));
+        // Task 0's finish lost its begin; task 1's did not.
+        let orphaned = trace(vec![Step::Finish, Step::Task(1), fsync.clone(), Step::Task(0), Step::Finish, Step::Task(1), Step::Finish, Step::Finish]);
+        assert!(orphaned.validate().is_err());
+        let tidy = orphaned.without_orphan_finishes();
+        assert_eq!(tidy.steps, vec![Step::Task(1), fsync, Step::Task(0), Step::Task(1), Step::Finish]);
+        assert!(tidy.validate().is_ok());
     }
 }

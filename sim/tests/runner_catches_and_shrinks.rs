@@ -94,10 +94,10 @@ fn injected_wrong_answer_is_caught_shrunk_and_replays() {
     // The trace file is the whole repro.
     let text = trace.to_text();
     let back = Trace::parse(&text).unwrap();
-    let replay = run_steps(&factory, &failing.spec, &back.steps).unwrap();
+    let replay = run_steps(&factory, &back.spec, &back.steps).unwrap();
     assert!(replay.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     // Without the bug, the same ops pass.
-    assert!(run_steps(&Factory { bug: false }, &failing.spec, &back.steps).unwrap().failure.is_none());
+    assert!(run_steps(&Factory { bug: false }, &back.spec, &back.steps).unwrap().failure.is_none());
 }
 
 /// The bug only in the first target made: a failure that replaying the

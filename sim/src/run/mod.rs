@@ -6,7 +6,7 @@
 //! - [`spec`]: what fixes a run, and the one table of defaults.
 //! - [`source`]: where steps come from.
 //! - [`state`]: how a step moves the run; [`flights`]: ops between halves.
-//! - [`shrink`]: a failing run's steps made small.
+//! - [`shrink`]: a failing run made small, its steps and its spec.
 
 pub mod flights;
 pub mod shrink;
