@@ -23,6 +23,9 @@ use crate::state::Ino;
 use crate::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
 use crate::Errno;
 
+/// EXT_MAX_BLOCKS: one past the last logical block an extent may reach.
+const LAST_LOGICAL_BLOCK: u64 = 0xFFFF_FFFF;
+
 impl Model {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let ino = self.open_for_write(path)?;
@@ -176,8 +179,18 @@ impl Model {
         if len > self.mount.max_file_size() - size {
             return Err(Errno::EFBIG);
         }
-        self.writeback_from(ino, offset);
         let bs = self.bs();
+        self.writeback_from(ino, offset);
+        // Blocks past EOF (KEEP_SIZE preallocation) move too, and none may
+        // move past the last logical block: ext4_ext_shift_extents refuses,
+        // after ext4_insert_range has already grown the size ("to avoid
+        // data loss if there is error while shifting"), and the size stays.
+        let last_end = self.file(ino).and_then(|f| f.blocks.iter().last().map(|(r, _)| r.end)).unwrap_or(0);
+        if last_end > offset / bs && last_end + len / bs > LAST_LOGICAL_BLOCK {
+            self.file_mut(ino).size += len;
+            self.touch_datasync(ino);
+            return Err(Errno::EINVAL);
+        }
         let file = self.file_mut(ino);
         file.shift_blocks(offset / bs, (len / bs) as i64, bs);
         file.size += len;

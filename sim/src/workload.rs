@@ -38,6 +38,22 @@ const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
 pub const MAX_GEN_IO: u32 = 1 << 20;
 /// Cap on the namespace the generator tracks.
 const MAX_KNOWN: usize = 256;
+/// Names a crowded directory's new entries are drawn from: enough that a
+/// long run puts thousands of entries in one directory, past one block
+/// (where ext4 turns it into an htree).
+const CROWD_NAMES: u32 = 100_000;
+/// The directory swarm testing may crowd.
+const CROWD_DIR: &str = "/";
+
+/// ext4's largest file for a block size: the 32-bit logical block space.
+fn max_file_size(bs: u64) -> u64 {
+    ((1u64 << 32) - 1) * bs
+}
+
+/// Whether `path` is one of the crowded directory's many names.
+fn is_crowd_name(path: &str) -> bool {
+    path.strip_prefix("/w").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkloadConfig {
@@ -63,6 +79,8 @@ pub struct Workload {
     files: Vec<String>,
     /// Rough size of each known file, to aim offsets near EOF.
     sizes: BTreeMap<String, u64>,
+    /// Swarm testing chose to put half the new names in [`CROWD_DIR`].
+    crowded: bool,
 }
 
 impl Workload {
@@ -76,7 +94,9 @@ impl Workload {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         rng.set_stream(0x776f_726b + (u64::from(task) << 32)); // "work": apart from the disk's streams
         let mut weights = BASE_WEIGHTS;
+        let mut crowded = false;
         if cfg.swarm {
+            crowded = rng.random_ratio(1, 4);
             for (i, w) in weights.iter_mut().enumerate() {
                 let kind = OpKind::ALL[i];
                 if !ALWAYS_ON.contains(&kind) && rng.random_ratio(1, 4) {
@@ -87,7 +107,7 @@ impl Workload {
             }
         }
         let total_weight = weights.iter().sum();
-        Workload { rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new() }
+        Workload { rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded }
     }
 
     /// Op kinds this seed generates.
@@ -116,6 +136,9 @@ impl Workload {
     }
 
     fn new_path(&mut self) -> String {
+        if self.crowded && self.rng.random_ratio(1, 2) {
+            return Self::join(CROWD_DIR, &format!("w{}", self.rng.random_range(0..CROWD_NAMES)));
+        }
         let dir = match self.pick(self.dirs.len()) {
             Some(i) => self.dirs[i].clone(),
             None => "/".into(),
@@ -154,11 +177,14 @@ impl Workload {
     fn offset_for(&mut self, path: &str) -> u64 {
         let bs = self.cfg.block_size as u64;
         let size = self.sizes.get(path).copied().unwrap_or(0);
-        match self.rng.random_range(0..10) {
-            0..=3 => size.saturating_sub(self.rng.random_range(0..=bs)),
-            4..=5 => self.rng.random_range(0..=self.cfg.max_offset / bs) * bs,
-            6..=8 => self.rng.random_range(0..=self.cfg.max_offset),
-            _ => self.rng.random_range(0..=(1u64 << 36)),
+        match self.rng.random_range(0..40) {
+            0..=15 => size.saturating_sub(self.rng.random_range(0..=bs)),
+            16..=23 => self.rng.random_range(0..=self.cfg.max_offset / bs) * bs,
+            24..=35 => self.rng.random_range(0..=self.cfg.max_offset),
+            36..=38 => self.rng.random_range(0..=(1u64 << 36)),
+            // Around ext4's largest file size for the block size: EFBIG,
+            // short writes and the last logical block.
+            _ => max_file_size(bs).saturating_sub(self.rng.random_range(0..=2 * bs)),
         }
     }
 
@@ -288,7 +314,10 @@ impl Workload {
             Op::Link { to, .. } => (&mut self.files, to.as_str()),
             _ => return self.learn_sizes(op),
         };
-        if list.len() < MAX_KNOWN && !(only_new && list.iter().any(|known| known == name)) {
+        // The crowd's names may fill no more than half of what is known, so
+        // the rest of the tree keeps being worked on.
+        let room = if is_crowd_name(name) { MAX_KNOWN / 2 } else { MAX_KNOWN };
+        if list.len() < room && !(only_new && list.iter().any(|known| known == name)) {
             list.push(name.to_string());
         }
     }
@@ -357,6 +386,36 @@ mod tests {
             let k = Workload::new(s, WorkloadConfig::new(4096)).enabled_kinds();
             assert!(ALWAYS_ON.iter().all(|a| k.contains(a)));
         }
+    }
+
+    /// What a long run of one seed would make: (names created in the
+    /// crowded directory, ops aimed within 2 blocks of the largest file size).
+    fn crowd_and_edge(seed: u64) -> (usize, usize) {
+        let cfg = WorkloadConfig::new(4096);
+        let mut w = Workload::new(seed, cfg);
+        let ok: Outcome = Ok(ext4_model::Reply::Done);
+        let (mut crowd, mut edge) = (0, 0);
+        for _ in 0..20_000 {
+            let op = w.next_op();
+            match &op {
+                Op::Create { path, .. } if is_crowd_name(path) => crowd += 1,
+                Op::Write { offset, .. } | Op::Truncate { size: offset, .. } if *offset + 8192 >= max_file_size(4096) => edge += 1,
+                _ => {}
+            }
+            w.observe(&op, &ok);
+        }
+        (crowd, edge)
+    }
+
+    #[test]
+    fn some_seeds_crowd_one_directory_past_a_block_and_offsets_reach_the_largest_file() {
+        let seen: Vec<(usize, usize)> = (0..8).map(crowd_and_edge).collect();
+        // Thousands of entries in one directory (ext4 would index it), from
+        // some seeds only: swarm testing decides.
+        assert!(seen.iter().any(|(crowd, _)| *crowd > 1000), "{seen:?}");
+        assert!(seen.iter().any(|(crowd, _)| *crowd == 0), "{seen:?}");
+        assert!(seen.iter().all(|(_, edge)| *edge > 0), "{seen:?}");
+        assert!(is_crowd_name("/w123") && !is_crowd_name("/w") && !is_crowd_name("/d/w1") && !is_crowd_name("/wx"));
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //!   the parent is remembered from "..".
 //! - Growing the directory (a new block when nothing has room) is the
 //!   caller's job: it owns allocation and the inode's mapping.
+//! - An htree directory (a kernel made it) is read through its leaves; its
+//!   index is dropped before the first edit ([`htree`]).
+
+pub mod htree;
 
 use std::collections::BTreeMap;
 
@@ -38,6 +42,8 @@ pub struct Directory {
     entries: BTreeMap<Vec<u8>, Slot>,
     parent: InodeNumber,
     subdirs: u32,
+    /// Logical blocks holding an htree index (empty for a linear directory).
+    index_blocks: Vec<(usize, htree::BlockRole)>,
 }
 
 fn corrupt(ino: InodeNumber, block: u64, what: String) -> Error {
@@ -45,18 +51,36 @@ fn corrupt(ino: InodeNumber, block: u64, what: String) -> Error {
 }
 
 impl Directory {
-    /// Reads every block of directory `ino`, checking structure and checksums.
+    /// Reads every block of directory `ino`, checking structure and checksums;
+    /// with `htree`, index blocks are told apart from the leaves.
     pub fn load<D: BlockDevice + ?Sized>(
         cache: &mut BufferCache,
         dev: &mut D,
         ino: InodeNumber,
         seed: Option<u32>,
         blocks: Vec<BlockNumber>,
+        htree: bool,
     ) -> Result<Self> {
         let has_tail = seed.is_some();
-        let mut dir = Directory { ino, seed, blocks: Vec::new(), free: Vec::new(), entries: BTreeMap::new(), parent: 0, subdirs: 0 };
+        let mut dir = Directory { ino, seed, blocks: Vec::new(), free: Vec::new(), entries: BTreeMap::new(), parent: 0, subdirs: 0, index_blocks: Vec::new() };
         for (lblk, &pblk) in blocks.iter().enumerate() {
             let b = cache.get(dev, pblk)?;
+            let role = if htree { htree::role(lblk, b) } else { htree::BlockRole::Leaf };
+            if role != htree::BlockRole::Leaf {
+                // The index's own checksum (dx tail) is e2fsck's to judge;
+                // the root's "." and ".." are all this engine takes from it.
+                if role == htree::BlockRole::Root {
+                    let parsed = dirent::parse_block(b, false).map_err(|w| corrupt(ino, 0, w))?;
+                    match parsed.entries.get(..2) {
+                        Some([d, dd]) if d.name == b"." && dd.name == b".." => dir.parent = dd.inode,
+                        _ => return Err(corrupt(ino, 0, "dx root does not start with \".\" and \"..\"".into())),
+                    }
+                }
+                dir.index_blocks.push((lblk, role));
+                dir.free.push(0);
+                dir.blocks.push(pblk);
+                continue;
+            }
             let parsed = dirent::parse_block(b, has_tail).map_err(|w| corrupt(ino, lblk as u64, w))?;
             if let (Some(s), Some(stored)) = (seed, parsed.stored_checksum) {
                 let computed = dirent::block_checksum(b, s);
@@ -101,7 +125,25 @@ impl Directory {
             .ok_or_else(|| Error::InvalidArgument("\".\" and \"..\" do not fit a block".into()))?;
         let free = dirent::largest_free(&bytes, seed.is_some());
         cache.put(block, &bytes)?;
-        Ok(Directory { ino, seed, blocks: vec![block], free: vec![free], entries: BTreeMap::new(), parent, subdirs: 0 })
+        Ok(Directory { ino, seed, blocks: vec![block], free: vec![free], entries: BTreeMap::new(), parent, subdirs: 0, index_blocks: Vec::new() })
+    }
+
+    /// The directory still has an htree index on disk.
+    pub fn is_htree(&self) -> bool {
+        !self.index_blocks.is_empty()
+    }
+
+    /// Rewrites the index blocks as linear ones ("." and ".." in block 0,
+    /// interior nodes empty), so edits no longer bypass an index. The
+    /// caller clears the inode's INDEX flag.
+    pub fn drop_index(&mut self, cache: &mut BufferCache) -> Result<()> {
+        for (lblk, role) in std::mem::take(&mut self.index_blocks) {
+            let bytes = htree::linear_block(role, cache.block_size(), self.ino, self.parent, self.seed)
+                .ok_or_else(|| corrupt(self.ino, lblk as u64, "an index block with no linear form".into()))?;
+            cache.put(self.blocks[lblk], &bytes)?;
+            self.free[lblk] = dirent::largest_free(&bytes, self.seed.is_some());
+        }
+        Ok(())
     }
 
     pub fn lookup(&self, name: &[u8]) -> Option<Slot> {
@@ -246,13 +288,13 @@ mod tests {
         d.set_parent(&mut cache, &mut dev, 77).unwrap();
         cache.write_back(&mut dev).unwrap();
         let mut fresh_cache = BufferCache::new(1024, 4096);
-        let back = Directory::load(&mut fresh_cache, &mut dev, 20, seed, d.blocks().to_vec()).unwrap();
+        let back = Directory::load(&mut fresh_cache, &mut dev, 20, seed, d.blocks().to_vec(), false).unwrap();
         assert_eq!(back.len(), 350);
         assert_eq!(back.parent(), 77);
         assert_eq!(back.subdirs(), 150);
         assert_eq!(back.lookup(b"file-with-a-longish-name-1").map(|s| s.ino), Some(1001));
         assert!(back.lookup(b"file-with-a-longish-name-2").is_none());
-        let wrong_seed = Directory::load(&mut BufferCache::new(1024, 4096), &mut dev, 21, Some(1), d.blocks().to_vec());
+        let wrong_seed = Directory::load(&mut BufferCache::new(1024, 4096), &mut dev, 21, Some(1), d.blocks().to_vec(), false);
         assert!(matches!(wrong_seed, Err(Error::Corrupt(Corrupt::Checksum { .. }))));
     }
 }

@@ -12,6 +12,9 @@ use std::ops::Range;
 
 use crate::format::BlockNumber;
 
+/// One past the last logical block an extent may cover (ext4's EXT_MAX_BLOCKS).
+pub const EXT_MAX_BLOCKS: u64 = 0xFFFF_FFFF;
+
 /// One mapped run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Run {

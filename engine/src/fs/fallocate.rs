@@ -11,6 +11,7 @@
 use ext4_model::{Errno, FallocFlags, FileKind};
 
 use crate::device::BlockDevice;
+use crate::extent_tree::map::EXT_MAX_BLOCKS;
 use crate::format::InodeNumber;
 
 use ext4_model::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
@@ -143,6 +144,12 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
+        // ext4_insert_range grows the size before ext4_ext_shift_extents
+        // refuses to move the last extent past EXT_MAX_BLOCKS; the size stays.
+        if node.map.end() > offset / bs && node.map.end() + len / bs > EXT_MAX_BLOCKS {
+            node.disk.size = size + len;
+            return Err(Errno::EINVAL);
+        }
         let delta = i64::try_from(len / bs).map_err(|_| Errno::EFBIG)?;
         node.map.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
         node.map_dirty = true;

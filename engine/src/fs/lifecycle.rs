@@ -71,7 +71,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Adds `name -> ino` to `dir`, growing the directory when no block has room.
     pub(crate) fn add_entry(&mut self, dir: InodeNumber, name: &str, ino: InodeNumber, ft: u8) -> Result<(), Errno> {
-        self.dir_node(dir)?;
+        self.dir_for_edit(dir)?;
         let (ctx, node) = self.split(dir)?;
         loop {
             let d = node.dir.as_mut().ok_or(Errno::EIO)?;
@@ -98,7 +98,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Removes `name` from `dir`.
     pub(crate) fn remove_entry(&mut self, dir: InodeNumber, name: &str) -> Result<Slot, Errno> {
-        self.dir_node(dir)?;
+        self.dir_for_edit(dir)?;
         let (ctx, node) = self.split(dir)?;
         let d = node.dir.as_mut().ok_or(Errno::EIO)?;
         let slot = d.remove(&mut ctx.cache, &mut ctx.dev, name.as_bytes())?.ok_or(Errno::EIO)?;

@@ -21,8 +21,10 @@
 //! - **Split where ext4 sleeps.** fsync and chattr +j/-j can run in two
 //!   halves (`split`) so a simulator runs other ops in between; a lock held
 //!   across the halves is real (`locks`): ops that would wait on it say so.
-//! - Not yet: htree directories (refused with EIO), block-mapped files,
-//!   logging file data of data=journal inodes (written like ordered).
+//! - htree directories are read through their leaves; the first edit drops
+//!   the index (the directory turns linear, as ext4 does when it cannot use
+//!   an index). Not yet: keeping an index, block-mapped files, logging file
+//!   data of data=journal inodes (written like ordered).
 
 mod data;
 mod fallocate;

@@ -227,7 +227,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         self.add_entry(ndir, nname, old.ino, old.file_type)?;
         if old_is_dir && odir != ndir {
-            self.dir_node(old.ino)?;
+            self.dir_for_edit(old.ino)?;
             let (ctx, node) = self.split(old.ino)?;
             node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, ndir)?;
         }

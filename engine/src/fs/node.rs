@@ -144,9 +144,6 @@ impl<D: BlockDevice> Ctx<D> {
         if node.dir.is_some() {
             return Ok(());
         }
-        if node.disk.has_flag(FL_INDEX) {
-            return Err(Unsupported::Construct(format!("directory {ino} is an htree")).into());
-        }
         let bs = self.bs();
         let nblocks = node.disk.size / bs;
         if node.disk.size % bs != 0 || nblocks != node.map.blocks() || node.map.end() != nblocks {
@@ -157,7 +154,7 @@ impl<D: BlockDevice> Ctx<D> {
             blocks.extend(p.physical..p.physical + p.len);
         }
         let seed = self.ino_seed(ino, node.disk.generation);
-        node.dir = Some(Directory::load(&mut self.cache, &mut self.dev, ino, seed, blocks)?);
+        node.dir = Some(Directory::load(&mut self.cache, &mut self.dev, ino, seed, blocks, node.disk.has_flag(FL_INDEX))?);
         Ok(())
     }
 }
@@ -176,6 +173,21 @@ impl<D: BlockDevice> Ext4<D> {
         }
         self.ctx.load_dir(ino, node)?;
         Ok(node)
+    }
+
+    /// The directory `ino`, loaded and ready for an edit: an htree index is
+    /// dropped first (an edit that ignored it would hide names from ext4's
+    /// indexed lookups), and the inode loses its INDEX flag.
+    pub(crate) fn dir_for_edit(&mut self, ino: InodeNumber) -> std::result::Result<&mut Node, Errno> {
+        self.dir_node(ino)?;
+        let node = load_node(&mut self.nodes, &mut self.ctx, ino)?;
+        let dir = node.dir.as_mut().ok_or(Errno::EIO)?;
+        if dir.is_htree() {
+            dir.drop_index(&mut self.ctx.cache)?;
+            node.disk.flags &= !FL_INDEX;
+            self.dirty.insert(ino);
+        }
+        load_node(&mut self.nodes, &mut self.ctx, ino)
     }
 
     /// The shared context and inode `ino` at once, for edits that need both.

@@ -234,6 +234,8 @@ impl FileKind {
 
 /// Inode flags visible through FS_IOC_GETFLAGS that the model tracks.
 pub mod inode_flags {
+    /// A directory ext4 indexes (htree) once it outgrows one block.
+    pub const INDEX: u32 = 0x1000;
     pub const JOURNAL_DATA: u32 = 0x4000;
     pub const EXTENTS: u32 = 0x80000;
 }
