@@ -91,6 +91,14 @@ pub enum Corrupt {
     Checksum { object: ChecksumObject, stored: u32, computed: u32 },
 }
 
+impl Corrupt {
+    /// A directory entry names an inode that is not in use (zeroed, or in
+    /// its group's unused inode-table tail): one wording for every reader.
+    pub fn entry_names_free_inode(ino: u32) -> Error {
+        Error::Corrupt(Corrupt::Inode { ino, what: "a directory entry names a free inode (zeroed, or past bg_itable_unused)".into() })
+    }
+}
+
 /// Something valid that the engine cannot handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -144,6 +144,18 @@ impl<D: BlockDevice> Image<D> {
         Inode::parse(&block[at..at + usize::from(self.geo.inode_size)], ino, self.csum_seed)
     }
 
+    /// The inode a directory entry names: one in use. An entry naming a
+    /// free inode (zeroed, or in a group's unused inode-table tail past
+    /// bg_itable_unused) is the corruption e2fsck reports, and the mounted
+    /// engine refuses it the same way ([`Corrupt::entry_names_free_inode`]).
+    pub fn read_named_inode(&mut self, ino: InodeNumber) -> Result<Inode> {
+        let inode = self.read_inode(ino)?;
+        if inode.mode == 0 || inode.links_count == 0 {
+            return Err(Corrupt::entry_names_free_inode(ino));
+        }
+        Ok(inode)
+    }
+
     fn ino_seed(&self, ino: InodeNumber, inode: &Inode) -> Option<u32> {
         self.csum_seed.map(|s| inode_seed(s, ino, inode.generation))
     }
@@ -223,7 +235,7 @@ impl<D: BlockDevice> Image<D> {
 
     /// Lists a directory (linear, or htree through its leaves), "." and ".." included.
     pub fn read_dir(&mut self, ino: InodeNumber) -> Result<Vec<DirEntry>> {
-        let inode = self.read_inode(ino)?;
+        let inode = self.read_named_inode(ino)?;
         if !inode.is_dir() {
             return Err(Error::InvalidArgument(format!("inode {ino} (mode {:o}) is not a directory", inode.mode)));
         }
@@ -297,7 +309,7 @@ impl<D: BlockDevice> Image<D> {
 
     /// Contents of a regular file or symlink, at most `max_len` bytes long.
     pub fn read_file(&mut self, ino: InodeNumber, max_len: u64) -> Result<Vec<u8>> {
-        let inode = self.read_inode(ino)?;
+        let inode = self.read_named_inode(ino)?;
         if inode.size > max_len {
             return Err(Error::InvalidArgument(format!("inode {ino} holds {} bytes > limit {max_len}", inode.size)));
         }
@@ -332,6 +344,7 @@ impl<D: BlockDevice> Image<D> {
             let found = self.read_dir(ino)?.into_iter().find(|e| e.name == part.as_bytes());
             ino = found.map(|e| e.inode).ok_or_else(|| Error::InvalidArgument(format!("{path}: no entry {part:?}")))?;
         }
+        self.read_named_inode(ino)?;
         Ok(ino)
     }
 

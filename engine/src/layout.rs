@@ -72,7 +72,7 @@ impl LayoutReport {
                 out.truncated = true;
                 break;
             }
-            let inode = image.read_inode(ino)?;
+            let inode = image.read_named_inode(ino)?;
             let extents = image.extents(ino, &inode)?;
             let inode_group = geo.inode_location(ino).map_or(0, |(g, _)| g);
             let mut data_groups: Vec<GroupIndex> = extents.iter().filter_map(|x| geo.group_of_block(x.physical)).collect();

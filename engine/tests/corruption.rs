@@ -268,3 +268,36 @@ fn the_e2fsck_cleanliness_check_catches_a_bad_descriptor() {
     let stray = text.lines().filter(|l| !common::is_clean_fsck_line(l, img.to_str().unwrap())).count();
     assert!(stray > 0, "e2fsck should have complained:\n{text}");
 }
+
+/// A directory entry naming an inode in its group's unused inode-table tail
+/// (bg_itable_unused made too large): the image reader and the mounted
+/// engine report the same corruption, and neither drops the name silently.
+#[test]
+fn an_entry_naming_an_inode_past_itable_unused_is_the_same_error_everywhere() {
+    use ext4_engine::format::group_desc::BG_ITABLE_UNUSED_LO;
+    use ext4_model::FileSystem;
+    let config = ext4_model::MountConfig { block_size: 1024, ..Default::default() };
+    let mut fs = ext4_engine::Ext4::mount(fresh(8 << 20, 1024), &config).unwrap();
+    fs.create("/f", 0o644).unwrap();
+    let mut dev = fs.unmount().unwrap();
+    let (ino, ipg) = {
+        let mut image = Image::open(dev.clone()).unwrap();
+        (image.lookup("/f").unwrap(), image.geometry().inodes_per_group)
+    };
+    // Only the inodes before /f's count as initialised.
+    let unused = u16::try_from(ipg - (ino - 1)).unwrap();
+    let mut gdt = read(&mut dev, 2 * 1024, 1024);
+    gdt[BG_ITABLE_UNUSED_LO..BG_ITABLE_UNUSED_LO + 2].copy_from_slice(&unused.to_le_bytes());
+    let c = desc_checksum(&gdt[..32], 0, DescChecksum::Crc32c { fs_seed: fs_seed_from_uuid(&UUID) });
+    gdt[BG_CHECKSUM..BG_CHECKSUM + 2].copy_from_slice(&c.to_le_bytes());
+    write(&mut dev, 2 * 1024, &gdt);
+
+    let want = Corrupt::entry_names_free_inode(ino);
+    let mut image = Image::open(dev.clone()).unwrap();
+    assert_eq!(image.lookup("/f").unwrap_err(), want);
+    let layout = ext4_engine::layout::LayoutReport::read(&mut image);
+    assert_eq!(layout.unwrap_err(), want, "the layout walk does not skip the name");
+    let mut fs = ext4_engine::Ext4::mount(dev, &config).unwrap();
+    assert_eq!(fs.stat("/f"), Err(ext4_model::Errno::EIO));
+    assert_eq!(ext4_engine::fs::take_last_error(), Some(want));
+}

@@ -27,7 +27,7 @@ const BG_FLAGS: usize = 0x12;
 const BG_EXCLUDE_BITMAP_LO: usize = 0x14;
 const BG_BLOCK_BITMAP_CSUM_LO: usize = 0x18;
 const BG_INODE_BITMAP_CSUM_LO: usize = 0x1A;
-const BG_ITABLE_UNUSED_LO: usize = 0x1C;
+pub const BG_ITABLE_UNUSED_LO: usize = 0x1C;
 /// `bg_checksum` (u16).
 pub const BG_CHECKSUM: usize = 0x1E;
 const BG_BLOCK_BITMAP_HI: usize = 0x20;

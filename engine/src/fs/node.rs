@@ -95,7 +95,7 @@ impl<D: BlockDevice> Ctx<D> {
             Inode::zeroed(self.geo.inode_size)
         };
         if disk.mode == 0 || disk.links_count == 0 {
-            return Err(Error::Corrupt(Corrupt::Inode { ino, what: "a directory entry names a free inode".into() }));
+            return Err(Corrupt::entry_names_free_inode(ino));
         }
         if disk.has_flag(FL_INLINE_DATA) {
             return Err(Unsupported::Construct(format!("inode {ino} has inline data")).into());
