@@ -16,7 +16,7 @@ use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_engine::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::op::{FallocFlags, Op, Reply};
-use ext4_model::{FileSystem, Model, MountConfig};
+use ext4_model::{FileSystem, Model, MountConfig, RenameFlags};
 
 /// Sparse image sizes: big blocks need room for 120 files of up to 18 blocks.
 fn image_bytes(bs: u32) -> u64 {
@@ -102,6 +102,12 @@ fn workload(bs: u64, seed: u64) -> Vec<Op> {
     }
     ops.push(Op::Rename { from: "/d7/sub0".into(), to: "/d6/moved-dir".into() });
     ops.push(Op::Rename { from: "/d1/f1".into(), to: "/d2/f2".into() });
+    // renameat2: a directory and a file swap parents (both "..", both
+    // parents' link counts), two directories swap, and a refused replace.
+    ops.push(Op::Renameat2 { from: "/d3/sub2".into(), to: "/d4/f4".into(), flags: RenameFlags::Exchange });
+    ops.push(Op::Renameat2 { from: "/d5/sub0".into(), to: "/d0/sub1".into(), flags: RenameFlags::Exchange });
+    ops.push(Op::Renameat2 { from: "/d2/f2".into(), to: "/d4/sub2".into(), flags: RenameFlags::NoReplace });
+    ops.push(Op::Renameat2 { from: "/d2/f2".into(), to: "/d4/kept".into(), flags: RenameFlags::NoReplace });
     // Unlinks (some of them hard-linked), rmdir, truncates.
     for k in 0..30 {
         ops.push(Op::Unlink { path: file(k * 2 + 1) });
@@ -128,6 +134,10 @@ fn run_workload(e2fsck: &Path, dir: &Scratch, bs: u32) {
         let (m, e) = (model.apply(op), fs.apply(op));
         if let Err(d) = agrees(&m, &e) {
             panic!("bs {bs} op {i} {op:?}: {d}");
+        }
+        if let Op::Renameat2 { to, .. } = op {
+            let want = if to == "/d4/sub2" { Err(ext4_model::Errno::EEXIST) } else { Ok(Reply::Done) };
+            assert_eq!(m, want, "bs {bs} op {i} {op:?}: the swaps and moves are meant to happen");
         }
     }
     fs.check_allocator().unwrap();

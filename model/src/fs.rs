@@ -1,7 +1,7 @@
 //! The interface model and engine both implement, and the one place an [`Op`]
 //! is turned into calls on it.
 
-use crate::op::{pattern, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, Reply, Stat, MAX_IO_LEN};
+use crate::op::{pattern, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, RenameFlags, Reply, Stat, MAX_IO_LEN};
 use crate::Errno;
 
 /// A mounted filesystem, seen through path-based system calls.
@@ -11,6 +11,8 @@ pub trait FileSystem {
     fn unlink(&mut self, path: &str) -> Result<(), Errno>;
     fn rmdir(&mut self, path: &str) -> Result<(), Errno>;
     fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno>;
+    /// renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    fn renameat2(&mut self, from: &str, to: &str, flags: RenameFlags) -> Result<(), Errno>;
     fn link(&mut self, from: &str, to: &str) -> Result<(), Errno>;
     fn symlink(&mut self, target: &str, path: &str) -> Result<(), Errno>;
     fn readlink(&mut self, path: &str) -> Result<String, Errno>;
@@ -42,6 +44,7 @@ pub trait FileSystem {
             Op::Unlink { path } => done(self.unlink(path)),
             Op::Rmdir { path } => done(self.rmdir(path)),
             Op::Rename { from, to } => done(self.rename(from, to)),
+            Op::Renameat2 { from, to, flags } => done(self.renameat2(from, to, *flags)),
             Op::Link { from, to } => done(self.link(from, to)),
             Op::Symlink { target, path } => done(self.symlink(target, path)),
             Op::Readlink { path } => self.readlink(path).map(Reply::Target),

@@ -347,7 +347,11 @@ impl FileSystem for Model {
     }
     fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         self.record(|| Call::Op(Op::Rename { from: from.into(), to: to.into() }));
-        self.do_rename(from, to)
+        self.do_rename(from, to, None)
+    }
+    fn renameat2(&mut self, from: &str, to: &str, flags: crate::op::RenameFlags) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Renameat2 { from: from.into(), to: to.into(), flags }));
+        self.do_rename(from, to, Some(flags))
     }
     fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         self.record(|| Call::Op(Op::Link { from: from.into(), to: to.into() }));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::data::FileData;
 use crate::model::{split, Model};
-use crate::op::{DirEntry, LINK_MAX};
+use crate::op::{DirEntry, RenameFlags, LINK_MAX};
 use crate::path::{check_name, Last};
 use crate::state::{Ino, Node};
 use crate::Errno;
@@ -130,36 +130,52 @@ impl Model {
         Ok(())
     }
 
-    pub(crate) fn do_rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+    /// rename(2), or renameat2(2) with `flags`, in do_renameat2's order of
+    /// checks (fs/namei.c) and then ext4_rename / ext4_cross_rename.
+    pub(crate) fn do_rename(&mut self, from: &str, to: &str, flags: Option<RenameFlags>) -> Result<(), Errno> {
+        let exchange = flags == Some(RenameFlags::Exchange);
         let osp = split(from)?;
         let nsp = split(to)?;
         let (odir, olast) = self.st.resolve_parent(&osp)?;
         let (ndir, nlast) = self.st.resolve_parent(&nsp)?;
-        let (Last::Normal(oname), Last::Normal(nname)) = (olast, nlast) else { return Err(Errno::EBUSY) };
+        let Last::Normal(oname) = olast else { return Err(Errno::EBUSY) };
+        let Last::Normal(nname) = nlast else {
+            return Err(if flags == Some(RenameFlags::NoReplace) { Errno::EEXIST } else { Errno::EBUSY });
+        };
         self.writable()?;
         check_name(oname)?;
         let old = self.lookup_in(odir, oname).ok_or(Errno::ENOENT)?;
         // The new name is looked up (and refused if too long) before the
         // trailing-slash checks.
         check_name(nname)?;
+        let new = self.lookup_in(ndir, nname);
+        match (flags, new) {
+            (Some(RenameFlags::NoReplace), Some(_)) => return Err(Errno::EEXIST),
+            (Some(RenameFlags::Exchange), None) => return Err(Errno::ENOENT),
+            (Some(RenameFlags::Exchange), Some(n)) if !self.st.is_dir(n) && nsp.trailing_slash => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
         let old_is_dir = self.st.is_dir(old);
-        if !old_is_dir && (osp.trailing_slash || nsp.trailing_slash) {
+        if !old_is_dir && (osp.trailing_slash || (!exchange && nsp.trailing_slash)) {
             return Err(Errno::ENOTDIR);
         }
-        let new = self.lookup_in(ndir, nname);
         if odir != ndir {
             // A directory cannot move into its own subtree...
             if old_is_dir && self.st.is_ancestor(old, ndir) {
                 return Err(Errno::EINVAL);
             }
-            // ...nor replace one of its own ancestors.
+            // ...nor replace (or swap with) one of its own ancestors.
             if let Some(n) = new.filter(|n| self.st.is_dir(*n)) {
                 if self.st.is_ancestor(n, odir) {
-                    return Err(Errno::ENOTEMPTY);
+                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
                 }
             }
         }
         if new == Some(old) {
+            return Ok(());
+        }
+        if let (true, Some(n)) = (exchange, new) {
+            self.exchange((odir, oname, old), (ndir, nname, n));
             return Ok(());
         }
         if let Some(n) = new {
@@ -183,6 +199,22 @@ impl Model {
         self.touch_meta(ndir);
         self.touch_meta(old);
         Ok(())
+    }
+
+    /// Swaps two names' inodes; moved directories get their new parent
+    /// (their ".." changes, and the parents' link counts follow from it).
+    fn exchange(&mut self, a: (Ino, &str, Ino), b: (Ino, &str, Ino)) {
+        let ((adir, aname, aino), (bdir, bname, bino)) = (a, b);
+        self.st.entries_mut(adir).insert(aname.to_string(), bino);
+        self.st.entries_mut(bdir).insert(bname.to_string(), aino);
+        for (ino, parent) in [(aino, bdir), (bino, adir)] {
+            if let Node::Dir { parent: p, .. } = &mut self.st.inode_mut(ino).node {
+                *p = parent;
+            }
+            self.touch_meta(ino);
+        }
+        self.touch_meta(adir);
+        self.touch_meta(bdir);
     }
 
     pub(crate) fn do_readlink(&self, path: &str) -> Result<String, Errno> {

@@ -1,7 +1,8 @@
 //! The namespace ops against the errors Linux gives, case by case.
 
 use ext4_model::op::{inode_flags, LINK_MAX};
-use ext4_model::{Errno::*, FileKind, FileSystem, Model, MountConfig, Op, Reply};
+use ext4_model::{Errno::*, FileKind, FileSystem, Model, MountConfig, Op, RenameFlags, Reply};
+use RenameFlags::{Exchange, NoReplace};
 
 fn model() -> Model {
     Model::new(&MountConfig::default()).unwrap()
@@ -18,6 +19,24 @@ fn create(p: &str) -> Op {
 }
 fn mkdir(p: &str) -> Op {
     Op::Mkdir { path: p.into(), perm: 0o755 }
+}
+
+fn r2(from: &str, to: &str, flags: RenameFlags) -> Op {
+    Op::Renameat2 { from: from.into(), to: to.into(), flags }
+}
+
+#[test]
+fn an_exchange_swaps_names_and_moves_directories_between_parents() {
+    let mut m = tree();
+    run(&mut m, &[r2("/d/e", "/f2", Exchange)]);
+    assert_eq!(m.stat("/f2").unwrap().kind, FileKind::Directory);
+    assert_eq!(m.stat("/f2/g").unwrap().kind, FileKind::Regular);
+    assert_eq!(m.stat("/d/e").unwrap().kind, FileKind::Regular);
+    assert_eq!(m.stat("/f2/..").unwrap().ino, m.stat("/").unwrap().ino, "the moved directory's parent is /");
+    // / gained a subdirectory and /d lost one.
+    let (root_before, d_before) = (tree().stat("/").unwrap().nlink, tree().stat("/d").unwrap().nlink);
+    assert_eq!((m.stat("/").unwrap().nlink, m.stat("/d").unwrap().nlink), (root_before + 1, d_before - 1));
+    m.check_invariants().unwrap();
 }
 
 /// A tree: /d/f, /d/e (dir), /d/e/g, /s -> /d, /f2, /loop -> /loop
@@ -99,6 +118,23 @@ fn error_table() {
         (Op::Symlink { target: "x".repeat(4095), path: "/x".into() }, Ok(())),
         (Op::Symlink { target: "/d".into(), path: "/d/f".into() }, Err(EEXIST)),
         (Op::Symlink { target: "/d".into(), path: "/x/".into() }, Err(ENOENT)),
+        // renameat2, each answer held to Linux 6.18 on the host.
+        (r2("/f2", "/d/f", NoReplace), Err(EEXIST)),
+        (r2("/f2", "/d/.", NoReplace), Err(EEXIST)),
+        (r2("/f2", "/d/.", Exchange), Err(EBUSY)),
+        (r2("/f2", "/nope", Exchange), Err(ENOENT)),
+        (r2("/nope", "/f2", Exchange), Err(ENOENT)),
+        (r2("/d", "/d/e", Exchange), Err(EINVAL)),
+        // Swapping with an ancestor is EINVAL, where rename says ENOTEMPTY.
+        (r2("/d/e/g", "/d", Exchange), Err(EINVAL)),
+        (r2("/d/e/g", "/d", NoReplace), Err(EEXIST)),
+        (r2("/f2/", "/d/f", Exchange), Err(ENOTDIR)),
+        (r2("/f2", "/d/f/", Exchange), Err(ENOTDIR)),
+        (r2("/f2", "/empty/", Exchange), Ok(())),
+        (r2("/f2", "/x/", NoReplace), Err(ENOTDIR)),
+        (r2("/f2", "/f2", Exchange), Ok(())),
+        (r2("/f2", "/x", NoReplace), Ok(())),
+        (r2("/d/e", "/f2", Exchange), Ok(())),
     ];
     for (op, want) in cases {
         let mut m = tree();

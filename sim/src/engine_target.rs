@@ -181,6 +181,7 @@ impl FileSystem for EngineTarget {
     fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.unlink(p) }
     fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.rmdir(p) }
     fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.fs()?.rename(a, b) }
+    fn renameat2(&mut self, a: &str, b: &str, f: ext4_model::RenameFlags) -> Result<(), Errno> { self.fs()?.renameat2(a, b, f) }
     fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.fs()?.link(a, b) }
     fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.fs()?.symlink(t, p) }
     fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.fs()?.readlink(p) }

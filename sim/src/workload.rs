@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use ext4_model::{Errno, FallocFlags, Op, OpKind, Outcome};
+use ext4_model::{Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 19] = [
+const BASE_WEIGHTS: [u32; 20] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -31,6 +31,7 @@ const BASE_WEIGHTS: [u32; 19] = [
     6,  // fallocate
     3,  // fiemap
     1,  // set_journal_data
+    2,  // renameat2
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -73,7 +74,7 @@ impl WorkloadConfig {
 pub struct Workload {
     rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 19],
+    weights: [u32; 20],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -221,6 +222,10 @@ impl Workload {
             OpKind::Unlink => Op::Unlink { path: self.file_path() },
             OpKind::Rmdir => Op::Rmdir { path: self.dir_path() },
             OpKind::Rename => Op::Rename { from: self.any_path(), to: self.any_path() },
+            OpKind::Renameat2 => {
+                let flags = if self.rng.random_bool(0.5) { RenameFlags::NoReplace } else { RenameFlags::Exchange };
+                Op::Renameat2 { from: self.any_path(), to: self.any_path(), flags }
+            }
             OpKind::Link => Op::Link { from: self.file_path(), to: self.new_path() },
             OpKind::Symlink => {
                 let target = if self.rng.random_ratio(1, 10) { "t".repeat(self.rng.random_range(60..200)) } else { self.any_path() };
@@ -286,6 +291,24 @@ impl Workload {
                 forget(&mut self.dirs, to);
                 if was_dir { self.dirs.push(to.clone()) } else { self.files.push(to.clone()) }
             }
+            Op::Renameat2 { from, to, flags: RenameFlags::NoReplace } => {
+                let was_dir = self.dirs.contains(from);
+                forget(&mut self.files, from);
+                forget(&mut self.dirs, from);
+                if was_dir { self.dirs.push(to.clone()) } else { self.files.push(to.clone()) }
+            }
+            Op::Renameat2 { from, to, flags: RenameFlags::Exchange } => {
+                // The two names swap what they are; what lies below a moved
+                // directory is forgotten when an op meets it missing.
+                let (from_dir, to_dir) = (self.dirs.contains(from), self.dirs.contains(to));
+                if from_dir != to_dir {
+                    let (dir, file) = if from_dir { (to, from) } else { (from, to) };
+                    forget(&mut self.dirs, file);
+                    forget(&mut self.files, dir);
+                    self.dirs.push(dir.clone());
+                    self.files.push(file.clone());
+                }
+            }
             _ => self.learn_made(op, false),
         }
     }
@@ -349,7 +372,7 @@ impl Workload {
                 _ => return,
             },
             // Either name of these may be the missing one.
-            Op::Rename { .. } | Op::Link { .. } | Op::Sync => return,
+            Op::Rename { .. } | Op::Renameat2 { .. } | Op::Link { .. } | Op::Sync => return,
             _ => match op.paths().first() {
                 Some(path) => path.trim_end_matches('/'),
                 None => return,

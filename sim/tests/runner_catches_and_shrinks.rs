@@ -23,6 +23,7 @@ impl FileSystem for Buggy {
     fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.inner.unlink(p) }
     fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.inner.rmdir(p) }
     fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.inner.rename(a, b) }
+    fn renameat2(&mut self, a: &str, b: &str, f: ext4_model::RenameFlags) -> Result<(), Errno> { self.inner.renameat2(a, b, f) }
     fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.inner.link(a, b) }
     fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.inner.symlink(t, p) }
     fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.inner.readlink(p) }

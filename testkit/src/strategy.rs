@@ -47,6 +47,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => path().prop_map(|path| Op::Unlink { path }),
         2 => path().prop_map(|path| Op::Rmdir { path }),
         3 => (path(), path()).prop_map(|(from, to)| Op::Rename { from, to }),
+        2 => (path(), path(), prop_oneof![Just(ext4_model::RenameFlags::NoReplace), Just(ext4_model::RenameFlags::Exchange)]).prop_map(|(from, to, flags)| Op::Renameat2 { from, to, flags }),
         2 => (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
         1 => (prop_oneof![path(), "[a-d./]{1,70}"], path()).prop_map(|(target, path)| Op::Symlink { target, path }),
         1 => path().prop_map(|path| Op::Readlink { path }),

@@ -240,6 +240,24 @@ impl Directory {
         Ok(Some(slot))
     }
 
+    /// Points the existing entry `name` at another inode, in place (one half
+    /// of RENAME_EXCHANGE).
+    pub fn replace<D: BlockDevice + ?Sized>(&mut self, cache: &mut BufferCache, dev: &mut D, name: &[u8], ino: InodeNumber, file_type: u8) -> Result<()> {
+        let Some(old) = self.entries.get(name).copied() else { return Err(corrupt(self.ino, 0, "replace of a missing name".into())) };
+        let ok = self.edit(cache, dev, old.block as usize, |b, tail| dirent::set_entry_inode(b, tail, name, ino, file_type))?;
+        if !ok {
+            return Err(corrupt(self.ino, u64::from(old.block), "index and block disagree".into()));
+        }
+        if old.file_type == FT_DIR {
+            self.subdirs -= 1;
+        }
+        if file_type == FT_DIR {
+            self.subdirs += 1;
+        }
+        self.entries.insert(name.to_vec(), Slot { ino, file_type, block: old.block });
+        Ok(())
+    }
+
     /// Points ".." at a new parent.
     pub fn set_parent<D: BlockDevice + ?Sized>(&mut self, cache: &mut BufferCache, dev: &mut D, parent: InodeNumber) -> Result<()> {
         let ok = self.edit(cache, dev, 0, |b, tail| dirent::set_entry_inode(b, tail, b"..", parent, FT_DIR))?;

@@ -96,6 +96,20 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(())
     }
 
+    /// Points `dir`'s existing entry `name` at `ino` (RENAME_EXCHANGE).
+    pub(crate) fn replace_entry(&mut self, dir: InodeNumber, name: &str, ino: InodeNumber, ft: u8) -> Result<(), Errno> {
+        self.dir_for_edit(dir)?;
+        let (ctx, node) = self.split(dir)?;
+        let d = node.dir.as_mut().ok_or(Errno::EIO)?;
+        d.replace(&mut ctx.cache, &mut ctx.dev, name.as_bytes(), ino, ft)?;
+        node.disk.links_count = Node::dir_links(d.subdirs());
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(dir);
+        Ok(())
+    }
+
     /// Removes `name` from `dir`.
     pub(crate) fn remove_entry(&mut self, dir: InodeNumber, name: &str) -> Result<Slot, Errno> {
         self.dir_for_edit(dir)?;

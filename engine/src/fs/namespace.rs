@@ -4,9 +4,10 @@
 
 use ext4_model::op::{DirEntry, LINK_MAX};
 use ext4_model::path::{check_name, Last, SplitPath};
-use ext4_model::{Errno, FileKind, Stat};
+use ext4_model::{Errno, FileKind, RenameFlags, Stat};
 
 use crate::device::{BlockDevice, WriteFlags};
+use crate::dir::Slot;
 use crate::format::dirent::{FT_DIR, FT_SYMLINK};
 use crate::format::inode::{FL_EXTENTS, I_BLOCK_LEN, ROOT_INO};
 use crate::format::InodeNumber;
@@ -181,35 +182,49 @@ impl<D: BlockDevice> Ext4<D> {
         Err(Errno::EIO)
     }
 
-    pub(crate) fn do_rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
+    /// rename(2), or renameat2(2) with `flags`, checked in the model's order.
+    pub(crate) fn do_rename(&mut self, from: &str, to: &str, flags: Option<RenameFlags>) -> Result<(), Errno> {
+        let exchange = flags == Some(RenameFlags::Exchange);
         let osp = split(from)?;
         let nsp = split(to)?;
         let (odir, olast) = self.resolve_parent(&osp)?;
         let (ndir, nlast) = self.resolve_parent(&nsp)?;
-        let (Last::Normal(oname), Last::Normal(nname)) = (olast, nlast) else { return Err(Errno::EBUSY) };
+        let Last::Normal(oname) = olast else { return Err(Errno::EBUSY) };
+        let Last::Normal(nname) = nlast else {
+            return Err(if flags == Some(RenameFlags::NoReplace) { Errno::EEXIST } else { Errno::EBUSY });
+        };
         self.ctx.writable()?;
         check_name(oname)?;
         let old = self.lookup_in(odir, oname)?.ok_or(Errno::ENOENT)?;
         // The new name is looked up (and refused if too long) before the
         // trailing-slash checks.
         check_name(nname)?;
+        let new = self.lookup_in(ndir, nname)?;
+        match (flags, new) {
+            (Some(RenameFlags::NoReplace), Some(_)) => return Err(Errno::EEXIST),
+            (Some(RenameFlags::Exchange), None) => return Err(Errno::ENOENT),
+            (Some(RenameFlags::Exchange), Some(n)) if n.file_type != FT_DIR && nsp.trailing_slash => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
         let old_is_dir = old.file_type == FT_DIR;
-        if !old_is_dir && (osp.trailing_slash || nsp.trailing_slash) {
+        if !old_is_dir && (osp.trailing_slash || (!exchange && nsp.trailing_slash)) {
             return Err(Errno::ENOTDIR);
         }
-        let new = self.lookup_in(ndir, nname)?;
         if odir != ndir {
             if old_is_dir && self.is_ancestor(old.ino, ndir)? {
                 return Err(Errno::EINVAL);
             }
             if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
                 if self.is_ancestor(n.ino, odir)? {
-                    return Err(Errno::ENOTEMPTY);
+                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
                 }
             }
         }
         if new.map(|n| n.ino) == Some(old.ino) {
             return Ok(());
+        }
+        if let (true, Some(n)) = (exchange, new) {
+            return self.exchange((odir, oname, old), (ndir, nname, n));
         }
         if let Some(n) = new {
             let new_is_dir = n.file_type == FT_DIR;
@@ -234,6 +249,25 @@ impl<D: BlockDevice> Ext4<D> {
         let (ctx, node) = self.split(old.ino)?;
         node.disk.ctime = ctx.now();
         self.mark_dirty(old.ino);
+        Ok(())
+    }
+
+    /// ext4_cross_rename: each name points at the other's inode; a moved
+    /// directory's ".." follows its new parent.
+    fn exchange(&mut self, a: (InodeNumber, &str, Slot), b: (InodeNumber, &str, Slot)) -> Result<(), Errno> {
+        let ((adir, aname, aslot), (bdir, bname, bslot)) = (a, b);
+        self.replace_entry(adir, aname, bslot.ino, bslot.file_type)?;
+        self.replace_entry(bdir, bname, aslot.ino, aslot.file_type)?;
+        for (slot, parent) in [(aslot, bdir), (bslot, adir)] {
+            if slot.file_type == FT_DIR && adir != bdir {
+                self.dir_for_edit(slot.ino)?;
+                let (ctx, node) = self.split(slot.ino)?;
+                node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, parent)?;
+            }
+            let (ctx, node) = self.split(slot.ino)?;
+            node.disk.ctime = ctx.now();
+            self.mark_dirty(slot.ino);
+        }
         Ok(())
     }
 

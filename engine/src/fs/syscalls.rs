@@ -2,7 +2,7 @@
 //! changes first asking the journal whether to commit the running
 //! transaction (`prepare_change`, which also starts the handle).
 
-use ext4_model::op::{DirEntry, FallocFlags, FiemapExtent, Stat};
+use ext4_model::op::{DirEntry, FallocFlags, FiemapExtent, RenameFlags, Stat};
 use ext4_model::{Errno, FileSystem};
 
 use crate::device::BlockDevice;
@@ -28,7 +28,11 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
     }
     fn rename(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         self.prepare_change(4)?;
-        self.do_rename(from, to)
+        self.do_rename(from, to, None)
+    }
+    fn renameat2(&mut self, from: &str, to: &str, flags: RenameFlags) -> Result<(), Errno> {
+        self.prepare_change(4)?;
+        self.do_rename(from, to, Some(flags))
     }
     fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         self.prepare_change(4)?;

@@ -70,6 +70,26 @@ impl fmt::Debug for FallocFlags {
     }
 }
 
+/// renameat2(2) flags this vocabulary speaks (RENAME_WHITEOUT makes a
+/// character device, which the model has no notion of).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, arbitrary::Arbitrary)]
+pub enum RenameFlags {
+    /// RENAME_NOREPLACE: EEXIST rather than replace the target.
+    NoReplace,
+    /// RENAME_EXCHANGE: swap two existing names atomically.
+    Exchange,
+}
+
+impl RenameFlags {
+    /// The bits renameat2(2) takes.
+    pub fn bits(self) -> u32 {
+        match self {
+            RenameFlags::NoReplace => 1,
+            RenameFlags::Exchange => 2,
+        }
+    }
+}
+
 /// One operation on a filesystem.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
 pub enum Op {
@@ -100,13 +120,15 @@ pub enum Op {
     Fiemap { path: String, sync: bool },
     /// chattr +j / -j (FS_IOC_SETFLAGS toggling JOURNAL_DATA_FL).
     SetJournalData { path: String, enable: bool },
+    /// renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE.
+    Renameat2 { from: String, to: String, flags: RenameFlags },
 }
 
 impl Op {
     /// The paths an op names, in order.
     pub fn paths(&self) -> Vec<&str> {
         match self {
-            Op::Rename { from, to } | Op::Link { from, to } => vec![from, to],
+            Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
             Op::Symlink { path, .. } => vec![path],
             Op::Sync => vec![],
             Op::Create { path, .. }
@@ -161,6 +183,7 @@ impl Op {
             Op::Fallocate { .. } => OpKind::Fallocate,
             Op::Fiemap { .. } => OpKind::Fiemap,
             Op::SetJournalData { .. } => OpKind::SetJournalData,
+            Op::Renameat2 { .. } => OpKind::Renameat2,
         }
     }
 }
@@ -187,10 +210,11 @@ pub enum OpKind {
     Fallocate,
     Fiemap,
     SetJournalData,
+    Renameat2,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 19] = [
+    pub const ALL: [OpKind; 20] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -210,6 +234,7 @@ impl OpKind {
         OpKind::Fallocate,
         OpKind::Fiemap,
         OpKind::SetJournalData,
+        OpKind::Renameat2,
     ];
 }
 
@@ -315,7 +340,7 @@ mod tests {
 
     #[test]
     fn kinds_cover_every_op() {
-        assert_eq!(OpKind::ALL.len(), 19);
+        assert_eq!(OpKind::ALL.len(), 20);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
     }
 

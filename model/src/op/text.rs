@@ -11,7 +11,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{FallocFlags, Op};
+use super::{FallocFlags, Op, RenameFlags};
+
+fn flags_text(flags: RenameFlags) -> &'static str {
+    match flags {
+        RenameFlags::NoReplace => "noreplace",
+        RenameFlags::Exchange => "exchange",
+    }
+}
 use crate::text::{quote, Fields, TextError};
 
 impl fmt::Display for Op {
@@ -37,6 +44,7 @@ impl fmt::Display for Op {
             Op::Fallocate { path, mode, offset, len } => write!(f, "fallocate path={} mode={:#x} offset={offset} len={len}", q(path), mode.0),
             Op::Fiemap { path, sync } => write!(f, "fiemap path={} sync={sync}", q(path)),
             Op::SetJournalData { path, enable } => write!(f, "set_journal_data path={} enable={enable}", q(path)),
+            Op::Renameat2 { from, to, flags } => write!(f, "renameat2 from={} to={} flags={}", q(from), q(to), flags_text(*flags)),
         }
     }
 }
@@ -68,6 +76,15 @@ impl FromStr for Op {
             "fallocate" => Op::Fallocate { path: path()?, mode: FallocFlags(f.num("mode")?), offset: f.num("offset")?, len: f.num("len")? },
             "fiemap" => Op::Fiemap { path: path()?, sync: f.flag("sync")? },
             "set_journal_data" => Op::SetJournalData { path: path()?, enable: f.flag("enable")? },
+            "renameat2" => Op::Renameat2 {
+                from: f.text("from")?,
+                to: f.text("to")?,
+                flags: match f.text("flags")?.as_str() {
+                    "noreplace" => RenameFlags::NoReplace,
+                    "exchange" => RenameFlags::Exchange,
+                    other => return Err(TextError::BadValue { key: "flags".into(), value: other.to_string(), expected: "noreplace or exchange" }),
+                },
+            },
             other => return Err(TextError::UnknownOp(other.to_string())),
         })
     }
@@ -85,11 +102,14 @@ mod tests {
             Op::Fallocate { path: "/f".into(), mode: FallocFlags(0x13), offset: 0, len: 1 },
             Op::Create { path: "/c".into(), perm: 0o7777 },
             Op::Sync,
+            Op::Renameat2 { from: "/a".into(), to: "/b".into(), flags: RenameFlags::Exchange },
+            Op::Renameat2 { from: "/a".into(), to: "/b".into(), flags: RenameFlags::NoReplace },
         ];
         for op in ops {
             assert_eq!(op.to_string().parse::<Op>(), Ok(op.clone()), "{op}");
         }
         assert_eq!("frobnicate".parse::<Op>(), Err(TextError::UnknownOp("frobnicate".into())));
+        assert!(matches!("renameat2 from=\"/a\" to=\"/b\" flags=whiteout".parse::<Op>(), Err(TextError::BadValue { .. })));
         assert!(matches!("write path=\"/a\" offset=x len=1 seed=1".parse::<Op>(), Err(TextError::BadValue { .. })));
         assert!(matches!("read path=\"/a\" offset=0".parse::<Op>(), Err(TextError::Missing(k)) if k == "len"));
     }

@@ -227,6 +227,12 @@ impl FileSystem for SyscallFs {
         check(unsafe { libc::rename(a.as_ptr(), b.as_ptr()) }).map(drop)
     }
 
+    fn renameat2(&mut self, from: &str, to: &str, flags: ext4_model::RenameFlags) -> Result<(), Errno> {
+        let (a, b) = (self.c_path(from)?, self.c_path(to)?);
+        // SAFETY: valid C strings; AT_FDCWD resolves them as rename(2) does.
+        check(unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), flags.bits()) }).map(drop)
+    }
+
     fn link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         let (a, b) = (self.c_path(from)?, self.c_path(to)?);
         // SAFETY: valid C strings.

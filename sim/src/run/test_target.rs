@@ -84,6 +84,7 @@ impl FileSystem for Plain {
     fn unlink(&mut self, p: &str) -> Result<(), Errno> { self.view().unlink(p) }
     fn rmdir(&mut self, p: &str) -> Result<(), Errno> { self.view().rmdir(p) }
     fn rename(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.view().rename(a, b) }
+    fn renameat2(&mut self, a: &str, b: &str, f: ext4_model::RenameFlags) -> Result<(), Errno> { self.view().renameat2(a, b, f) }
     fn link(&mut self, a: &str, b: &str) -> Result<(), Errno> { self.view().link(a, b) }
     fn symlink(&mut self, t: &str, p: &str) -> Result<(), Errno> { self.view().symlink(t, p) }
     fn readlink(&mut self, p: &str) -> Result<String, Errno> { self.view().readlink(p) }

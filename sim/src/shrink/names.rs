@@ -2,7 +2,10 @@
 //! away ("/x/y/f" becomes "/x/f"), and every name left is renamed to a short
 //! fresh one ("a", "b", ...). Both change the whole trace at once, every path
 //! of every op and the target of every symlink (a path too), so the trace
-//! means the same run with other names.
+//! means the same run with other names. Last, two names are merged into one
+//! where the failure does not need both (a create, a rename onto a third
+//! name and a truncate of that may be one file all along); the next round
+//! of step dropping then removes what became redundant.
 
 use std::collections::BTreeSet;
 
@@ -15,6 +18,62 @@ pub(super) fn shorter_names(current: &mut Trace, trial: &mut Trial) {
     // Lifting first: it removes names, so fewer are left to rename.
     lift_directories(current, trial);
     rename_components(current, trial);
+    merge_names(current, trial);
+}
+
+/// Every whole path the ops name, once each.
+fn paths_in(trace: &Trace) -> Vec<String> {
+    let set: BTreeSet<&str> = trace.steps.iter().filter_map(Step::op).flat_map(|op| op.paths()).collect();
+    set.into_iter().map(str::to_string).collect()
+}
+
+fn merge_paths(current: &mut Trace, trial: &mut Trial) {
+    let mut paths = paths_in(current);
+    if paths.len() > MAX_MERGED_NAMES {
+        return;
+    }
+    paths.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+    for (i, keep) in paths.iter().enumerate() {
+        for gone in &paths[i + 1..] {
+            if trial.exhausted() {
+                return;
+            }
+            let present = paths_in(current);
+            if !present.contains(keep) || !present.contains(gone) {
+                continue;
+            }
+            trial.keep(current, rewritten(current, |p| if p == gone { keep.clone() } else { p.to_string() }));
+        }
+    }
+}
+
+/// Most names a trace may hold for merging to try every pair (a shrunk
+/// trace holds a handful; a long one is not worth n^2 re-runs).
+const MAX_MERGED_NAMES: usize = 12;
+
+/// Renames one name to another the trace already uses, plainer into
+/// plainer: the two become the same file or directory. Whole paths first
+/// ("/b/a" onto "/b/b"), then single names wherever they stand.
+fn merge_names(current: &mut Trace, trial: &mut Trial) {
+    merge_paths(current, trial);
+    let mut names = names_in(current);
+    if names.len() > MAX_MERGED_NAMES {
+        return;
+    }
+    names.sort_by(|a, b| (a.len(), a).cmp(&(b.len(), b)));
+    for (i, keep) in names.iter().enumerate() {
+        for gone in &names[i + 1..] {
+            if trial.exhausted() {
+                return;
+            }
+            let present: BTreeSet<String> = names_in(current).into_iter().collect();
+            if !present.contains(keep) || !present.contains(gone) {
+                continue;
+            }
+            let candidate = rewritten(current, |p| p.split('/').map(|n| if n == gone { keep.as_str() } else { n }).collect::<Vec<_>>().join("/"));
+            trial.keep(current, candidate);
+        }
+    }
 }
 
 /// The path-like strings an op holds: the paths it names, and a symlink's
@@ -30,7 +89,7 @@ fn path_strings(op: &Op) -> Vec<&str> {
 /// path cannot be missed.
 fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
     match op {
-        Op::Rename { from, to } | Op::Link { from, to } => vec![from, to],
+        Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
         Op::Symlink { target, path } => vec![target, path],
         Op::Sync => vec![],
         Op::Create { path, .. }
@@ -290,8 +349,11 @@ mod tests {
             Op::Link { from: "/log/x.1".into(), to: "/log/tmp".into() },
             Op::Symlink { target: "../data/x.1".into(), path: "/log/data".into() },
         ]);
-        // Any judge: every rename is taken.
-        let short = shorten(&t, |_| true);
+        // Any judge: every rename is taken (merging is its own pass).
+        let mut budget = Budget::default();
+        let mut short = t.clone();
+        let mut any = |_: &Trace| true;
+        rename_components(&mut short, &mut Trial::new(&mut budget, &mut any));
         assert_eq!(
             ops(&short),
             vec![
@@ -322,6 +384,29 @@ mod tests {
         assert!(lifted(&t, &["d".to_string()]).is_none(), "/d/f would become /f, which is another file");
         let lifted_g = lifted(&trace(vec![Op::Create { path: "/d/g/".into(), perm: 0o644 }]), &["d".to_string()]).unwrap();
         assert_eq!(ops(&lifted_g), vec![Op::Create { path: "/g/".into(), perm: 0o644 }], "a trailing slash stays");
+    }
+
+    #[test]
+    fn two_names_the_failure_does_not_need_apart_become_one() {
+        // The failure needs a truncate and a read of the same name; the
+        // rename in between only carried the file there.
+        let t = trace(vec![
+            Op::Create { path: "/b".into(), perm: 0o644 },
+            Op::Rename { from: "/b".into(), to: "/c".into() },
+            Op::Truncate { path: "/c".into(), size: 0 },
+            Op::Read { path: "/c".into(), offset: 0, len: 1 },
+        ]);
+        let truncated_then_read = |t: &Trace| {
+            let o = ops(t);
+            o.iter().any(|op| matches!(op, Op::Truncate { path, .. } if path == "/b")) && o.iter().any(|op| matches!(op, Op::Read { path, .. } if path == "/b"))
+        };
+        let mut budget = Budget::default();
+        let mut fails = |t: &Trace| truncated_then_read(t) || ops(t).iter().any(|op| matches!(op, Op::Truncate { path, .. } if path == "/c"));
+        let mut trial = Trial::new(&mut budget, &mut fails);
+        let mut current = t.clone();
+        merge_names(&mut current, &mut trial);
+        assert!(truncated_then_read(&current), "{:?}", ops(&current));
+        assert!(names_in(&current) == ["b"], "{:?}", names_in(&current));
     }
 
     #[test]
