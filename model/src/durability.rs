@@ -163,14 +163,15 @@ impl Model {
         let _ = match call {
             Call::Op(op) => self.apply(op).map(|_| ()),
             Call::Write { path, offset, data } => self.write_literal(path, *offset, data.clone()).map(|_| ()),
+            Call::Append { path, data } => self.append_literal(path, data.clone()).map(|_| ()),
         };
     }
 }
 
 fn call_path(call: &Call) -> Option<&str> {
     match call {
-        Call::Write { path, .. } => Some(path),
-        Call::Op(Op::Create { path, .. } | Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Fallocate { path, .. }) => Some(path),
+        Call::Write { path, .. } | Call::Append { path, .. } => Some(path),
+        Call::Op(Op::Create { path, .. } | Op::Write { path, .. } | Op::Append { path, .. } | Op::Truncate { path, .. } | Op::Fallocate { path, .. }) => Some(path),
         _ => None,
     }
 }

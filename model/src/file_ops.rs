@@ -4,14 +4,25 @@
 use crate::content::Source;
 use crate::vfs::{block_span, LOFF_MAX};
 use crate::model::Model;
-use crate::op::{inode_flags, FiemapExtent};
+use crate::op::{inode_flags, ChattrFlag, FiemapExtent};
 use crate::state::{Ino, Node};
 use crate::Errno;
 
 impl Model {
     /// pwrite of `len` bytes of `source` (fewer at the size limit).
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
-        let ino = self.open_for_write(path)?;
+        let ino = self.open_for_write(path, false)?;
+        self.write_at(ino, offset, len, source)
+    }
+
+    /// write through an O_APPEND descriptor: at EOF, whatever the offset.
+    pub(crate) fn do_append(&mut self, path: &str, len: usize, source: Source) -> Result<u64, Errno> {
+        let ino = self.open_for_write(path, true)?;
+        let offset = self.file(ino).ok_or(Errno::EISDIR)?.size;
+        self.write_at(ino, offset, len, source)
+    }
+
+    fn write_at(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
         let count = crate::vfs::write_count(offset, len, self.mount.max_file_size())?;
         if count == 0 {
             return Ok(0);
@@ -51,6 +62,10 @@ impl Model {
             return Err(Errno::EISDIR);
         }
         self.writable()?;
+        // vfs_truncate: MAY_WRITE refuses an immutable inode, then IS_APPEND.
+        if self.restricted(ino) {
+            return Err(Errno::EPERM);
+        }
         if size > self.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
@@ -118,12 +133,41 @@ impl Model {
         Ok(self.file(ino).map(|f| f.fiemap(bs)).unwrap_or_default())
     }
 
+    /// chattr +i/-i/+a/-a: FS_IOC_SETFLAGS with one bit changed. The
+    /// capability it needs (CAP_LINUX_IMMUTABLE) is the test bed's to have.
+    pub(crate) fn do_chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
+        let ino = self.open_path(path)?;
+        self.writable()?;
+        self.check_flag_change(ino, flag.bit(), enable)?;
+        let inode = self.st.inode_mut(ino);
+        if enable {
+            inode.flags |= flag.bit();
+        } else {
+            inode.flags &= !flag.bit();
+        }
+        self.touch_meta(ino);
+        Ok(())
+    }
+
+    /// ext4_ioctl_check_immutable: an inode that is and stays immutable may
+    /// change no other flag.
+    pub(crate) fn check_flag_change(&self, ino: Ino, bit: u32, enable: bool) -> Result<(), Errno> {
+        let old = self.st.inode(ino).flags;
+        let new = if enable { old | bit } else { old & !bit };
+        let keeps_immutable = old & new & inode_flags::IMMUTABLE != 0;
+        if keeps_immutable && old != new {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
     /// chattr +j/-j. The switch flushes the inode's data and commits through a
     /// synchronous handle, so everything before it is durable. Without a journal
     /// ext4 returns success and leaves the flag alone.
     pub(crate) fn do_set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
         self.writable()?;
+        self.check_flag_change(ino, inode_flags::JOURNAL_DATA, enable)?;
         if self.st.inode(ino).journal_data() == enable || self.mount.data.is_none() {
             return Ok(());
         }

@@ -1,7 +1,7 @@
 //! The interface model and engine both implement, and the one place an [`Op`]
 //! is turned into calls on it.
 
-use crate::op::{pattern, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, RenameFlags, Reply, Stat, MAX_IO_LEN};
+use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, RenameFlags, Reply, Stat, MAX_IO_LEN};
 use crate::Errno;
 
 /// A mounted filesystem, seen through path-based system calls.
@@ -33,6 +33,14 @@ pub trait FileSystem {
     fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno>;
     fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno>;
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno>;
+    /// chattr +i/-i/+a/-a.
+    fn chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno>;
+    /// Appends `data` at EOF through an O_APPEND descriptor; returns the bytes written.
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno>;
+    /// [`FileSystem::append`] of [`pattern`]`(seed, len)`.
+    fn append_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.append(path, &pattern(seed, len as usize))
+    }
 
     /// Runs one op. I/O lengths above [`MAX_IO_LEN`] are refused here, once for
     /// every implementation.
@@ -69,6 +77,13 @@ pub trait FileSystem {
             Op::Fallocate { path, mode, offset, len } => done(self.fallocate(path, *mode, *offset, *len)),
             Op::Fiemap { path, sync } => self.fiemap(path, *sync).map(Reply::Extents),
             Op::SetJournalData { path, enable } => done(self.set_journal_data(path, *enable)),
+            Op::Chattr { path, flag, enable } => done(self.chattr(path, *flag, *enable)),
+            Op::Append { path, len, seed } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.append_pattern(path, *len, *seed).map(Reply::Written)
+            }
         }
     }
 }

@@ -90,6 +90,12 @@ impl Model {
         self.do_write(path, offset, len, Source::Literal { bytes, at: 0 })
     }
 
+    pub(crate) fn append_literal(&mut self, path: &str, bytes: Arc<[u8]>) -> Result<u64, Errno> {
+        let len = bytes.len();
+        self.record(|| Call::Append { path: path.into(), data: bytes.clone() });
+        self.do_append(path, len, Source::Literal { bytes, at: 0 })
+    }
+
     pub(crate) fn writable(&self) -> Result<(), Errno> {
         if self.mount.read_only {
             Err(Errno::EROFS)
@@ -411,5 +417,16 @@ impl FileSystem for Model {
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         self.record(|| Call::Op(Op::SetJournalData { path: path.into(), enable }));
         self.do_set_journal_data(path, enable)
+    }
+    fn chattr(&mut self, path: &str, flag: crate::op::ChattrFlag, enable: bool) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Chattr { path: path.into(), flag, enable }));
+        self.do_chattr(path, flag, enable)
+    }
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        self.append_literal(path, data.into())
+    }
+    fn append_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.record(|| Call::Op(Op::Append { path: path.into(), len, seed }));
+        self.do_append(path, len as usize, Source::Pattern { seed, at: 0 })
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::data::FileData;
 use crate::model::{split, Model};
-use crate::op::{DirEntry, RenameFlags, LINK_MAX};
+use crate::op::{inode_flags, DirEntry, RenameFlags, LINK_MAX};
 use crate::path::{check_name, Last};
 use crate::state::{Ino, Node};
 use crate::Errno;
@@ -35,6 +35,7 @@ impl Model {
     pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
         let (dir, name, _) = self.new_name(path, true)?;
         self.writable()?;
+        self.may_create_in(dir)?;
         self.reserve_inode()?;
         self.add_inode(dir, name, Node::File(FileData::default()), perm);
         Ok(())
@@ -43,6 +44,7 @@ impl Model {
     pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
         let (dir, name, _) = self.new_name(path, false)?;
         self.writable()?;
+        self.may_create_in(dir)?;
         self.reserve_inode()?;
         self.add_inode(dir, name, Node::Dir { entries: BTreeMap::new(), parent: dir }, perm);
         Ok(())
@@ -55,6 +57,7 @@ impl Model {
             return Err(Errno::ENOENT);
         }
         self.writable()?;
+        self.may_create_in(dir)?;
         // ext4 stores the target and its NUL in at most one block.
         if target.len() as u64 + 1 > self.bs() {
             return Err(Errno::ENAMETOOLONG);
@@ -76,7 +79,8 @@ impl Model {
             return Err(Errno::ENOENT);
         }
         self.writable()?;
-        if self.st.is_dir(ino) {
+        self.may_create_in(dir)?;
+        if self.restricted(ino) || self.st.is_dir(ino) {
             return Err(Errno::EPERM);
         }
         if self.st.inode(ino).links >= LINK_MAX {
@@ -96,11 +100,14 @@ impl Model {
         self.writable()?;
         check_name(name)?;
         let ino = self.lookup_in(dir, name).ok_or(Errno::ENOENT)?;
+        // A trailing slash is refused before vfs_unlink; may_delete comes
+        // before its is-a-directory check.
+        if sp.trailing_slash {
+            return Err(if self.st.is_dir(ino) { Errno::EISDIR } else { Errno::ENOTDIR });
+        }
+        self.may_delete(dir, ino)?;
         if self.st.is_dir(ino) {
             return Err(Errno::EISDIR);
-        }
-        if sp.trailing_slash {
-            return Err(Errno::ENOTDIR);
         }
         self.st.entries_mut(dir).remove(name);
         self.touch_meta(dir);
@@ -120,6 +127,7 @@ impl Model {
         self.writable()?;
         check_name(name)?;
         let ino = self.lookup_in(dir, name).ok_or(Errno::ENOENT)?;
+        self.may_delete(dir, ino)?;
         let Some(entries) = self.st.entries(ino) else { return Err(Errno::ENOTDIR) };
         if !entries.is_empty() {
             return Err(Errno::ENOTEMPTY);
@@ -174,16 +182,34 @@ impl Model {
         if new == Some(old) {
             return Ok(());
         }
+        // vfs_rename: may_delete of the source, then of the target (or
+        // may_create where there is none), then the kinds, then permission
+        // to rewrite the ".." of a directory changing parents.
+        self.may_delete(odir, old)?;
+        match new {
+            Some(n) => self.may_delete(ndir, n)?,
+            None => self.may_create_in(ndir)?,
+        }
+        if let (Some(n), false) = (new, exchange) {
+            match (old_is_dir, self.st.is_dir(n)) {
+                (true, false) => return Err(Errno::ENOTDIR),
+                (false, true) => return Err(Errno::EISDIR),
+                _ => {}
+            }
+        }
+        if odir != ndir {
+            let flips = (old_is_dir && self.immutable(old)) || (exchange && new.is_some_and(|n| self.st.is_dir(n) && self.immutable(n)));
+            if flips {
+                return Err(Errno::EPERM);
+            }
+        }
         if let (true, Some(n)) = (exchange, new) {
             self.exchange((odir, oname, old), (ndir, nname, n));
             return Ok(());
         }
         if let Some(n) = new {
-            match (old_is_dir, self.st.entries(n)) {
-                (true, None) => return Err(Errno::ENOTDIR),
-                (true, Some(e)) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
-                (false, Some(_)) => return Err(Errno::EISDIR),
-                _ => {}
+            if self.st.entries(n).is_some_and(|e| !e.is_empty()) {
+                return Err(Errno::ENOTEMPTY);
             }
         }
         self.st.entries_mut(odir).remove(oname);
@@ -236,13 +262,48 @@ impl Model {
         self.st.resolve(&split(path)?, true)
     }
 
-    /// open(O_WRONLY): directories refuse, then a read-only mount does.
-    pub(crate) fn open_for_write(&self, path: &str) -> Result<Ino, Errno> {
+    /// open(O_WRONLY), with O_APPEND or not (may_open): directories
+    /// refuse, then a read-only mount, then an immutable inode, then an
+    /// append-only one unless the open appends.
+    pub(crate) fn open_for_write(&self, path: &str, append: bool) -> Result<Ino, Errno> {
         let ino = self.open_path(path)?;
         if self.st.is_dir(ino) {
             return Err(Errno::EISDIR);
         }
         self.writable()?;
+        if self.immutable(ino) || (!append && self.append_only(ino)) {
+            return Err(Errno::EPERM);
+        }
         Ok(ino)
+    }
+
+    pub(crate) fn immutable(&self, ino: Ino) -> bool {
+        self.st.inode(ino).flags & inode_flags::IMMUTABLE != 0
+    }
+
+    pub(crate) fn append_only(&self, ino: Ino) -> bool {
+        self.st.inode(ino).flags & inode_flags::APPEND != 0
+    }
+
+    /// Immutable or append-only: no unlink, rename, link or truncate.
+    pub(crate) fn restricted(&self, ino: Ino) -> bool {
+        self.immutable(ino) || self.append_only(ino)
+    }
+
+    /// may_create: new names need a directory that is not immutable.
+    fn may_create_in(&self, dir: Ino) -> Result<(), Errno> {
+        if self.immutable(dir) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// may_delete: neither the directory (immutable or append-only) nor the
+    /// victim (immutable or append-only) may lose the name.
+    fn may_delete(&self, dir: Ino, victim: Ino) -> Result<(), Errno> {
+        if self.restricted(dir) || self.restricted(victim) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
     }
 }

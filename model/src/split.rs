@@ -95,6 +95,7 @@ impl Model {
     pub fn begin_journal_switch(&mut self, path: &str, enable: bool) -> Result<PendingSwitch, Errno> {
         let ino = self.open_path(path)?;
         self.writable()?;
+        self.check_flag_change(ino, crate::op::inode_flags::JOURNAL_DATA, enable)?;
         let clears = !enable && self.st.inode(ino).journal_data() && self.mount.data.is_some();
         if !clears {
             crate::fs::FileSystem::set_journal_data(self, path, enable)?;

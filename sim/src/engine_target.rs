@@ -196,6 +196,8 @@ impl FileSystem for EngineTarget {
     fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.fs()?.fallocate(p, m, o, l) }
     fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.fs()?.fiemap(p, s) }
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.fs()?.set_journal_data(p, e) }
+    fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.fs()?.chattr(p, f, e) }
+    fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.fs()?.append(p, d) }
 }
 
 impl Target for EngineTarget {

@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use ext4_model::{Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags};
+use ext4_model::{ChattrFlag, Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 20] = [
+const BASE_WEIGHTS: [u32; 22] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -32,6 +32,8 @@ const BASE_WEIGHTS: [u32; 20] = [
     3,  // fiemap
     1,  // set_journal_data
     2,  // renameat2
+    1,  // chattr
+    4,  // append
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -74,7 +76,7 @@ impl WorkloadConfig {
 pub struct Workload {
     rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 20],
+    weights: [u32; 22],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -222,6 +224,12 @@ impl Workload {
             OpKind::Unlink => Op::Unlink { path: self.file_path() },
             OpKind::Rmdir => Op::Rmdir { path: self.dir_path() },
             OpKind::Rename => Op::Rename { from: self.any_path(), to: self.any_path() },
+            // Clearing as often as setting, so few names stay frozen for long.
+            OpKind::Chattr => {
+                let flag = if self.rng.random_bool(0.5) { ChattrFlag::Immutable } else { ChattrFlag::Append };
+                Op::Chattr { path: self.any_path(), flag, enable: self.rng.random_bool(0.5) }
+            }
+            OpKind::Append => Op::Append { path: self.file_path(), len: self.length(), seed: self.rng.random() },
             OpKind::Renameat2 => {
                 let flags = if self.rng.random_bool(0.5) { RenameFlags::NoReplace } else { RenameFlags::Exchange };
                 Op::Renameat2 { from: self.any_path(), to: self.any_path(), flags }
@@ -360,6 +368,11 @@ impl Workload {
             }
             Op::Truncate { path, size } => {
                 self.sizes.insert(path.clone(), *size);
+            }
+            Op::Append { path, len, .. } => {
+                if let Some(s) = self.sizes.get_mut(path) {
+                    *s += u64::from(*len);
+                }
             }
             _ => {}
         }

@@ -122,6 +122,35 @@ fn a_wrong_answer_is_caught_shrunk_and_written_as_a_replayable_trace() {
     }
 }
 
+/// Hand-written traces whose every answer was checked on a real kernel when
+/// they were written: the model must still give the kernel's answers.
+const KERNEL_VERIFIED: [&str; 2] = [include_str!("traces/chattr_append_kernel_verified.trace"), include_str!("traces/renameat2_kernel_verified.trace")];
+
+#[test]
+fn the_host_kernel_still_agrees_on_the_hand_written_traces() {
+    if !have_e2fsprogs() {
+        return;
+    }
+    let dir = Scratch::new("oracle-host-verified");
+    let mut kernel = HostKernel::with_runner(&dir.0, Path::new(env!("CARGO_BIN_EXE_ext4sim")));
+    let mount = MountConfig::default();
+    if let Some(why) = kernel.cannot_run(&mount) {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    for text in KERNEL_VERIFIED {
+        let t = ext4_sim::trace::Trace::parse(text).unwrap();
+        let ops: Vec<Op> = t.steps.iter().filter_map(|s| s.op().cloned()).collect();
+        let spec = OracleSpec { fixed: Some(ops), ..specs(1..2, mount).remove(0) };
+        let r = run_oracle(&mut kernel, &[spec], &dir.0, &dir.0, false).remove(0);
+        match &r.verdict {
+            Verdict::Pass => {}
+            Verdict::Error(e) if e.contains("losetup") => println!("SKIPPED: {e}"),
+            other => panic!("{other:?}\n{text}"),
+        }
+    }
+}
+
 #[test]
 fn the_host_kernel_agrees_with_the_model() {
     if !have_e2fsprogs() {

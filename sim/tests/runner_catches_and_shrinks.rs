@@ -50,6 +50,8 @@ impl FileSystem for Buggy {
     fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.inner.fallocate(p, m, o, l) }
     fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.inner.fiemap(p, s) }
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.inner.set_journal_data(p, e) }
+    fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.inner.chattr(p, f, e) }
+    fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.inner.append(p, d) }
 }
 
 impl Target for Buggy {

@@ -127,7 +127,18 @@ impl<D: BlockDevice> Ctx<D> {
 
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        let ino = self.open_for_write(path)?;
+        let ino = self.open_for_write(path, false)?;
+        self.write_at(ino, offset, data)
+    }
+
+    /// write through an O_APPEND descriptor: at EOF, whatever the offset.
+    pub(crate) fn do_append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        let ino = self.open_for_write(path, true)?;
+        let offset = self.node(ino)?.disk.size;
+        self.write_at(ino, offset, data)
+    }
+
+    fn write_at(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let count = ext4_model::vfs::write_count(offset, data.len(), self.ctx.mount.max_file_size())?;
         if count == 0 {
             return Ok(0);
@@ -272,6 +283,10 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(Errno::EISDIR);
         }
         self.ctx.writable()?;
+        // vfs_truncate: MAY_WRITE refuses an immutable inode, then IS_APPEND.
+        if self.restricted(ino)? {
+            return Err(Errno::EPERM);
+        }
         if size > self.ctx.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }

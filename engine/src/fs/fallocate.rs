@@ -19,7 +19,7 @@ use super::Ext4;
 
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
-        let ino = self.open_for_write(path)?;
+        let ino = self.open_for_write(path, false)?;
         let kind = classify_fallocate(mode, offset, len)?;
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EISDIR);

@@ -54,6 +54,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.start_handle()?;
         let ino = self.open_path(path)?;
         self.ctx.writable()?;
+        self.check_flag_change(ino, JOURNAL_DATA, enable)?;
         let no_journal = self.ctx.mount.data.is_none();
         let (_, node) = self.split(ino)?;
         if node.disk.has_flag(JOURNAL_DATA) == enable || no_journal {

@@ -28,6 +28,7 @@
 
 mod data;
 mod fallocate;
+mod inode_flags;
 mod journal_switch;
 mod journaling;
 mod lifecycle;

@@ -54,6 +54,7 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
         let (dir, name, _) = self.new_name(path, true)?;
         self.ctx.writable()?;
+        self.may_create_in(dir)?;
         self.make(dir, name, FileKind::Regular, perm)?;
         Ok(())
     }
@@ -61,6 +62,7 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
         let (dir, name, _) = self.new_name(path, false)?;
         self.ctx.writable()?;
+        self.may_create_in(dir)?;
         self.make(dir, name, FileKind::Directory, perm)?;
         Ok(())
     }
@@ -72,6 +74,7 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(Errno::ENOENT);
         }
         self.ctx.writable()?;
+        self.may_create_in(dir)?;
         let bs = self.ctx.bs();
         if target.len() as u64 + 1 > bs {
             return Err(Errno::ENAMETOOLONG);
@@ -112,8 +115,9 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(Errno::ENOENT);
         }
         self.ctx.writable()?;
+        self.may_create_in(dir)?;
         let kind = self.kind_of(ino)?;
-        if kind == FileKind::Directory {
+        if self.restricted(ino)? || kind == FileKind::Directory {
             return Err(Errno::EPERM);
         }
         if u32::from(self.node(ino)?.disk.links_count) >= LINK_MAX {
@@ -134,11 +138,13 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.writable()?;
         check_name(name)?;
         let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
-        if self.is_dir(slot.ino)? {
-            return Err(Errno::EISDIR);
-        }
+        let is_dir = self.is_dir(slot.ino)?;
         if sp.trailing_slash {
-            return Err(Errno::ENOTDIR);
+            return Err(if is_dir { Errno::EISDIR } else { Errno::ENOTDIR });
+        }
+        self.may_delete(dir, slot.ino)?;
+        if is_dir {
+            return Err(Errno::EISDIR);
         }
         self.remove_entry(dir, name)?;
         self.drop_link(slot.ino)
@@ -156,6 +162,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.writable()?;
         check_name(name)?;
         let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
+        self.may_delete(dir, slot.ino)?;
         if !self.is_dir(slot.ino)? {
             return Err(Errno::ENOTDIR);
         }
@@ -223,16 +230,34 @@ impl<D: BlockDevice> Ext4<D> {
         if new.map(|n| n.ino) == Some(old.ino) {
             return Ok(());
         }
+        self.may_delete(odir, old.ino)?;
+        match new {
+            Some(n) => self.may_delete(ndir, n.ino)?,
+            None => self.may_create_in(ndir)?,
+        }
+        if let (Some(n), false) = (new, exchange) {
+            match (old_is_dir, n.file_type == FT_DIR) {
+                (true, false) => return Err(Errno::ENOTDIR),
+                (false, true) => return Err(Errno::EISDIR),
+                _ => {}
+            }
+        }
+        if odir != ndir {
+            // Rewriting a moved directory's ".." needs write access to it.
+            let mut flips = old_is_dir && self.immutable(old.ino)?;
+            if let Some(n) = new.filter(|n| exchange && n.file_type == FT_DIR) {
+                flips |= self.immutable(n.ino)?;
+            }
+            if flips {
+                return Err(Errno::EPERM);
+            }
+        }
         if let (true, Some(n)) = (exchange, new) {
             return self.exchange((odir, oname, old), (ndir, nname, n));
         }
-        if let Some(n) = new {
-            let new_is_dir = n.file_type == FT_DIR;
-            match (old_is_dir, new_is_dir) {
-                (true, false) => return Err(Errno::ENOTDIR),
-                (true, true) if !self.dir_node(n.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() => return Err(Errno::ENOTEMPTY),
-                (false, true) => return Err(Errno::EISDIR),
-                _ => {}
+        if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
+            if !self.dir_node(n.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
+                return Err(Errno::ENOTEMPTY);
             }
         }
         self.remove_entry(odir, oname)?;
@@ -323,12 +348,13 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     /// open(O_WRONLY): directories refuse, then a read-only mount does.
-    pub(crate) fn open_for_write(&mut self, path: &str) -> Result<InodeNumber, Errno> {
+    pub(crate) fn open_for_write(&mut self, path: &str, append: bool) -> Result<InodeNumber, Errno> {
         let ino = self.open_path(path)?;
         if self.is_dir(ino)? {
             return Err(Errno::EISDIR);
         }
         self.ctx.writable()?;
+        self.may_write(ino, append)?;
         Ok(ino)
     }
 }

@@ -54,7 +54,7 @@ impl Node {
 
     /// Flags as FS_IOC_GETFLAGS shows the bits the model tracks.
     pub fn visible_flags(&self) -> u32 {
-        self.disk.flags & (inode_flags::EXTENTS | inode_flags::JOURNAL_DATA)
+        self.disk.flags & (inode_flags::EXTENTS | inode_flags::JOURNAL_DATA | inode_flags::IMMUTABLE | inode_flags::APPEND)
     }
 
     /// `i_links_count` of a directory with `subdirs` subdirectories.

@@ -2,7 +2,7 @@
 //! changes first asking the journal whether to commit the running
 //! transaction (`prepare_change`, which also starts the handle).
 
-use ext4_model::op::{DirEntry, FallocFlags, FiemapExtent, RenameFlags, Stat};
+use ext4_model::op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, RenameFlags, Stat};
 use ext4_model::{Errno, FileSystem};
 
 use crate::device::BlockDevice;
@@ -87,5 +87,13 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         self.set_journal_data_whole(path, enable)
+    }
+    fn chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
+        self.prepare_change(0)?;
+        self.do_chattr(path, flag, enable)
+    }
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
+        self.do_append(path, data)
     }
 }

@@ -90,6 +90,26 @@ impl RenameFlags {
     }
 }
 
+/// Inode flags chattr sets that restrict what may change (EXT4_IMMUTABLE_FL,
+/// EXT4_APPEND_FL); setting or clearing them needs CAP_LINUX_IMMUTABLE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, arbitrary::Arbitrary)]
+pub enum ChattrFlag {
+    /// +i: no write, truncate, link, unlink or rename of it, no new names in it.
+    Immutable,
+    /// +a: writes only append (O_APPEND), no truncate, unlink or rename.
+    Append,
+}
+
+impl ChattrFlag {
+    /// The FS_IOC_GETFLAGS bit.
+    pub fn bit(self) -> u32 {
+        match self {
+            ChattrFlag::Immutable => inode_flags::IMMUTABLE,
+            ChattrFlag::Append => inode_flags::APPEND,
+        }
+    }
+}
+
 /// One operation on a filesystem.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, arbitrary::Arbitrary)]
 pub enum Op {
@@ -122,6 +142,11 @@ pub enum Op {
     SetJournalData { path: String, enable: bool },
     /// renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE.
     Renameat2 { from: String, to: String, flags: RenameFlags },
+    /// chattr +i/-i/+a/-a (FS_IOC_GETFLAGS, then FS_IOC_SETFLAGS with the bit).
+    Chattr { path: String, flag: ChattrFlag, enable: bool },
+    /// open(O_WRONLY|O_APPEND) + write of `len` bytes of [`pattern`]`(seed,
+    /// len)` at EOF + close.
+    Append { path: String, len: u32, seed: u64 },
 }
 
 impl Op {
@@ -145,7 +170,9 @@ impl Op {
             | Op::Fdatasync { path }
             | Op::Fallocate { path, .. }
             | Op::Fiemap { path, .. }
-            | Op::SetJournalData { path, .. } => vec![path],
+            | Op::SetJournalData { path, .. }
+            | Op::Chattr { path, .. }
+            | Op::Append { path, .. } => vec![path],
         }
     }
 
@@ -184,6 +211,8 @@ impl Op {
             Op::Fiemap { .. } => OpKind::Fiemap,
             Op::SetJournalData { .. } => OpKind::SetJournalData,
             Op::Renameat2 { .. } => OpKind::Renameat2,
+            Op::Chattr { .. } => OpKind::Chattr,
+            Op::Append { .. } => OpKind::Append,
         }
     }
 }
@@ -211,10 +240,12 @@ pub enum OpKind {
     Fiemap,
     SetJournalData,
     Renameat2,
+    Chattr,
+    Append,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 20] = [
+    pub const ALL: [OpKind; 22] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -235,6 +266,8 @@ impl OpKind {
         OpKind::Fiemap,
         OpKind::SetJournalData,
         OpKind::Renameat2,
+        OpKind::Chattr,
+        OpKind::Append,
     ];
 }
 
@@ -259,6 +292,8 @@ impl FileKind {
 
 /// Inode flags visible through FS_IOC_GETFLAGS that the model tracks.
 pub mod inode_flags {
+    pub const IMMUTABLE: u32 = 0x10;
+    pub const APPEND: u32 = 0x20;
     /// A directory ext4 indexes (htree) once it outgrows one block.
     pub const INDEX: u32 = 0x1000;
     pub const JOURNAL_DATA: u32 = 0x4000;
@@ -340,7 +375,7 @@ mod tests {
 
     #[test]
     fn kinds_cover_every_op() {
-        assert_eq!(OpKind::ALL.len(), 20);
+        assert_eq!(OpKind::ALL.len(), 22);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
     }
 

@@ -11,7 +11,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{FallocFlags, Op, RenameFlags};
+use super::{ChattrFlag, FallocFlags, Op, RenameFlags};
+
+fn chattr_text(flag: ChattrFlag) -> &'static str {
+    match flag {
+        ChattrFlag::Immutable => "immutable",
+        ChattrFlag::Append => "append",
+    }
+}
 
 fn flags_text(flags: RenameFlags) -> &'static str {
     match flags {
@@ -45,6 +52,8 @@ impl fmt::Display for Op {
             Op::Fiemap { path, sync } => write!(f, "fiemap path={} sync={sync}", q(path)),
             Op::SetJournalData { path, enable } => write!(f, "set_journal_data path={} enable={enable}", q(path)),
             Op::Renameat2 { from, to, flags } => write!(f, "renameat2 from={} to={} flags={}", q(from), q(to), flags_text(*flags)),
+            Op::Chattr { path, flag, enable } => write!(f, "chattr path={} flag={} enable={enable}", q(path), chattr_text(*flag)),
+            Op::Append { path, len, seed } => write!(f, "append path={} len={len} seed={seed}", q(path)),
         }
     }
 }
@@ -85,6 +94,16 @@ impl FromStr for Op {
                     other => return Err(TextError::BadValue { key: "flags".into(), value: other.to_string(), expected: "noreplace or exchange" }),
                 },
             },
+            "chattr" => Op::Chattr {
+                path: path()?,
+                flag: match f.text("flag")?.as_str() {
+                    "immutable" => ChattrFlag::Immutable,
+                    "append" => ChattrFlag::Append,
+                    other => return Err(TextError::BadValue { key: "flag".into(), value: other.to_string(), expected: "immutable or append" }),
+                },
+                enable: f.flag("enable")?,
+            },
+            "append" => Op::Append { path: path()?, len: f.num("len")?, seed: f.num("seed")? },
             other => return Err(TextError::UnknownOp(other.to_string())),
         })
     }
@@ -104,6 +123,9 @@ mod tests {
             Op::Sync,
             Op::Renameat2 { from: "/a".into(), to: "/b".into(), flags: RenameFlags::Exchange },
             Op::Renameat2 { from: "/a".into(), to: "/b".into(), flags: RenameFlags::NoReplace },
+            Op::Chattr { path: "/a".into(), flag: ChattrFlag::Immutable, enable: true },
+            Op::Chattr { path: "/a".into(), flag: ChattrFlag::Append, enable: false },
+            Op::Append { path: "/a".into(), len: 9, seed: 4 },
         ];
         for op in ops {
             assert_eq!(op.to_string().parse::<Op>(), Ok(op.clone()), "{op}");

@@ -397,4 +397,26 @@ impl FileSystem for SyscallFs {
         // SAFETY: as above.
         check(unsafe { libc::ioctl(fd.0, FS_IOC_SETFLAGS, &wanted) }).map(drop)
     }
+
+    fn chattr(&mut self, path: &str, flag: ext4_model::ChattrFlag, enable: bool) -> Result<(), Errno> {
+        // As chattr(1) does: read the flags, change one bit, write them back.
+        let fd = self.open(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+        let mut flags: libc::c_int = 0;
+        // SAFETY: FS_IOC_GETFLAGS/SETFLAGS read and write one int.
+        check(unsafe { libc::ioctl(fd.0, FS_IOC_GETFLAGS, &mut flags) })?;
+        let bit = libc::c_int::try_from(flag.bit()).map_err(|_| Errno::EINVAL)?;
+        let wanted = if enable { flags | bit } else { flags & !bit };
+        // SAFETY: as above.
+        check(unsafe { libc::ioctl(fd.0, FS_IOC_SETFLAGS, &wanted) }).map(drop)
+    }
+
+    fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        let fd = self.open(path, libc::O_WRONLY | libc::O_APPEND, 0)?;
+        // SAFETY: data is readable for its length.
+        let n = unsafe { libc::write(fd.0, data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            return Err(errno());
+        }
+        Ok(n as u64)
+    }
 }

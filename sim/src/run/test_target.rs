@@ -110,6 +110,8 @@ impl FileSystem for Plain {
     fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.view().fallocate(p, m, o, l) }
     fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.view().fiemap(p, s) }
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.view().set_journal_data(p, e) }
+    fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.view().chattr(p, f, e) }
+    fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().append(p, d) }
 
     // The runner sends every op but a write through here.
     fn apply(&mut self, op: &Op) -> Outcome {

@@ -106,7 +106,9 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
         | Op::Fdatasync { path }
         | Op::Fallocate { path, .. }
         | Op::Fiemap { path, .. }
-        | Op::SetJournalData { path, .. } => vec![path],
+        | Op::SetJournalData { path, .. }
+        | Op::Chattr { path, .. }
+        | Op::Append { path, .. } => vec![path],
     }
 }
 
