@@ -159,7 +159,12 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 
 fn read_trace(path: &Path) -> Result<(Trace, Vec<usize>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Trace::parse_with_lines(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let (t, lines) = Trace::parse_with_lines(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(mkfs) = &t.mkfs {
+        // Layout only, by the oracle's rules: the model's answers do not depend on it.
+        eprintln!("note: {} was made on a kernel oracle image (mke2fs {mkfs}); the simulator formats with the engine's own mkfs. On a kernel: ext4sim oracle --trace {}", path.display(), path.display());
+    }
+    Ok((t, lines))
 }
 
 /// A bar on a terminal, nothing elsewhere or under `--json`.

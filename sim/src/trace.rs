@@ -24,6 +24,12 @@
 //! crash seed=99
 //! ```
 //!
+//! An oracle trace may also carry `mkfs ARGS`: the mke2fs arguments its
+//! image was made with (`ext4sim oracle --mkfs`), so the trace alone replays
+//! the case. Traces without it (every simulator trace, and oracle traces
+//! older than the line) mean "no extra mke2fs arguments". The simulator
+//! formats with the engine's own mkfs and says so when it meets the line.
+//!
 //! A `fault` line arms a device fault for the op after it: the op's device
 //! command `command` (counted from 0) fails at sector `sector` of its range.
 //! `task N` switches to task N; `begin` runs an op's first half and `finish`
@@ -107,6 +113,8 @@ impl std::fmt::Display for Step {
 pub struct Trace {
     pub spec: RunSpec,
     pub steps: Vec<Step>,
+    /// The oracle's mke2fs arguments, as `ext4sim oracle --mkfs` takes them.
+    pub mkfs: Option<String>,
 }
 
 impl Trace {
@@ -115,6 +123,9 @@ impl Trace {
         for line in self.spec.header_lines() {
             out.push_str(&line);
             out.push('\n');
+        }
+        if let Some(mkfs) = &self.mkfs {
+            out.push_str(&format!("mkfs {mkfs}\n"));
         }
         for step in &self.steps {
             out.push_str(&step.to_string());
@@ -136,6 +147,7 @@ impl Trace {
         }
         let mut spec = RunSpec::new(0, 0, MountConfig::default());
         let (mut seed, mut ops) = (false, false);
+        let mut mkfs = None;
         let mut steps = Vec::new();
         let mut step_lines = Vec::new();
         for (line, text) in lines {
@@ -144,6 +156,12 @@ impl Trace {
                 continue;
             }
             let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+            if word == "mkfs" {
+                if mkfs.replace(rest.trim().to_string()).is_some() {
+                    return Err(err("a second `mkfs` line".into()));
+                }
+                continue;
+            }
             if spec.apply_header(word, rest.trim()).map_err(err)? {
                 seed |= word == "seed";
                 ops |= word == "ops";
@@ -159,7 +177,7 @@ impl Trace {
             spec.ops = steps.iter().filter(|s| matches!(s, Step::Op(_) | Step::Begin(_))).count() as u64;
         }
         validate(&spec, &steps, &step_lines)?;
-        Ok((Trace { spec, steps }, step_lines))
+        Ok((Trace { spec, steps, mkfs }, step_lines))
     }
 }
 
@@ -261,7 +279,12 @@ mod tests {
                 Step::Task(2),
                 Step::Finish,
             ],
+            mkfs: None,
         };
+        assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
+        assert!(!t.to_text().contains("mkfs"), "traces without mke2fs arguments keep their old text");
+        let t = Trace { mkfs: Some("-O ^flex_bg -b 2048".into()), ..t };
+        assert!(t.to_text().contains("\nmkfs -O ^flex_bg -b 2048\n"));
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
         let line = |e: TraceError| match e {
             TraceError::Parse { line, .. } => line,
@@ -274,6 +297,7 @@ mod tests {
         assert_eq!(line(parse_err("fault kind=smoke command=1 sector=0\nop sync\n")), 4);
         assert_eq!(line(parse_err("fault kind=read command=-1 sector=0\nop sync\n")), 4);
         assert_eq!(line(parse_err("tasks 0\n")), 4);
+        assert_eq!(line(parse_err("mkfs -j\nmkfs -j\n")), 5);
     }
 
     #[test]

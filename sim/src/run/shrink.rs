@@ -35,5 +35,5 @@ pub fn shrink_failure<F: TargetFactory>(factory: &F, result: &RunResult) -> Opti
     } else {
         (result.steps.clone(), 1, false)
     };
-    Some(ShrunkTrace { trace: Trace { spec: result.spec.clone(), steps }, runs, budget_spent, replays })
+    Some(ShrunkTrace { trace: Trace { spec: result.spec.clone(), steps, mkfs: None }, runs, budget_spent, replays })
 }
