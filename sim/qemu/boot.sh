@@ -13,7 +13,10 @@ set -euo pipefail
 cache=$1 initrd=$2 log=$3
 shift 3
 drives=()
-for d in "$@"; do drives+=(-drive "file=${d//,/,,},format=raw,if=virtio,cache=unsafe"); done
+# werror/rerror=report: a host write that fails (a full disk) reaches the guest as EIO
+# at once, and ext4sim then reports the full disk; qemu's default would pause the VM
+# until the timeout.
+for d in "$@"; do drives+=(-drive "file=${d//,/,,},format=raw,if=virtio,cache=unsafe,werror=report,rerror=report"); done
 
 rc=0
 timeout "${BOOT_TIMEOUT:-300}" qemu-system-x86_64 -accel tcg,thread=single -cpu max -M q35 \

@@ -16,10 +16,16 @@
 # debian-archive-keyring.gpg (bookworm's package carries the 13/trixie keys), and the
 # .debs against its hashes. No override is needed.
 # Idempotent: exits at once if CACHE_DIR/KVER, vmlinuz and modules/ORDER exist.
+# Exit status: 0 ready; 77 this machine cannot run the qemu kernel at all (qemu or the
+# tools cannot be installed, or nothing is cached and the archive cannot be reached);
+# anything else is a broken setup (a download or unpack that failed after it started,
+# no 7.x kernel in the archive, a full disk): `ext4sim oracle` then fails, never skips.
 set -eu
 [ $# -eq 1 ] || { echo "usage: $0 CACHE_DIR" >&2; exit 2; }
+unavailable() { echo "fetch-kernel: cannot run here: $*" >&2; exit 77; }
 mkdir -p "$1"
 C=$(cd "$1" && pwd)
+cached() { [ -s "$C/KVER" ] && [ -s "$C/vmlinuz" ] && [ -s "$C/modules/ORDER" ]; }
 
 # The archive URI: first non-security entry of the machine's own apt sources.
 uri=
@@ -31,7 +37,6 @@ if [ -z "$uri" ] && [ -r /etc/apt/sources.list ]; then
   uri=$(sed 's/\[[^]]*\]//' /etc/apt/sources.list |
     awk '$1 == "deb" && $2 !~ /security/ { print $2; exit }')
 fi
-[ -n "$uri" ] || { echo "$0: no archive URI in the apt sources" >&2; exit 1; }
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 
 # Host tools. --no-remove: never remove installed packages to make room. (These images
@@ -44,8 +49,10 @@ dpkg-query -W -f='${Status}\n' busybox-static 2>/dev/null | grep -q ' installed'
 command -v xz >/dev/null || need="$need xz-utils"
 command -v cpio >/dev/null || need="$need cpio"
 if [ -n "$need" ]; then
+  command -v apt-get >/dev/null || unavailable "no apt-get to install$need"
   # shellcheck disable=SC2086 # $need is a word list
   if ! { apt-get update && apt-get install -y --no-install-recommends --no-remove $need; }; then
+    [ -n "$uri" ] || unavailable "could not install$need, and no archive URI in the apt sources"
     echo "fetch-kernel: retrying with backports" >&2
     bpo=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)-backports
     B=$C/apt-host
@@ -54,14 +61,19 @@ if [ -n "$need" ]; then
       echo "deb [signed-by=$keyring] $uri $bpo main"; } >"$B/sources.list"
     set -- -o Dir::Etc::SourceList="$B/sources.list" -o Dir::State::Lists="$B/lists" \
       -o Dir::Cache="$B/cache"
-    apt-get "$@" update
     # shellcheck disable=SC2086
-    apt-get "$@" install -y --no-install-recommends --no-remove -t "$bpo" $need
+    { apt-get "$@" update && apt-get "$@" install -y --no-install-recommends --no-remove -t "$bpo" $need; } ||
+      unavailable "could not install$need from $uri ($bpo included)"
     rm -rf "$B"
   fi
 fi
 
-[ -s "$C/KVER" ] && [ -s "$C/vmlinuz" ] && [ -s "$C/modules/ORDER" ] && exit 0
+cached && exit 0
+[ -n "$uri" ] || unavailable "no kernel cached in $C and no archive URI in the apt sources"
+command -v apt-get >/dev/null || unavailable "no kernel cached in $C and no apt-get to fetch one"
+# A full disk is a broken setup, not a machine that cannot fetch: say so before apt does.
+free_mib=$(($(df -Pk "$C" | awk 'NR == 2 { print $4 }') / 1024))
+[ "$free_mib" -ge 512 ] || { echo "$0: $C has $free_mib MiB free; fetching the kernel needs about 512 MiB" >&2; exit 1; }
 
 A=$C/apt
 mkdir -p "$A/lists/partial" "$A/cache/archives/partial" "$C/debs"
@@ -70,7 +82,9 @@ apt_private() {
   "$@" -o Dir::Etc::SourceList="$A/sources.list" -o Dir::Etc::SourceParts=/dev/null \
     -o Dir::State::Lists="$A/lists" -o Dir::Cache="$A/cache" -o APT::Sandbox::User=root
 }
-apt_private apt-get -q update
+# An archive that cannot be reached at all means this machine cannot fetch; any failure
+# after it answered is a broken setup.
+apt_private apt-get -q update || unavailable "no kernel cached in $C and $uri cannot be reached"
 
 kver=$(apt_private apt-cache pkgnames linux- |
   sed -n 's/^linux-\(image\|binary\)-\(7\.[0-9.]*+[^-]*-cloud-amd64\)$/\2/p' | sort -uV | tail -n 1)

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::figure::{json_object, json_str};
+use crate::mke2fs::MkfsArgs;
 use crate::report::{json, summary};
 use crate::run::spec::{parse_mount, parse_seed_range, parse_size, parse_tasks, ProfileSpec, RunSpec, DEFAULT_CRASH_EVERY, DEFAULT_FSCK_EVERY, DEFAULT_OPS, DEFAULT_PROFILE, DISK_BYTES};
 use crate::run::{run_seed_keeping_target, run_seed_with_progress, run_steps, shrink_failure, RunResult, ShrunkTrace};
@@ -53,6 +54,10 @@ pub struct RunArgs {
     /// Where failing traces are written.
     #[arg(long, default_value = ".")]
     pub trace_dir: PathBuf,
+    /// Start from an image the real mke2fs makes with these arguments, e.g.
+    /// "-O ^flex_bg -b 1024", instead of the engine's own mkfs (needs e2fsprogs).
+    #[arg(long, allow_hyphen_values = true)]
+    pub mkfs: Option<String>,
     /// Simulated tasks whose ops a seeded scheduler interleaves (1..=64).
     #[arg(long, default_value = "1", value_parser = parse_tasks)]
     pub tasks: u32,
@@ -142,6 +147,15 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         faults: args.faults.parse().map_err(|e| format!("faults: {e}"))?,
         tasks: args.tasks,
         disk_bytes: args.disk_size.unwrap_or(DISK_BYTES),
+        mkfs: None,
+    };
+    let spec = match &args.mkfs {
+        // The image's block size and journal become the model's.
+        Some(text) => {
+            let mkfs = MkfsArgs::parse(text).map_err(|e| e.to_string())?;
+            RunSpec { mount: mkfs.model_mount(spec.mount).map_err(|e| e.to_string())?, mkfs: Some(mkfs), ..spec }
+        }
+        None => spec,
     };
     spec.validate()?;
     Ok(spec)
@@ -159,7 +173,8 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
 
 fn read_trace(path: &Path) -> Result<(Trace, Vec<usize>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Trace::parse_with_lines(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let (t, lines) = Trace::parse_with_lines(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((t, lines))
 }
 
 /// A bar on a terminal, nothing elsewhere or under `--json`.

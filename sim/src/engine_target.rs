@@ -150,13 +150,18 @@ pub fn write_sparse_image(disk: &SimDisk, path: &std::path::Path) -> Result<(), 
 /// Builds the disk and the filesystem for a spec.
 pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     let mut disk = SimDisk::new(spec.disk_bytes, spec.profile.profile.clone(), spec.seed, crate::disk::FaultConfig::NONE).map_err(|e| e.to_string())?;
-    let mut ids = ChaCha8Rng::seed_from_u64(spec.seed);
-    ids.set_stream(0x0069_6473); // "ids"
-    let mut uuid: [u8; 16] = ids.random();
-    uuid[0] |= 1; // never all zero
-    let opts = MkfsOptions::for_mount(&spec.mount, spec.disk_bytes, uuid, ids.random(), SIM_EPOCH_SECS);
-    mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;
-    disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
+    match &spec.mkfs {
+        Some(args) => crate::mke2fs::image::format_with_mke2fs(&mut disk, args, &spec.mount, spec.seed)?,
+        None => {
+            let mut ids = ChaCha8Rng::seed_from_u64(spec.seed);
+            ids.set_stream(0x0069_6473); // "ids"
+            let mut uuid: [u8; 16] = ids.random();
+            uuid[0] |= 1; // never all zero
+            let opts = MkfsOptions::for_mount(&spec.mount, spec.disk_bytes, uuid, ids.random(), SIM_EPOCH_SECS);
+            mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;
+            disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
+        }
+    }
     let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;

@@ -29,7 +29,7 @@ pub fn summary(r: &RunResult) -> String {
     );
     let _ = writeln!(s, "  profile     {}", r.spec.profile.name);
     let kinds: Vec<String> = r.enabled_kinds.iter().map(|k| format!("{k:?}")).collect();
-    let _ = writeln!(s, "  op kinds    {} of 19{}: {}", kinds.len(), if r.spec.swarm { " (swarm)" } else { "" }, kinds.join(" "));
+    let _ = writeln!(s, "  op kinds    {} of {}{}: {}", kinds.len(), ext4_model::OpKind::ALL.len(), if r.spec.swarm { " (swarm)" } else { "" }, kinds.join(" "));
     let ok: u64 = r.stats.ok.values().sum();
     let errs: Vec<String> = r.stats.errors.iter().map(|(e, n)| format!("{e:?} {n}")).collect();
     let _ = writeln!(s, "  ops         {} run: {} ok, {} errors ({})", r.stats.ops, ok, r.stats.ops - ok, errs.join(", "));

@@ -24,6 +24,11 @@
 //! crash seed=99
 //! ```
 //!
+//! A trace may also carry `mkfs ARGS`: the image was made by the real mke2fs
+//! with these arguments (`ext4sim run --mkfs`, `ext4sim oracle --mkfs`), so
+//! the trace alone replays the case. Traces without it mean the engine's own
+//! mkfs (the simulator) or mke2fs with no extra arguments (the oracle).
+//!
 //! A `fault` line arms a device fault for the op after it: the op's device
 //! command `command` (counted from 0) fails at sector `sector` of its range.
 //! `task N` switches to task N; `begin` runs an op's first half and `finish`
@@ -144,6 +149,9 @@ impl Trace {
                 continue;
             }
             let (word, rest) = text.split_once(' ').unwrap_or((text, ""));
+            if word == "mkfs" && spec.mkfs.is_some() {
+                return Err(err("a second `mkfs` line".into()));
+            }
             if spec.apply_header(word, rest.trim()).map_err(err)? {
                 seed |= word == "seed";
                 ops |= word == "ops";
@@ -295,6 +303,11 @@ mod tests {
             ],
         };
         assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
+        assert!(!t.to_text().contains("mkfs"), "traces without mke2fs arguments keep their old text");
+        let mut t = t;
+        t.spec.mkfs = Some(crate::mke2fs::MkfsArgs::parse("-O ^flex_bg -b 2048").unwrap());
+        assert!(t.to_text().contains("\nmkfs -O ^flex_bg -b 2048\n"), "{}", t.to_text());
+        assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
         let line = |e: TraceError| match e {
             TraceError::Parse { line, .. } => line,
             other => panic!("{other}"),
@@ -306,6 +319,7 @@ mod tests {
         assert_eq!(line(parse_err("fault kind=smoke command=1 sector=0\nop sync\n")), 4);
         assert_eq!(line(parse_err("fault kind=read command=-1 sector=0\nop sync\n")), 4);
         assert_eq!(line(parse_err("tasks 0\n")), 4);
+        assert_eq!(line(parse_err("mkfs -j\nmkfs -j\n")), 5);
     }
 
     #[test]

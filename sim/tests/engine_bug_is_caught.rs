@@ -21,6 +21,7 @@ impl TargetFactory for Buggy {
             InjectedBug::CommitReleasesEveryHold => |fs| fs.inject_bug(InjectedBug::CommitReleasesEveryHold),
             InjectedBug::SwitchKeepsLockOnFailedFlush => |fs| fs.inject_bug(InjectedBug::SwitchKeepsLockOnFailedFlush),
             InjectedBug::WriteBackDropsOtherRead => |fs| fs.inject_bug(InjectedBug::WriteBackDropsOtherRead),
+            InjectedBug::SynthesisedBitmapSkipsReservedGdt => |fs| fs.inject_bug(InjectedBug::SynthesisedBitmapSkipsReservedGdt),
         });
         Ok(t)
     }
@@ -100,6 +101,29 @@ fn a_shrunk_engine_failure_is_plain_and_still_replays() {
     let again = run_steps(&bug, &back.spec, &back.steps).unwrap();
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &back.spec, &back.steps).unwrap();
+    assert!(clean.failure.is_none(), "{:?}", clean.failure);
+}
+
+/// A bug in geometry only mke2fs makes (reserved GDT blocks after each
+/// backup superblock, in groups mke2fs leaves BLOCK_UNINIT) passes every
+/// run that starts from the engine's own mkfs, and is caught as soon as runs
+/// start from an mke2fs image (`--mkfs`).
+#[test]
+fn a_bug_only_mke2fs_geometry_shows_is_caught_from_an_mke2fs_image() {
+    if ext4_testkit::e2fsprogs::tool("mke2fs").is_none() {
+        println!("SKIPPED: e2fsprogs not installed");
+        return;
+    }
+    let bug = Buggy(InjectedBug::SynthesisedBitmapSkipsReservedGdt);
+    let spec = |seed, mkfs: Option<&str>| RunSpec { mkfs: mkfs.map(|m| ext4_sim::mke2fs::MkfsArgs::parse(m).unwrap()), ..RunSpec::new(seed, 1500, MountConfig::default()) };
+    for seed in 1..4 {
+        let own = run_seed(&bug, &spec(seed, None)).unwrap();
+        assert!(own.failure.is_none(), "seed {seed}: the engine's mkfs reserves no GDT blocks: {:?}", own.failure);
+    }
+    let caught = (1..4).map(|seed| run_seed(&bug, &spec(seed, Some(""))).unwrap()).find_map(|r| r.failure);
+    let Some(failure) = caught else { panic!("an mke2fs image must show the bug") };
+    assert!(failure.to_string().contains("BLOCK_UNINIT"), "{failure}");
+    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(1, Some(""))).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
 }
 

@@ -54,6 +54,9 @@ pub struct Allocator {
     policy: AllocPolicy,
     /// Journal on: frees are held until the transaction commits.
     hold_freed: bool,
+    /// Test hook: synthesised bitmaps forget the reserved GDT blocks.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) bug_skips_reserved_gdt: bool,
     /// Per group with held blocks: what allocation scans (in use or held).
     held: BTreeMap<GroupIndex, Bitmap>,
     held_blocks: u64,
@@ -106,6 +109,8 @@ impl Allocator {
             hash_seed,
             policy,
             hold_freed: false,
+            #[cfg(feature = "test-hooks")]
+            bug_skips_reserved_gdt: false,
             held: BTreeMap::new(),
             held_blocks: 0,
             reuse_held: false,
@@ -159,7 +164,13 @@ impl Allocator {
         let start = geo.group_first_block(g);
         let len = u64::from(geo.group_len(g));
         let mut bm = Bitmap::new_padded(geo.block_size as usize, len as usize);
-        bm.set_range(0, geo.base_meta_blocks(g) as usize);
+        #[allow(unused_mut)]
+        let mut base = geo.base_meta_blocks(g);
+        #[cfg(feature = "test-hooks")]
+        if self.bug_skips_reserved_gdt && geo.group_has_super(g) {
+            base -= u32::from(geo.reserved_gdt_blocks);
+        }
+        bm.set_range(0, base as usize);
         let flex = geo.flex_size();
         let first = g - g % flex;
         let last = first.saturating_add(flex).min(geo.group_count);

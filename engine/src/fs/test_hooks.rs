@@ -22,6 +22,10 @@ pub enum InjectedBug {
     /// the mount's own copy keeps it, so only a cold read of the image can
     /// tell.
     WriteBackDropsOtherRead,
+    /// The block bitmap synthesised for a BLOCK_UNINIT group leaves out the
+    /// reserved GDT blocks after a backup superblock. The engine's own mkfs
+    /// reserves none, so only an mke2fs-made image shows it.
+    SynthesisedBitmapSkipsReservedGdt,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +37,7 @@ pub(crate) struct BugState {
 impl<D: BlockDevice> Ext4<D> {
     pub fn inject_bug(&mut self, bug: InjectedBug) {
         self.bug = BugState { bug: Some(bug), armed: false };
+        self.ctx.alloc.bug_skips_reserved_gdt = bug == InjectedBug::SynthesisedBitmapSkipsReservedGdt;
     }
 
     pub(crate) fn bug_saw_truncate(&mut self) {

@@ -1,15 +1,18 @@
 //! `ext4sim oracle`: arguments, the per-seed lines and the exit status
-//! (0 all passed, 1 a failure, 2 a usage error, 77 everything skipped).
+//! (0 all passed, 1 a divergence or a harness error, 2 a usage error, 77
+//! everything skipped or the kernel unobtainable here; see [`OracleError`]).
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 use ext4_model::MountConfig;
 
+use super::error::warn;
 use super::host::HostKernel;
 use super::qemu::QemuKernel;
-use super::{run_oracle, Kernel, OracleReport, OracleSpec, Verdict};
+use super::{run_oracle, Kernel, MkfsArgs, OracleError, OracleReport, OracleSpec, Verdict};
 use crate::figure::json_str;
 use crate::run::spec::{parse_mount, parse_seed_range};
 use crate::trace::{Step, Trace};
@@ -32,10 +35,12 @@ pub struct OracleArgs {
     /// Mount options in the simulator's syntax, e.g. "data=journal,bs=16k".
     #[arg(long, default_value = "")]
     pub mount: String,
-    /// Extra mke2fs arguments, e.g. "-O ^metadata_csum -I 256".
-    #[arg(long, default_value = "")]
+    /// Extra mke2fs arguments, e.g. "-O ^metadata_csum -I 256" (both
+    /// `--mkfs "-O ..."` and `--mkfs="-O ..."` work). Options the oracle
+    /// cannot account for are refused with the reason.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub mkfs: String,
-    /// Replay this trace's ops instead of generating them.
+    /// Replay this trace's ops (and its mke2fs arguments) instead of generating them.
     #[arg(long, conflicts_with_all = ["seed", "seeds"])]
     pub trace: Option<PathBuf>,
     #[arg(long)]
@@ -55,38 +60,69 @@ pub struct OracleArgs {
     pub json: bool,
 }
 
-fn specs(args: &OracleArgs) -> Result<Vec<OracleSpec>, String> {
-    let base = |seed: u64, mount: MountConfig, fixed| OracleSpec {
-        seed,
-        ops: args.ops,
-        mount,
-        mkfs: args.mkfs.split_whitespace().map(String::from).collect(),
-        swarm: !args.no_swarm,
-        fixed,
-    };
+fn usage(e: impl std::fmt::Display) -> OracleError {
+    OracleError::Usage(e.to_string())
+}
+
+/// The mke2fs arguments of a replay: the trace's own `mkfs` line, or
+/// `--mkfs` for older traces, which lack the line.
+fn replay_mkfs(path: &Path, recorded: Option<&str>, given: MkfsArgs) -> Result<MkfsArgs, OracleError> {
+    let Some(text) = recorded else { return Ok(given) };
+    let recorded = MkfsArgs::parse(text).map_err(|e| usage(format!("{}: mkfs line: {e}", path.display())))?;
+    if !given.opts.is_empty() && given != recorded {
+        return Err(usage(format!("{} records mkfs `{recorded}`, and --mkfs `{given}` differs: drop --mkfs", path.display())));
+    }
+    Ok(recorded)
+}
+
+/// The model's config: `--mount` (or the trace's) with mkfs's block size and
+/// journal, which ext4 must still accept together.
+fn model_mount(mkfs: &MkfsArgs, mount: MountConfig) -> Result<MountConfig, OracleError> {
+    let mount = mkfs.model_mount(mount).map_err(usage)?;
+    parse_mount(&mount.to_string()).map_err(|e| usage(format!("--mount with --mkfs: {e}")))?;
+    Ok(mount)
+}
+
+fn specs(args: &OracleArgs) -> Result<Vec<OracleSpec>, OracleError> {
+    let mut mkfs = MkfsArgs::parse(&args.mkfs).map_err(usage)?;
+    let base = |seed: u64, mount: MountConfig, mkfs: &MkfsArgs, fixed| OracleSpec { seed, ops: args.ops, mount, mkfs: mkfs.clone(), swarm: !args.no_swarm, fixed };
     if let Some(path) = &args.trace {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let t = Trace::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| OracleError::io("read the trace", path, e))?;
+        let t = Trace::parse(&text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+        let recorded = t.spec.mkfs.as_ref().map(ToString::to_string);
+        mkfs = replay_mkfs(path, recorded.as_deref(), mkfs)?;
+        let mount = model_mount(&mkfs, t.spec.mount)?;
         let ops: Vec<_> = t.steps.iter().filter_map(|s| if let Step::Op(op) = s { Some(op.clone()) } else { None }).collect();
-        let mut spec = base(t.spec.seed, t.spec.mount, Some(ops.clone()));
+        let mut spec = base(t.spec.seed, mount, &mkfs, Some(ops.clone()));
         spec.ops = ops.len() as u64;
         return Ok(vec![spec]);
     }
-    let mount = parse_mount(&args.mount)?;
+    let mount = model_mount(&mkfs, parse_mount(&args.mount).map_err(usage)?)?;
     match (&args.seed, &args.seeds) {
-        (Some(seed), None) => Ok(vec![base(*seed, mount, None)]),
+        (Some(seed), None) => Ok(vec![base(*seed, mount, &mkfs, None)]),
         (None, Some(range)) => {
-            let (a, b) = parse_seed_range(range)?;
-            Ok((a..b).map(|s| base(s, mount, None)).collect())
+            let (a, b) = parse_seed_range(range).map_err(usage)?;
+            Ok((a..b).map(|s| base(s, mount, &mkfs, None)).collect())
         }
-        _ => Err("give --seed N, --seeds A..B or --trace FILE".into()),
+        _ => Err(usage("give --seed N, --seeds A..B or --trace FILE")),
     }
 }
 
-fn scratch_dir() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("ext4sim-oracle-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    Ok(dir)
+/// The oracle's scratch directory, removed however the run ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch, OracleError> {
+        let dir = std::env::temp_dir().join(format!("ext4sim-oracle-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| OracleError::io("create the scratch directory", &dir, e))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn default_qemu_cache() -> PathBuf {
@@ -107,12 +143,10 @@ fn line(r: &OracleReport) -> String {
             for op in shrunk {
                 out.push_str(&format!("    {}\n", op));
             }
-            if let Some(t) = trace {
-                out.push_str(&format!("  replay      ext4sim oracle --kernel {} --trace {}", r.kernel, t.display()));
-                if !r.spec.mkfs.is_empty() {
-                    out.push_str(&format!(" --mkfs '{}'", r.spec.mkfs.join(" ")));
-                }
-                out.push('\n');
+            match trace {
+                // The trace holds the mke2fs arguments too.
+                Ok(t) => out.push_str(&format!("  replay      ext4sim oracle --kernel {} --trace {}\n", r.kernel, t.display())),
+                Err(e) => out.push_str(&format!("  could not write the trace: {e}\n")),
             }
             out.push_str(&format!("  rerun       {}", r.spec.command(r.kernel)));
             out
@@ -143,59 +177,151 @@ pub fn oracle_main(args: OracleArgs) -> ExitCode {
     match run(&args) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("ext4sim oracle: {e}");
-            ExitCode::from(2)
+            warn(format!("ext4sim oracle: {}{e}", if matches!(e, OracleError::Usage(_)) { "" } else { "ERROR: " }));
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
-fn run(args: &OracleArgs) -> Result<u8, String> {
+/// Writes report text; a stdout that cannot take it (a full disk under a
+/// redirect) is an error, not a panic.
+fn say(text: &str) -> Result<(), OracleError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").and_then(|()| out.flush()).map_err(|e| OracleError::io("write the report to", Path::new("stdout"), e))
+}
+
+fn run(args: &OracleArgs) -> Result<u8, OracleError> {
     let specs = specs(args)?;
-    let scratch = scratch_dir()?;
+    let scratch = Scratch::new()?;
     let mut kernel: Box<dyn Kernel> = match args.kernel.as_str() {
-        "host" => Box::new(HostKernel::new(&scratch)?),
+        "host" => Box::new(HostKernel::new(&scratch.0)?),
         "qemu" => {
             let cache = args.qemu_cache.clone().unwrap_or_else(default_qemu_cache);
-            match QemuKernel::new(&cache, &scratch) {
+            match QemuKernel::new(&cache, &scratch.0) {
                 Ok(k) => Box::new(k),
-                Err(e) => {
-                    println!("ext4sim oracle: SKIPPED: the qemu kernel is not available: {e}");
-                    let _ = std::fs::remove_dir_all(&scratch);
+                Err(e @ OracleError::Unavailable(_)) => {
+                    say(&format!("ext4sim oracle: SKIPPED: {e}"))?;
                     return Ok(EXIT_SKIPPED);
                 }
+                Err(e) => return Err(e),
             }
         }
-        other => return Err(format!("unknown kernel backend `{other}`: use host or qemu")),
+        other => return Err(usage(format!("unknown kernel backend `{other}`: use host or qemu"))),
     };
     if !args.json {
         let ops = specs.first().map_or(args.ops, |s| s.ops);
         let mount = specs.first().map(|s| s.mount.to_string()).unwrap_or_default();
-        println!("ext4sim oracle: kernel {} {}, {} seed(s) x {ops} ops, mount \"{mount}\", mkfs \"{}\"", kernel.name(), kernel.release(), specs.len(), args.mkfs);
+        let mkfs = specs.first().map(|s| s.mkfs.to_string()).unwrap_or_default();
+        say(&format!("ext4sim oracle: kernel {} {}, {} seed(s) x {ops} ops, mount \"{mount}\", mkfs \"{mkfs}\"", kernel.name(), kernel.release(), specs.len()))?;
         for (kind, why) in kernel.refused_kinds() {
-            println!("  left out   {kind:?}: {why}");
+            say(&format!("  left out   {kind:?}: {why}"))?;
         }
     }
-    let reports = run_oracle(kernel.as_mut(), &specs, &scratch, &args.trace_dir, !args.no_shrink);
-    let _ = std::fs::remove_dir_all(&scratch);
+    let reports = run_oracle(kernel.as_mut(), &specs, &scratch.0, &args.trace_dir, !args.no_shrink);
+    drop(scratch);
     let count = |f: fn(&Verdict) -> bool| reports.iter().filter(|r| f(&r.verdict)).count();
-    let (passed, skipped) = (count(|v| matches!(v, Verdict::Pass)), count(|v| matches!(v, Verdict::Skipped(_))));
-    let failed = reports.len() - passed - skipped;
+    let passed = count(|v| matches!(v, Verdict::Pass));
+    let skipped = count(|v| matches!(v, Verdict::Skipped(_)));
+    let errors = count(|v| matches!(v, Verdict::Error(_)));
+    let failed = reports.len() - passed - skipped - errors;
     for r in &reports {
         if args.json {
-            println!("{}", json_line(r));
+            say(&json_line(r))?;
         } else if !matches!(r.verdict, Verdict::Pass) || reports.len() == 1 {
-            println!("{}", line(r));
+            say(&line(r))?;
         }
     }
     if !args.json {
         let release = reports.first().map(|r| r.release.clone()).unwrap_or_default();
-        println!("  kernel {} {release}: {passed} passed, {failed} failed, {skipped} skipped", kernel.name());
+        let errors = if errors > 0 { format!(", {errors} harness error(s)") } else { String::new() };
+        say(&format!("  kernel {} {release}: {passed} passed, {failed} failed, {skipped} skipped{errors}", kernel.name()))?;
     }
-    Ok(if failed > 0 {
+    Ok(if failed + errors > 0 {
         1
     } else if passed == 0 && skipped > 0 {
         EXIT_SKIPPED
     } else {
         0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OracleArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<OracleArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("oracle").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn mkfs_values_starting_with_a_dash_parse_in_both_forms() {
+        for argv in [&["--seed", "1", "--mkfs", "-O ^flex_bg"][..], &["--seed", "1", "--mkfs=-O ^flex_bg"], &["--mkfs", "-O ^flex_bg", "--seed", "1"]] {
+            let args = parse(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            assert_eq!(args.mkfs, "-O ^flex_bg", "{argv:?}");
+            assert_eq!(args.seed, Some(1));
+        }
+        assert_eq!(parse(&["--mkfs", "-b 2048", "--ops", "9"]).unwrap().ops, 9);
+    }
+
+    /// Words as a POSIX shell splits them (single quotes and backslashes).
+    fn shell_words(line: &str) -> Vec<String> {
+        let (mut words, mut word, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => (quoted, any) = (!quoted, true),
+                '\\' if !quoted => word.extend(chars.next()),
+                ' ' if !quoted => {
+                    if any || !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                    any = false;
+                }
+                c => word.push(c),
+            }
+        }
+        if any || !word.is_empty() {
+            words.push(word);
+        }
+        words
+    }
+
+    #[test]
+    fn printed_rerun_lines_parse_back_to_the_same_case() {
+        for mkfs in ["-b 2048 -O ^flex_bg", "-L it's -N 5000"] {
+            let args = parse(&["--seeds", "5..6", "--mkfs", mkfs, "--no-swarm"]).unwrap();
+            let spec = specs(&args).unwrap().remove(0);
+            let words = shell_words(&spec.command("host"));
+            assert_eq!(&words[..2], ["ext4sim", "oracle"]);
+            let again = parse(&words[2..].iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+            assert_eq!(specs(&again).unwrap(), vec![spec]);
+        }
+        let spec = specs(&parse(&["--seed", "1", "--mkfs", "-b 2048"]).unwrap()).unwrap().remove(0);
+        assert_eq!(spec.mount.block_size, 2048, "the model takes the block size from -b");
+    }
+
+    #[test]
+    fn bad_mkfs_and_contradictions_are_usage_errors() {
+        let err = |argv: &[&str]| specs(&parse(argv).unwrap()).unwrap_err();
+        assert!(matches!(err(&["--seed", "1", "--mkfs", "-Z"]), OracleError::Usage(_)));
+        assert_eq!(err(&["--seed", "1", "--mkfs", "-b 2048", "--mount", "bs=1k"]).exit_code(), 2);
+        assert!(err(&["--seed", "1", "--mkfs", "-O ^has_journal", "--mount", "data=journal"]).to_string().contains("w/o journal"));
+    }
+
+    #[test]
+    fn a_replay_takes_mkfs_from_its_trace_and_refuses_another() {
+        let path = Path::new("t.trace");
+        let given = MkfsArgs::parse("-O ^flex_bg").unwrap();
+        assert_eq!(replay_mkfs(path, None, given.clone()).unwrap(), given, "older traces: --mkfs as the old replay line gave it");
+        assert_eq!(replay_mkfs(path, Some("-O ^flex_bg"), MkfsArgs::default()).unwrap(), given);
+        assert_eq!(replay_mkfs(path, Some("-O ^flex_bg"), given.clone()).unwrap(), given);
+        assert!(replay_mkfs(path, Some("-N 5000"), given).unwrap_err().to_string().contains("drop --mkfs"));
+    }
 }

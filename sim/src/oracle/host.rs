@@ -9,7 +9,7 @@ use ext4_model::{MountConfig, OpKind};
 
 use super::mount::{kernel_release, mount_ext4, unmount};
 use super::syscalls::run_chrooted;
-use super::{Case, CaseRun, Kernel};
+use super::{Case, CaseRun, Kernel, OracleError};
 
 const CAP_SYS_RESOURCE: u32 = 24;
 
@@ -22,8 +22,8 @@ pub struct HostKernel {
 
 impl HostKernel {
     /// With this very binary as the op runner.
-    pub fn new(scratch: &Path) -> Result<HostKernel, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("own binary: {e}"))?;
+    pub fn new(scratch: &Path) -> Result<HostKernel, OracleError> {
+        let exe = std::env::current_exe().map_err(|e| OracleError::io("find", Path::new("this ext4sim binary"), e))?;
         Ok(HostKernel::with_runner(scratch, &exe))
     }
 
@@ -53,10 +53,10 @@ struct LoopMount {
 }
 
 impl LoopMount {
-    fn attach(image: &Path, dir: &Path) -> Result<LoopMount, String> {
-        let out = Command::new("losetup").args(["--find", "--show"]).arg(image).output().map_err(|e| format!("losetup: {e}"))?;
+    fn attach(image: &Path, dir: &Path) -> Result<LoopMount, OracleError> {
+        let out = Command::new("losetup").args(["--find", "--show"]).arg(image).output().map_err(|e| OracleError::io("run", Path::new("losetup"), e))?;
         if !out.status.success() {
-            return Err(format!("losetup refused {}: {}", image.display(), String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(OracleError::Tool(format!("losetup refused {}: {}", image.display(), String::from_utf8_lossy(&out.stderr).trim())));
         }
         Ok(LoopMount { dev: String::from_utf8_lossy(&out.stdout).trim().to_string(), dir: dir.to_path_buf(), mounted: false })
     }
@@ -99,11 +99,11 @@ impl Kernel for HostKernel {
         }
     }
 
-    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
+    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, OracleError> {
         let mut runs = Vec::new();
         for (i, case) in cases.iter().enumerate() {
             let dir = self.scratch.join(format!("mnt{i}"));
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|e| OracleError::io("create mount point", &dir, e))?;
             let mut run = CaseRun { outcomes: Vec::new(), error: None };
             let mut lo = LoopMount::attach(&case.image, &dir)?;
             match mount_ext4(Path::new(&lo.dev), &dir, &case.kernel_opts, case.read_only) {

@@ -8,8 +8,10 @@
 //! the running kernel) and [`qemu::QemuKernel`] (a newer kernel in a VM).
 
 pub mod cli;
+pub mod error;
 pub mod guest;
 pub mod host;
+pub mod image;
 pub mod mount;
 pub mod qemu;
 pub mod run;
@@ -20,6 +22,8 @@ use std::path::PathBuf;
 
 use ext4_model::{MountConfig, Op, OpKind, Outcome};
 
+pub use error::OracleError;
+pub use crate::mke2fs::MkfsArgs;
 pub use run::{run_oracle, Finding, OracleReport, OracleSpec, Verdict};
 
 /// One case as a backend runs it: an e2fsck-clean image and the ops.
@@ -50,8 +54,10 @@ pub trait Kernel {
     /// Op kinds this kernel refuses for reasons outside ext4, with the reason;
     /// the workload leaves them out.
     fn refused_kinds(&self) -> Vec<(OpKind, String)>;
-    /// Runs cases; the answer has one entry per case, in order.
-    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String>;
+    /// Runs cases; the answer has one entry per case, in order. An error is
+    /// the harness's (no loop device, a boot that failed), never the kernel's
+    /// answer to an op.
+    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, OracleError>;
     /// Cases worth handing over at once (a VM boot is dear, a loop mount cheap).
     fn batch(&self) -> usize {
         1

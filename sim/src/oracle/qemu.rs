@@ -6,18 +6,24 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use ext4_model::{MountConfig, OpKind};
 
 use super::wire::{encode_manifest, Decoder, GuestCase, CONTROL_DISK_BYTES, MANIFEST_MAGIC, MANIFEST_OFFSET, RESULTS_OFFSET, RESULT_MAGIC};
-use super::{Case, CaseRun, Kernel};
+use super::{Case, CaseRun, Kernel, OracleError};
 
 const FETCH_KERNEL: &str = include_str!("../../qemu/fetch-kernel.sh");
 const BUILD_INITRAMFS: &str = include_str!("../../qemu/build-initramfs.sh");
 const BOOT: &str = include_str!("../../qemu/boot.sh");
 /// Case disks per boot: PCI slots on q35 bound the virtio disks.
 pub const CASES_PER_BOOT: usize = 24;
+/// fetch-kernel.sh's status when this machine cannot run the qemu kernel at
+/// all (no qemu to install, no archive to fetch from, nothing cached). Any
+/// other failure is a broken setup.
+pub const FETCH_UNAVAILABLE: i32 = 77;
+/// Lines of a failing script's output a report carries.
+const OUTPUT_TAIL: usize = 20;
 
 pub struct QemuKernel {
     kernel_dir: PathBuf,
@@ -28,30 +34,46 @@ pub struct QemuKernel {
     boots: u64,
 }
 
-fn run_script(script: &Path, args: &[&Path]) -> Result<(), String> {
-    let out = Command::new("bash").arg(script).args(args).output().map_err(|e| format!("{}: {e}", script.display()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{} failed ({}): {}{}", script.display(), out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
-    }
+fn run_script(script: &Path, args: &[&Path]) -> Result<Output, OracleError> {
+    Command::new("bash").arg(script).args(args).output().map_err(|e| OracleError::io("run", script, e))
+}
+
+/// What a script printed, stdout then stderr, cut to its last lines.
+fn said(out: &Output) -> String {
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = &lines[lines.len().saturating_sub(OUTPUT_TAIL)..];
+    if tail.is_empty() { "(it printed nothing)".to_string() } else { tail.join("\n") }
 }
 
 impl QemuKernel {
     /// Fetches the kernel into `cache` (once) and builds the initramfs around
-    /// this very binary.
-    pub fn new(cache: &Path, work: &Path) -> Result<QemuKernel, String> {
+    /// this very binary. Only a machine that cannot get qemu or the kernel at
+    /// all is [`OracleError::Unavailable`]; a fetch that broke after it
+    /// started, or an initramfs that could not be built (a full disk), is a
+    /// broken setup.
+    pub fn new(cache: &Path, work: &Path) -> Result<QemuKernel, OracleError> {
         let scripts = work.join("scripts");
-        std::fs::create_dir_all(&scripts).map_err(|e| format!("{}: {e}", scripts.display()))?;
+        std::fs::create_dir_all(&scripts).map_err(|e| OracleError::io("create", &scripts, e))?;
         for (name, text) in [("fetch-kernel.sh", FETCH_KERNEL), ("build-initramfs.sh", BUILD_INITRAMFS), ("boot.sh", BOOT)] {
-            std::fs::write(scripts.join(name), text).map_err(|e| format!("{name}: {e}"))?;
+            let path = scripts.join(name);
+            std::fs::write(&path, text).map_err(|e| OracleError::io("write", &path, e))?;
         }
         let kernel_dir = cache.join("kernel");
-        run_script(&scripts.join("fetch-kernel.sh"), &[&kernel_dir])?;
-        let release = std::fs::read_to_string(kernel_dir.join("KVER")).map_err(|e| format!("KVER: {e}"))?.trim().to_string();
-        let exe = std::env::current_exe().map_err(|e| format!("own binary: {e}"))?;
+        let out = run_script(&scripts.join("fetch-kernel.sh"), &[&kernel_dir])?;
+        match out.status.code() {
+            Some(0) => {}
+            Some(FETCH_UNAVAILABLE) => return Err(OracleError::Unavailable(format!("the qemu kernel cannot run on this machine: {}", said(&out)))),
+            _ => return Err(OracleError::Kernel(format!("fetching the qemu kernel into {} failed ({}):\n{}", kernel_dir.display(), out.status, said(&out)))),
+        }
+        let kver = kernel_dir.join("KVER");
+        let release = std::fs::read_to_string(&kver).map_err(|e| OracleError::io("read", &kver, e))?.trim().to_string();
+        let exe = std::env::current_exe().map_err(|e| OracleError::io("find", Path::new("this ext4sim binary"), e))?;
         let initramfs = work.join("initramfs.cpio");
-        run_script(&scripts.join("build-initramfs.sh"), &[&kernel_dir, &exe, &initramfs])?;
+        let out = run_script(&scripts.join("build-initramfs.sh"), &[&kernel_dir, &exe, &initramfs])?;
+        if !out.status.success() {
+            return Err(OracleError::Tool(format!("building the qemu initramfs {} failed ({}):\n{}", initramfs.display(), out.status, said(&out))));
+        }
         Ok(QemuKernel { kernel_dir, scripts, initramfs, work: work.to_path_buf(), release, boots: 0 })
     }
 
@@ -60,7 +82,7 @@ impl QemuKernel {
     }
 
     /// One boot over up to [`CASES_PER_BOOT`] cases.
-    fn boot(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
+    fn boot(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, OracleError> {
         let control = self.work.join(format!("control{}.img", self.boots));
         let guest: Vec<GuestCase> = cases
             .iter()
@@ -69,42 +91,48 @@ impl QemuKernel {
             .collect();
         let manifest = encode_manifest(&guest);
         if manifest.len() as u64 > RESULTS_OFFSET - MANIFEST_OFFSET {
-            return Err(format!("manifest of {} bytes does not fit the control disk", manifest.len()));
+            return Err(OracleError::Kernel(format!("manifest of {} bytes does not fit the control disk", manifest.len())));
         }
-        let file = std::fs::File::create(&control).map_err(|e| format!("{}: {e}", control.display()))?;
-        file.set_len(CONTROL_DISK_BYTES).map_err(|e| format!("{}: {e}", control.display()))?;
+        let file = std::fs::File::create(&control).map_err(|e| OracleError::io("create", &control, e))?;
+        file.set_len(CONTROL_DISK_BYTES).map_err(|e| OracleError::io("size", &control, e))?;
         let mut head = MANIFEST_MAGIC.to_vec();
         head.extend_from_slice(&(manifest.len() as u64).to_le_bytes());
-        file.write_all_at(&head, 0).and_then(|()| file.write_all_at(manifest.as_bytes(), MANIFEST_OFFSET)).map_err(|e| format!("write manifest: {e}"))?;
+        file.write_all_at(&head, 0).and_then(|()| file.write_all_at(manifest.as_bytes(), MANIFEST_OFFSET)).map_err(|e| OracleError::io("write the manifest to", &control, e))?;
         drop(file);
 
         let console = self.work.join(format!("console{}.log", self.boots));
         self.boots += 1;
         let mut args: Vec<&Path> = vec![&self.kernel_dir, &self.initramfs, &console, &control];
         args.extend(cases.iter().map(|c| c.image.as_path()));
-        run_script(&self.scripts.join("boot.sh"), &args)?;
-        let log = std::fs::read_to_string(&console).unwrap_or_default();
-        if !log.contains("ORACLE-GUEST-EXIT 0") {
+        let out = run_script(&self.scripts.join("boot.sh"), &args)?;
+        let log = std::fs::read_to_string(&console).map_err(|e| OracleError::io("read the console log", &console, e))?;
+        if !out.status.success() || !log.contains("ORACLE-GUEST-EXIT 0") {
             let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            return Err(format!("guest failed; console {} ends:\n{}", console.display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+            return Err(OracleError::Kernel(format!(
+                "the qemu boot failed ({}): {}\nconsole {} ends:\n{}",
+                out.status,
+                said(&out),
+                console.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            )));
         }
 
-        let file = std::fs::File::open(&control).map_err(|e| format!("{}: {e}", control.display()))?;
+        let file = std::fs::File::open(&control).map_err(|e| OracleError::io("open", &control, e))?;
         let mut head = [0u8; 16];
-        file.read_exact_at(&mut head, RESULTS_OFFSET).map_err(|e| format!("read results: {e}"))?;
+        file.read_exact_at(&mut head, RESULTS_OFFSET).map_err(|e| OracleError::io("read the results from", &control, e))?;
         if &head[..8] != RESULT_MAGIC {
-            return Err("the guest wrote no results".into());
+            return Err(OracleError::Kernel("the guest wrote no results".into()));
         }
-        let len = u64::from_le_bytes(head[8..].try_into().map_err(|_| "results header")?);
+        let len = u64::from_le_bytes([head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15]]);
         if len > CONTROL_DISK_BYTES - RESULTS_OFFSET - 16 {
-            return Err(format!("results length {len} runs past the control disk"));
+            return Err(OracleError::Kernel(format!("results length {len} runs past the control disk")));
         }
         let mut payload = vec![0u8; len as usize];
-        file.read_exact_at(&mut payload, RESULTS_OFFSET + 16).map_err(|e| format!("read results: {e}"))?;
+        file.read_exact_at(&mut payload, RESULTS_OFFSET + 16).map_err(|e| OracleError::io("read the results from", &control, e))?;
         let _ = std::fs::remove_file(&control);
-        let (release, results) = Decoder::results(&payload)?;
+        let (release, results) = Decoder::results(&payload).map_err(|e| OracleError::Kernel(format!("the guest's results: {e}")))?;
         if results.len() != cases.len() {
-            return Err(format!("the guest answered {} of {} cases", results.len(), cases.len()));
+            return Err(OracleError::Kernel(format!("the guest answered {} of {} cases", results.len(), cases.len())));
         }
         self.release = release;
         Ok(results.into_iter().map(|r| CaseRun { outcomes: r.outcomes, error: r.error }).collect())
@@ -132,7 +160,7 @@ impl Kernel for QemuKernel {
         CASES_PER_BOOT
     }
 
-    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, String> {
+    fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, OracleError> {
         let mut out = Vec::new();
         for chunk in cases.chunks(CASES_PER_BOOT) {
             out.extend(self.boot(chunk)?);

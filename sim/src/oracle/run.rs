@@ -3,28 +3,27 @@
 //! check the images the kernel wrote, and shrink what fails.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ext4_engine::device_file::FileDevice;
-use ext4_testkit::e2fsprogs::{e2fsck_clean, e2fsck_clean_allowing, tool};
+use ext4_testkit::e2fsprogs::{e2fsck_clean_allowing, tool};
 use ext4_engine::fs::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::durability::{data_ranges, merge_ranges, read_range, view_tree};
 use ext4_model::{FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
+use super::error::{warn, OracleError};
+use super::image::{check_not_filled, check_room, make_image, probe, ImageFacts, Needs, Tools};
+use crate::mke2fs::MkfsArgs;
 use super::syscalls::FLAGS_UNKNOWN;
 use super::{kernel_mount_data, Case, CaseRun, Kernel};
-use crate::run::spec::SIM_EPOCH_SECS;
 use crate::failure::brief;
 use crate::shrink::shrink_in_rounds;
 use crate::run::spec::RunSpec;
 use crate::trace::{Step, Trace};
 use crate::workload::{Workload, WorkloadConfig};
 
-/// Size of each case's image (a sparse file).
-pub const IMAGE_BYTES: u64 = 1 << 30;
+pub use super::image::IMAGE_BYTES;
+
 /// Most rounds one shrink may spend (a round is one batch of candidates).
 pub const MAX_SHRINK_ROUNDS: usize = 60;
 
@@ -37,8 +36,8 @@ pub struct OracleSpec {
     pub seed: u64,
     pub ops: u64,
     pub mount: MountConfig,
-    /// Extra `mke2fs` arguments.
-    pub mkfs: Vec<String>,
+    /// Extra `mke2fs` arguments; `mount` already has their block size and journal.
+    pub mkfs: MkfsArgs,
     pub swarm: bool,
     /// Fixed ops (a replayed trace) instead of generated ones.
     pub fixed: Option<Vec<Op>>,
@@ -51,14 +50,20 @@ impl OracleSpec {
         if !mount.is_empty() {
             cmd.push_str(&format!(" --mount {mount}"));
         }
-        if !self.mkfs.is_empty() {
-            cmd.push_str(&format!(" --mkfs '{}'", self.mkfs.join(" ")));
+        if !self.mkfs.opts.is_empty() {
+            cmd.push_str(&format!(" --mkfs={}", shell_quote(&self.mkfs.to_string())));
         }
         if !self.swarm {
             cmd.push_str(" --no-swarm");
         }
         cmd
     }
+}
+
+/// `text` as one shell word, in single quotes. (`--mkfs=WORD`: a value that
+/// starts with `-` parses whatever the command-line parser thinks of it.)
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// What the kernel did that the model does not allow.
@@ -106,7 +111,8 @@ impl std::fmt::Display for Finding {
 pub enum Verdict {
     Pass,
     Skipped(String),
-    Failed { finding: Finding, shrunk: Vec<Op>, trace: Option<PathBuf>, rounds: usize },
+    /// `trace` is where the shrunk trace went, or why it could not be written.
+    Failed { finding: Finding, shrunk: Vec<Op>, trace: Result<PathBuf, String>, rounds: usize },
     Error(String),
 }
 
@@ -119,38 +125,6 @@ pub struct OracleReport {
     /// Op kinds left out, with why.
     pub left_out: Vec<(OpKind, String)>,
     pub verdict: Verdict,
-}
-
-struct Tools {
-    mke2fs: PathBuf,
-    e2fsck: PathBuf,
-}
-
-/// Seed-derived UUID text for mke2fs, so images are repeatable.
-fn uuid_for(seed: u64) -> String {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(0x7575_6964); // "uuid"
-    let b: [u8; 16] = rng.random();
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-4{}-8{}-{}", &hex[0..8], &hex[8..12], &hex[13..16], &hex[17..20], &hex[20..32])
-}
-
-fn make_image(tools: &Tools, spec: &OracleSpec, seed: u64, path: &Path) -> Result<(), String> {
-    let _ = std::fs::remove_file(path);
-    let uuid = uuid_for(seed);
-    let mut cmd = Command::new(&tools.mke2fs);
-    cmd.env("E2FSPROGS_FAKE_TIME", SIM_EPOCH_SECS.to_string()).args(["-q", "-t", "ext4", "-F", "-b", &spec.mount.block_size.to_string(), "-U", &uuid]);
-    cmd.arg("-E").arg(format!("hash_seed={uuid}"));
-    if !spec.mount.has_journal {
-        cmd.args(["-O", "^has_journal"]);
-    }
-    cmd.args(&spec.mkfs).arg(path).arg(format!("{}k", IMAGE_BYTES / 1024));
-    let out = cmd.output().map_err(|e| format!("mke2fs: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("mke2fs {}: {}", spec.mkfs.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    // Only e2fsck-clean images are ever given to a kernel.
-    e2fsck_clean(&tools.e2fsck, path).map(drop).map_err(|e| format!("fresh image fails e2fsck -fn: {e}"))
 }
 
 /// The seed's ops, generated against the model, without `refused` kinds.
@@ -206,14 +180,14 @@ fn compare(mount: &MountConfig, ops: &[Op], run: &CaseRun) -> Result<Model, Find
     Ok(model)
 }
 
-/// The image the kernel left: e2fsck-clean, and the engine reads every name
-/// and every byte as the model has them.
 /// e2fsck offers to rebuild extent trees the kernel left deeper or wider than
 /// needed (ext4 does not shrink them); that is an optimisation, not an error.
 fn is_extent_tree_offer(line: &str) -> bool {
     line.contains(" extent tree (at level ") && (line.ends_with("could be shorter.  Optimize? no") || line.ends_with("could be narrower.  Optimize? no"))
 }
 
+/// The image the kernel left: e2fsck-clean, and the engine reads every name
+/// and every byte as the model has them.
 #[allow(clippy::result_large_err)] // once per case
 fn check_image(tools: &Tools, mount: &MountConfig, image: &Path, model: &mut Model) -> Result<(), Finding> {
     e2fsck_clean_allowing(&tools.e2fsck, image, is_extent_tree_offer).map_err(|e| Finding::Image(format!("e2fsck -fn: {e}")))?;
@@ -251,37 +225,75 @@ fn check_image(tools: &Tools, mount: &MountConfig, image: &Path, model: &mut Mod
     Ok(())
 }
 
-/// Runs op lists under one spec's mount options and mkfs (each list with
-/// its own seed, for the image's UUID): one image per list, handed to the
-/// kernel in batches. With `stop_early`, stops after the first batch holding
-/// a failure (shrinking). Returns each evaluated list's finding, in order.
-fn evaluate(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, lists: &[(u64, Vec<Op>)], scratch: &Path, stop_early: bool) -> Result<Vec<Option<Finding>>, String> {
-    let opts = kernel_mount_data(&spec.mount)?;
+/// One configuration's cases: what they share, and what its fresh image
+/// looks like.
+struct Group<'a> {
+    tools: &'a Tools,
+    spec: &'a OracleSpec,
+    /// The kernel's mount data.
+    opts: String,
+    facts: ImageFacts,
+    scratch: &'a Path,
+}
+
+/// Images of one batch, removed however the batch ends.
+struct Images(Vec<PathBuf>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Makes the configuration's image once and reads it back: the cases run,
+/// or are skipped with the reason (`Ok(Err)`).
+fn prepare<'a>(kernel: &dyn Kernel, tools: &'a Tools, spec: &'a OracleSpec, needs: Needs, scratch: &'a Path) -> Result<Result<Group<'a>, String>, OracleError> {
+    let opts = kernel_mount_data(&spec.mount).map_err(OracleError::Usage)?;
+    let image = Images(vec![scratch.join(format!("probe-{}.img", kernel.name()))]);
+    make_image(tools, &spec.mkfs, &spec.mount, spec.seed, &image.0[0])?;
+    let facts = match probe(&image.0[0])? {
+        Ok(facts) => facts,
+        Err(why) => return Ok(Err(why)),
+    };
+    if let Some(why) = facts.refusal(&spec.mount, needs)? {
+        return Ok(Err(why));
+    }
+    Ok(Ok(Group { tools, spec, opts, facts, scratch }))
+}
+
+/// Runs op lists under one configuration (each list with its own seed, for
+/// the image's UUID): one image per list, handed to the kernel in batches.
+/// With `stop_early`, stops after the first batch holding a failure
+/// (shrinking). Returns each evaluated list's finding, in order.
+fn evaluate(kernel: &mut dyn Kernel, g: &Group, lists: &[(u64, Vec<Op>)], stop_early: bool) -> Result<Vec<Option<Finding>>, OracleError> {
     let mut findings = Vec::new();
     for (b, batch) in lists.chunks(kernel.batch().max(1)).enumerate() {
+        let need = batch.iter().map(|(_, ops)| g.facts.host_bytes_for(Needs::of(&g.spec.mount, ops))).sum();
+        check_room(g.scratch, need, batch.len())?;
+        let mut images = Images(Vec::new());
         let mut cases = Vec::new();
         for (i, (seed, ops)) in batch.iter().enumerate() {
-            let image = scratch.join(format!("seed{seed}-{b}-{i}.img"));
-            make_image(tools, spec, *seed, &image)?;
-            cases.push(Case { image, kernel_opts: opts.clone(), read_only: spec.mount.read_only, ops: ops.clone() });
+            let image = g.scratch.join(format!("seed{seed}-{b}-{i}.img"));
+            images.0.push(image.clone());
+            make_image(g.tools, &g.spec.mkfs, &g.spec.mount, *seed, &image)?;
+            cases.push(Case { image, kernel_opts: g.opts.clone(), read_only: g.spec.mount.read_only, ops: ops.clone() });
         }
-        let runs = kernel.run(&cases);
-        let runs = match runs {
-            Ok(r) => r,
-            Err(e) => {
-                cases.iter().for_each(|c| drop(std::fs::remove_file(&c.image)));
-                return Err(e);
-            }
-        };
+        let runs = kernel.run(&cases)?;
+        // A host disk that filled up fails the kernel's writes: not ext4's answers.
+        check_not_filled(g.scratch)?;
+        if runs.len() != cases.len() {
+            return Err(OracleError::Kernel(format!("the {} kernel answered {} of {} cases", kernel.name(), runs.len(), cases.len())));
+        }
         let mut any = false;
         for (case, run) in cases.iter().zip(&runs) {
-            let finding = match compare(&spec.mount, &case.ops, run) {
+            let finding = match compare(&g.spec.mount, &case.ops, run) {
                 Err(f) => Some(f),
-                Ok(mut model) => check_image(tools, &spec.mount, &case.image, &mut model).err(),
+                Ok(mut model) => check_image(g.tools, &g.spec.mount, &case.image, &mut model).err(),
             };
             any |= finding.is_some();
             findings.push(finding);
-            let _ = std::fs::remove_file(&case.image);
         }
         if any && stop_early {
             break;
@@ -306,7 +318,7 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
     let mut reports = Vec::new();
     let mut runnable: Vec<(usize, Vec<Op>)> = Vec::new();
     for spec in specs {
-        let skip = kernel.cannot_run(&spec.mount).or_else(|| kernel_mount_data(&spec.mount).err());
+        let skip = spec.mkfs.refusal().or_else(|| kernel.cannot_run(&spec.mount)).or_else(|| kernel_mount_data(&spec.mount).err());
         let (verdict, n) = if let Some(why) = skip {
             (Verdict::Skipped(why), 0)
         } else {
@@ -334,16 +346,27 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
     }
     for (_, members) in groups {
         let first = reports[members[0].0].spec.clone();
+        let needs = members.iter().fold(Needs::default(), |n, (_, ops)| n.max(Needs::of(&first.mount, ops)));
+        let group = match prepare(kernel, &tools, &first, needs, scratch) {
+            Ok(Ok(group)) => group,
+            Ok(Err(why)) => {
+                members.iter().for_each(|(i, _)| reports[*i].verdict = Verdict::Skipped(why.clone()));
+                continue;
+            }
+            Err(e) => {
+                members.iter().for_each(|(i, _)| reports[*i].verdict = Verdict::Error(e.to_string()));
+                continue;
+            }
+        };
         let lists: Vec<(u64, Vec<Op>)> = members.iter().map(|(i, ops)| (reports[*i].spec.seed, ops.clone())).collect();
-        let results = evaluate(kernel, &tools, &first, &lists, scratch, false);
+        let results = evaluate(kernel, &group, &lists, false);
         for (k, (i, ops)) in members.into_iter().enumerate() {
-            let spec = reports[i].spec.clone();
             reports[i].release = kernel.release();
             reports[i].verdict = match &results {
-                Err(e) => Verdict::Error(e.clone()),
+                Err(e) => Verdict::Error(e.to_string()),
                 Ok(found) => match found.get(k).cloned().flatten() {
                     None => Verdict::Pass,
-                    Some(finding) => shrink_finding(kernel, &tools, &spec, ops, finding, scratch, trace_dir, shrink),
+                    Some(finding) => shrink_finding(kernel, &group, reports[i].spec.seed, ops, finding, trace_dir, shrink),
                 },
             };
         }
@@ -355,13 +378,12 @@ fn report(kernel: &dyn Kernel, spec: &OracleSpec, ops: usize, left_out: Vec<(OpK
     OracleReport { spec: spec.clone(), kernel: kernel.name(), release: kernel.release(), ops, left_out, verdict }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops: Vec<Op>, finding: Finding, scratch: &Path, trace_dir: &Path, shrink: bool) -> Verdict {
+fn shrink_finding(kernel: &mut dyn Kernel, g: &Group, seed: u64, ops: Vec<Op>, finding: Finding, trace_dir: &Path, shrink: bool) -> Verdict {
     let (shrunk, rounds) = if shrink {
         let mut rounds_error = None;
         let shrunk = shrink_in_rounds(&ops, MAX_SHRINK_ROUNDS, |candidates| {
-            let lists: Vec<(u64, Vec<Op>)> = candidates.iter().map(|c| (spec.seed, c.clone())).collect();
-            match evaluate(kernel, tools, spec, &lists, scratch, true) {
+            let lists: Vec<(u64, Vec<Op>)> = candidates.iter().map(|c| (seed, c.clone())).collect();
+            match evaluate(kernel, g, &lists, true) {
                 Ok(found) => found.iter().position(|f| f.as_ref().is_some_and(|f| f.same_kind(&finding))),
                 Err(e) => {
                     rounds_error = Some(e);
@@ -370,7 +392,7 @@ fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops
             }
         });
         if let Some(e) = rounds_error {
-            eprintln!("oracle: shrinking seed {} stopped early: {e}", spec.seed);
+            warn(format!("oracle: shrinking seed {seed} stopped early: {e}"));
         }
         shrunk
     } else {
@@ -380,16 +402,17 @@ fn shrink_finding(kernel: &mut dyn Kernel, tools: &Tools, spec: &OracleSpec, ops
     let finding = if rounds == 0 {
         finding
     } else {
-        match evaluate(kernel, tools, spec, &[(spec.seed, shrunk.clone())], scratch, true) {
+        match evaluate(kernel, g, &[(seed, shrunk.clone())], true) {
             Ok(mut f) => f.pop().flatten().unwrap_or(finding),
             Err(_) => finding,
         }
     };
-    let run_spec = RunSpec { fsck_every: 0, disk_bytes: IMAGE_BYTES, ..RunSpec::new(spec.seed, shrunk.len() as u64, spec.mount) };
+    let run_spec = RunSpec { fsck_every: 0, disk_bytes: IMAGE_BYTES, ..RunSpec::new(seed, shrunk.len() as u64, g.spec.mount) };
+    let run_spec = RunSpec { mkfs: (!g.spec.mkfs.opts.is_empty()).then(|| g.spec.mkfs.clone()), ..run_spec };
     let trace = Trace { spec: run_spec, steps: shrunk.iter().cloned().map(Step::Op).collect() };
-    let path = trace_dir.join(format!("ext4sim-oracle-{}-seed{}.trace", kernel.name(), spec.seed));
-    let trace_path = std::fs::write(&path, trace.to_text()).ok().map(|()| path);
-    Verdict::Failed { finding, shrunk, trace: trace_path, rounds }
+    let path = trace_dir.join(format!("ext4sim-oracle-{}-seed{seed}.trace", kernel.name()));
+    let trace = std::fs::write(&path, trace.to_text()).map(|()| path.clone()).map_err(|e| format!("{}: {e}", path.display()));
+    Verdict::Failed { finding, shrunk, trace, rounds }
 }
 
 #[cfg(test)]
@@ -405,11 +428,17 @@ mod tests {
     }
 
     #[test]
-    fn uuids_are_seeded_and_well_formed() {
-        let u = uuid_for(7);
-        assert_eq!(u, uuid_for(7));
-        assert_ne!(u, uuid_for(8));
-        assert_eq!(u.len(), 36);
-        assert_eq!(u.matches('-').count(), 4);
+    fn rerun_commands_quote_mkfs_so_it_parses_back() {
+        assert_eq!(shell_quote("-O ^flex_bg"), "'-O ^flex_bg'");
+        assert_eq!(shell_quote("-L it's"), "'-L it'\\''s'");
+        let spec = OracleSpec {
+            seed: 3,
+            ops: 20,
+            mount: "bs=2k".parse().unwrap(),
+            mkfs: MkfsArgs::parse("-b 2048 -O ^flex_bg").unwrap(),
+            swarm: true,
+            fixed: None,
+        };
+        assert_eq!(spec.command("host"), "ext4sim oracle --kernel host --seed 3 --ops 20 --mount bs=2048 --mkfs='-b 2048 -O ^flex_bg'");
     }
 }

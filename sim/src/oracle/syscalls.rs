@@ -113,12 +113,12 @@ pub fn exec_main(dir: &Path) -> i32 {
         Ok(bytes) => match std::io::stdout().write_all(&bytes) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("oracle-exec: stdout: {e}");
+                super::error::warn(format!("oracle-exec: stdout: {e}"));
                 1
             }
         },
         Err(e) => {
-            eprintln!("oracle-exec: {e}");
+            super::error::warn(format!("oracle-exec: {e}"));
             1
         }
     }
@@ -138,7 +138,7 @@ fn from_io(e: &std::io::Error) -> Errno {
     match e.raw_os_error().and_then(Errno::from_code) {
         Some(errno) => errno,
         None => {
-            eprintln!("oracle: kernel errno {:?} ({e}) has no model name; counted as EIO", e.raw_os_error());
+            super::error::warn(format!("oracle: kernel errno {:?} ({e}) has no model name; counted as EIO", e.raw_os_error()));
             Errno::EIO
         }
     }

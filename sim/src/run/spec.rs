@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use ext4_model::MountConfig;
 
 use crate::disk::{DiskProfile, FaultConfig};
+use crate::mke2fs::MkfsArgs;
 
 /// Ops a run generates. Default of `--ops`.
 pub const DEFAULT_OPS: u64 = 1000;
@@ -79,6 +80,10 @@ pub struct RunSpec {
     pub tasks: u32,
     /// Size of the simulated disk; small disks run into ENOSPC. Default: [`DISK_BYTES`].
     pub disk_bytes: u64,
+    /// Start from an image the real mke2fs made with these arguments
+    /// instead of the engine's own mkfs. Default: None. The mount then
+    /// carries the image's block size and journal ([`MkfsArgs::model_mount`]).
+    pub mkfs: Option<MkfsArgs>,
 }
 
 impl RunSpec {
@@ -95,6 +100,7 @@ impl RunSpec {
             faults: FaultConfig::NONE,
             tasks: DEFAULT_TASKS,
             disk_bytes: DISK_BYTES,
+            mkfs: None,
         }
     }
 
@@ -106,7 +112,17 @@ impl RunSpec {
         }
         self.faults.validate().map_err(|e| format!("faults: {e}"))?;
         check_tasks(self.tasks)?;
-        check_disk_bytes(self.disk_bytes)
+        check_disk_bytes(self.disk_bytes)?;
+        if let Some(mkfs) = &self.mkfs {
+            if let Some(why) = mkfs.refusal() {
+                return Err(format!("--mkfs refused: {why}"));
+            }
+            let wanted = mkfs.model_mount(self.mount).map_err(|e| e.to_string())?;
+            if wanted != self.mount {
+                return Err(format!("--mkfs makes an image the mount `{}` does not describe: use `{wanted}`", self.mount));
+            }
+        }
+        Ok(())
     }
 
     /// The command that repeats this run.
@@ -114,8 +130,15 @@ impl RunSpec {
         let mut cmd = format!("ext4sim run --seed {} --ops {}", self.seed, self.ops);
         for (flag, value) in self.differences() {
             let _ = write!(cmd, " --{}", flag.replace('_', "-"));
-            if let Some(v) = value {
-                let _ = write!(cmd, " {}", shell_word(&v));
+            match value {
+                // mke2fs arguments start with '-': joined, they cannot pass for a flag.
+                Some(v) if flag == "mkfs" => {
+                    let _ = write!(cmd, "={}", shell_word(&v));
+                }
+                Some(v) => {
+                    let _ = write!(cmd, " {}", shell_word(&v));
+                }
+                None => {}
             }
         }
         cmd
@@ -150,6 +173,9 @@ impl RunSpec {
         if self.disk_bytes != DISK_BYTES {
             out.push(("disk_size", Some(self.disk_bytes.to_string())));
         }
+        if let Some(mkfs) = &self.mkfs {
+            out.push(("mkfs", Some(mkfs.to_string())));
+        }
         out
     }
 
@@ -168,6 +194,10 @@ impl RunSpec {
             format!("disk_bytes {}", self.disk_bytes),
             format!("swarm {}", self.swarm),
         ]
+        .into_iter()
+        // Written only when given, so traces of the engine's mkfs read as before.
+        .chain(self.mkfs.as_ref().map(|m| format!("mkfs {m}")))
+        .collect()
     }
 
     /// Applies one header line (`word` and the rest of the line); false when
@@ -187,6 +217,7 @@ impl RunSpec {
                 self.disk_bytes = number("disk_bytes")?;
                 check_disk_bytes(self.disk_bytes)?;
             }
+            "mkfs" => self.mkfs = Some(MkfsArgs::parse(value).map_err(|e| e.to_string())?),
             "swarm" => {
                 self.swarm = match value {
                     "true" => true,
