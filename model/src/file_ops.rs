@@ -139,6 +139,11 @@ impl Model {
         let ino = self.open_path(path)?;
         self.writable()?;
         self.check_flag_change(ino, flag.bit(), enable)?;
+        // ext4_ioctl_setflags writes a regular file's dirty pages back before
+        // it turns immutable, so later writes cannot slip in through them.
+        if flag == ChattrFlag::Immutable && enable && !self.immutable(ino) && self.file(ino).is_some() {
+            self.writeback(ino);
+        }
         let inode = self.st.inode_mut(ino);
         if enable {
             inode.flags |= flag.bit();

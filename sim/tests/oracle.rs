@@ -132,7 +132,11 @@ fn a_wrong_answer_is_caught_shrunk_and_written_as_a_replayable_trace() {
 
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers.
-const KERNEL_VERIFIED: [&str; 2] = [include_str!("traces/chattr_append_kernel_verified.trace"), include_str!("traces/renameat2_kernel_verified.trace")];
+const KERNEL_VERIFIED: [&str; 3] = [
+    include_str!("traces/chattr_append_kernel_verified.trace"),
+    include_str!("traces/renameat2_kernel_verified.trace"),
+    include_str!("traces/immutable_writes_back_kernel_verified.trace"),
+];
 
 #[test]
 fn the_host_kernel_still_agrees_on_the_hand_written_traces() {
@@ -149,7 +153,7 @@ fn the_host_kernel_still_agrees_on_the_hand_written_traces() {
     for text in KERNEL_VERIFIED {
         let t = ext4_sim::trace::Trace::parse(text).unwrap();
         let ops: Vec<Op> = t.steps.iter().filter_map(|s| s.op().cloned()).collect();
-        let spec = OracleSpec { fixed: Some(ops), ..specs(1..2, mount).remove(0) };
+        let spec = OracleSpec { fixed: Some(ops), ..specs(1..2, t.spec.mount).remove(0) };
         let r = run_oracle(&mut kernel, &[spec], &dir.0, &dir.0, false).remove(0);
         match &r.verdict {
             Verdict::Pass => {}
