@@ -256,6 +256,12 @@ impl Target for EngineTarget {
         self.mount(dev, "mount after fault")
     }
 
+    fn forget_harness_reads(&mut self) {
+        if let Some(fs) = self.fs.as_mut() {
+            fs.drop_clean_folios();
+        }
+    }
+
     fn explain_last_error(&mut self) -> Option<String> {
         ext4_engine::fs::take_last_error().map(|e| e.to_string())
     }
