@@ -336,6 +336,29 @@ impl Target for EngineTarget {
             ]);
             out.push((name.to_string(), line));
         }
+        let data = fs.data_path_stats();
+        out.push((
+            "page cache".to_string(),
+            group(vec![
+                ("held", Figure::Bytes(data.cache_bytes)),
+                ("bound", Figure::Bytes(data.cache_bound_bytes)),
+                ("dirty blocks", Figure::Count(data.dirty_blocks)),
+                ("reserved blocks", Figure::Count(data.reserved_blocks)),
+                ("readahead folios", Figure::Count(data.cache.readahead_folios)),
+                ("evicted", Figure::Count(data.cache.evicted_folios)),
+            ]),
+        ));
+        out.push(("folios by order".to_string(), Figure::PerOrder(data.cache.folios_by_order.clone())));
+        out.push((
+            "write-back".to_string(),
+            group(vec![
+                ("commands", Figure::Count(data.writeback.commands)),
+                ("written", Figure::Bytes(data.writeback.bytes)),
+                ("delalloc requests", Figure::Count(data.writeback.delalloc_requests)),
+                ("delalloc blocks", Figure::Count(data.writeback.delalloc_blocks)),
+                ("converted blocks", Figure::Count(data.writeback.converted_blocks)),
+            ]),
+        ));
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
         let layout = self.with_shadow(|dev| match Image::open(dev) {

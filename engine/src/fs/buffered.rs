@@ -5,8 +5,8 @@
 //!
 //! - **Reads** ask readahead for a window, fill its uncached pages with
 //!   new folios (one device command per physically contiguous run of
-//!   written blocks across them), fill blocks of cached folios that are not
-//!   uptodate, and copy out. Only clean folios are evicted to make room for
+//!   written blocks across them), fill every stale block of a cached folio
+//!   the read reaches (as read_folio does), and copy out. Only clean folios are evicted to make room for
 //!   a read; with none left, the read goes around the cache.
 //! - **Writes** dirty whole or partial blocks; a partial block that is not
 //!   uptodate is read first if its bytes on disk are the file's
@@ -149,10 +149,14 @@ impl<D: BlockDevice> Ctx<D> {
         let (made, _refused) = self.pages.add_folios(ino, orders, window.clone(), order);
         let extra = made.iter().filter(|p| **p >= request.end).count() as u64;
         self.pages.count_readahead(extra);
-        // Fill what is not uptodate in the window (new folios whole, and
-        // the requested blocks of folios partial writes made).
-        let first = self.pages.block_of_page(window.start.min(request.start));
-        let last = self.pages.block_of_page(window.end.max(request.end)).max(first + 1);
+        // Fill what is not uptodate in the window: new folios whole, and
+        // folios the request reaches that partial writes left part stale,
+        // whole too (read_folio reads every block of a folio not uptodate).
+        let (from, to) = (window.start.min(request.start), window.end.max(request.end));
+        let from = self.pages.folio_span(ino, from).map_or(from, |s| s.start);
+        let to = self.pages.folio_span(ino, to - 1).map_or(to, |s| s.end.max(to));
+        let first = self.pages.block_of_page(from);
+        let last = self.pages.block_of_page(to).max(first + 1);
         for run in self.stale_runs(ino, first..last) {
             self.fill_blocks(ino, node, run, size)?;
         }

@@ -136,6 +136,22 @@ fn the_page_size_and_folio_order_set_the_size_of_device_reads() {
     assert_eq!(read_size("ps=16k"), 16384);
     assert_eq!(read_size("ps=64k"), 65536);
     assert_eq!(read_size("bs=16k"), 16384, "a 16 KiB block needs an order-2 folio on 4 KiB pages");
+    // Sequential reads: the window is in folios, so a cap on their order
+    // caps the device reads too.
+    let largest_read = |options: &str| {
+        let (mut fs, _) = mounted(64 << 20, options);
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &pattern(3, 1 << 20)).unwrap();
+        let mut fs = remount(fs, options);
+        for at in (0..1 << 20).step_by(4096) {
+            fs.read("/f", at, 4096).unwrap();
+        }
+        let reads = fs.device().log.borrow().reads.clone();
+        reads.iter().map(|r| r.1).max().unwrap()
+    };
+    assert_eq!(largest_read(""), 128 << 10);
+    assert_eq!(largest_read("max_folio_order=0"), 64 << 10, "sixteen order-0 folios");
+    assert_eq!(largest_read("max_folio_order=1"), 128 << 10);
 }
 
 #[test]

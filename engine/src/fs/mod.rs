@@ -6,25 +6,49 @@
 //!   order (see `ext4_model`'s namespace and data modules) and gives the same
 //!   bytes, stat, listings and FIEMAP coverage.
 //! - **Everything is cached.** Inodes, extent mappings, directories (with a
-//!   name index), bitmaps and descriptors live in memory once touched; file
-//!   data goes straight to the device (there is no page cache yet), metadata
-//!   waits in the buffer cache until fsync/fdatasync/sync/unmount writes it
-//!   back in order: extent trees and inodes, then bitmaps and descriptors,
-//!   then the superblock, then a flush.
+//!   name index), bitmaps and descriptors live in memory once touched, and
+//!   metadata waits in the buffer cache until fsync/fdatasync/sync/unmount
+//!   writes it back in order: extent trees and inodes, then bitmaps and
+//!   descriptors, then the superblock, then a flush.
+//! - **File data goes through the page cache** (`crate::pagecache`): reads
+//!   see it first (dirty data is visible before write-back), fill folios
+//!   with readahead, and go to the device for the rest; writes dirty whole
+//!   or partial blocks (read-modify-write). The cache has a bound in
+//!   simulated bytes (`page_cache_mb=`); over it, clean folios are evicted
+//!   oldest first and dirty ones written back (`writepages`).
+//! - **Delayed allocation.** Under delalloc a write reserves its holes as
+//!   delayed extents (`crate::extent_status`) and maps nothing: ENOSPC is
+//!   decided then, against free space less what is reserved; stat counts
+//!   delayed blocks and FIEMAP reports them DELALLOC|UNKNOWN. Write-back
+//!   allocates one request per contiguous delayed run. nodelalloc allocates
+//!   at write time (unwritten under dioread_nolock); writes into unwritten
+//!   extents convert them at write-back.
+//! - **Write-back** runs on fsync/fdatasync (that file), sync and unmount
+//!   (all files), FIEMAP_FLAG_SYNC, collapse/insert range (from the page
+//!   holding the offset), a journal-flag switch (which then drops the
+//!   inode's cache so its folio orders follow the new mode), and reclaim.
+//!   Truncate, punch and zero-range drop or zero the cached range.
+//! - **Crashes lose the cache.** [`Ext4::into_device_dropping_caches`]
+//!   drops dirty folios and reservations with the rest; [`Ext4::shadow`]
+//!   clones them, so a shadow unmount writes them back onto its own device.
 //! - **Deterministic.** Timestamps come from the superblock's last write time
 //!   plus an op counter in the nanoseconds, never from the wall clock.
 //! - **Bad disk data is EIO, never a panic.** Device errors map to EIO (EROFS
-//!   for a read-only device, ENOSPC for a full backing store).
+//!   for a read-only device, ENOSPC for a full backing store); a folio no
+//!   memory can be had for is ENOMEM.
 //! - **Journaled.** With has_journal, sync/fsync/fdatasync/unmount commit
-//!   the dirty metadata as one jbd2 transaction (`journaling`); mount replays
-//!   a log a crash left behind. Without a journal writeback is in place.
+//!   the dirty metadata as one jbd2 transaction (`journaling`), after the
+//!   data it is ordered after (data=ordered; data=writeback and data=journal
+//!   inodes are ordered the same for now); mount replays a log a crash left
+//!   behind. Without a journal writeback is in place.
 //! - **Split where ext4 sleeps.** fsync and chattr +j/-j can run in two
 //!   halves (`split`) so a simulator runs other ops in between; a lock held
 //!   across the halves is real (`locks`): ops that would wait on it say so.
 //! - htree directories are read through their leaves; the first edit drops
 //!   the index (the directory turns linear, as ext4 does when it cannot use
 //!   an index). Not yet: keeping an index, block-mapped files, logging file
-//!   data of data=journal inodes (written like ordered).
+//!   data of data=journal inodes (written like ordered), letting
+//!   data=writeback commits overtake data, commit and write-back timers.
 
 mod buffered;
 mod data;

@@ -197,6 +197,12 @@ impl PageCache {
         Some((index, u32::try_from(within).ok()?))
     }
 
+    /// Pages of the folio holding page `page` of `ino`, if one does.
+    pub fn folio_span(&self, ino: InodeNumber, page: u64) -> Option<Range<u64>> {
+        let (index, f) = self.mappings.get(&ino)?.folio_at(page)?;
+        Some(index..index + (1u64 << f.order()))
+    }
+
     pub fn folio(&self, ino: InodeNumber, index: u64) -> Option<&Folio> {
         self.mappings.get(&ino)?.folios.get(&index)
     }
@@ -434,6 +440,9 @@ impl PageCache {
             m.ra.on_hit(request.clone());
             return (request, m.ra.order());
         }
+        // Folios start at multiples of the minimum order: so does the window.
+        let align = 1u64 << orders.0;
+        let request = request.start / align * align..request.end;
         let window = m.ra.on_miss(request, eof_page, (orders.0, ceiling), ps);
         (window, m.ra.order())
     }
