@@ -2,7 +2,9 @@
 //!
 //! A full check observes without perturbing: a shadow of the mount (its whole
 //! in-memory state) unmounts onto a shadow of the disk, writing everything
-//! back there, and the engine's own fsck reads what that wrote. The mount,
+//! back there (dirty folios included), and the engine's own fsck reads what
+//! that wrote; the checked image is then mounted with no page cache and read
+//! back, so every byte compared comes from the device. The mount,
 //! its disk, clock and random streams go on as if nothing had looked, so the
 //! workload's simulated time and final image do not depend on how often the
 //! harness checks. Persistence across a remount is tested by crashes, fault
@@ -16,6 +18,7 @@ use ext4_engine::fs::locks::{Lock, LockHolder};
 use ext4_engine::fs::{Ext4, SecondHalf};
 use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
+use ext4_engine::memory::BoundedFolios;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Op, Stat};
 use rand::{RngExt, SeedableRng};
@@ -210,7 +213,10 @@ impl Target for EngineTarget {
                 let problems: Vec<String> = report.problems.iter().take(5).map(|p| p.to_string()).collect();
                 return (Some(dev), Err(problems.join("; ")));
             }
-            match Ext4::mount(dev, &config) {
+            // No page cache on the checked mount: every byte read back
+            // comes from the device, straight into the answer.
+            let no_cache = Box::new(BoundedFolios::new(config.page_size, 0));
+            match Ext4::mount_with_memory(dev, &config, no_cache) {
                 Ok(mut cold) => {
                     let read = read_back(&mut cold);
                     (Some(cold.into_device_dropping_caches()), read)

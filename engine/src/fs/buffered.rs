@@ -78,25 +78,32 @@ impl<D: BlockDevice> Ctx<D> {
     fn fill_blocks_with(&mut self, ino: InodeNumber, node: &Node, blocks: Range<u64>, staged: &mut Vec<u8>) -> Result<(), Errno> {
         let bs = self.bs();
         let per_io = (self.max_io_bytes() / bs).max(1);
-        for b in blocks.clone() {
-            // Start from zeros: holes, unwritten and anything not read below.
-            if let Some((index, i)) = self.pages.locate(ino, b) {
-                if let Some(f) = self.pages.folio_mut(ino, index) {
-                    f.block_mut(i).fill(0);
-                }
-            }
-        }
+        // Blocks that are not uptodate hold zeros (new folios are zeroed,
+        // invalidated blocks cleared): holes and unwritten blocks are done.
         for p in node.map.pieces(blocks.clone()).into_iter().filter(|p| !p.unwritten) {
             let mut l = p.logical;
             while l < p.logical + p.len {
                 let n = per_io.min(p.logical + p.len - l);
-                staged.resize((n * bs) as usize, 0);
-                let physical = p.physical + (l - p.logical);
-                self.dev.read(physical * bs, staged, IoClass::Data).map_err(Error::from)?;
-                for k in 0..n {
-                    let Some((index, i)) = self.pages.locate(ino, l + k) else { continue };
-                    if let Some(f) = self.pages.folio_mut(ino, index) {
-                        f.block_mut(i).copy_from_slice(&staged[(k * bs) as usize..((k + 1) * bs) as usize]);
+                let at = (p.physical + (l - p.logical)) * bs;
+                let (index, i) = self.pages.locate(ino, l).ok_or(Errno::EIO)?;
+                let Ctx { pages, dev, .. } = self;
+                let folio = pages.folio_mut(ino, index).ok_or(Errno::EIO)?;
+                if u64::from(i) + n <= u64::from(folio.blocks()) {
+                    // The stretch lies in one folio: read straight into it.
+                    let range = folio.block_range(i).start..folio.block_range(i).start + (n * bs) as usize;
+                    if let Err(e) = dev.read(at, &mut folio.bytes_mut()[range.clone()], IoClass::Data) {
+                        // A stale block holds zeros, whatever a failed read left.
+                        folio.bytes_mut()[range].fill(0);
+                        return Err(Error::from(e).into());
+                    }
+                } else {
+                    staged.resize((n * bs) as usize, 0);
+                    dev.read(at, staged, IoClass::Data).map_err(Error::from)?;
+                    for k in 0..n {
+                        let Some((index, i)) = self.pages.locate(ino, l + k) else { continue };
+                        if let Some(f) = self.pages.folio_mut(ino, index) {
+                            f.block_mut(i).copy_from_slice(&staged[(k * bs) as usize..((k + 1) * bs) as usize]);
+                        }
                     }
                 }
                 l += n;
@@ -105,6 +112,7 @@ impl<D: BlockDevice> Ctx<D> {
         for b in blocks {
             if let Some((index, i)) = self.pages.locate(ino, b) {
                 if let Some(f) = self.pages.folio_mut(ino, index) {
+                    debug_assert!(f.is_uptodate(i) || node.map.lookup(b).is_some_and(|p| !p.unwritten) || f.block(i).iter().all(|x| *x == 0), "stale block {b} of inode {ino} is not zero");
                     f.set_uptodate(i);
                 }
             }
@@ -165,25 +173,54 @@ impl<D: BlockDevice> Ctx<D> {
     }
 
     /// Reads blocks `missing` (no folio could be had for them) straight
-    /// from the device into `out`, which holds bytes from `offset`.
+    /// from the device into `out`, which holds bytes from `offset`: one
+    /// command per physically contiguous stretch, as a direct read would.
     fn read_around(&mut self, node: &Node, offset: u64, out: &mut [u8], missing: &[u64]) -> Result<(), Errno> {
         if missing.is_empty() {
             return Ok(());
         }
         let bs = self.bs();
         let end = offset + out.len() as u64;
+        let per_io = (self.max_io_bytes() / bs).max(1);
         self.pages.count_read_around(missing.len() as u64);
-        let mut block = vec![0u8; bs as usize];
+        let mut runs: Vec<Range<u64>> = Vec::new();
         for &b in missing {
-            block.fill(0);
-            if let Some(p) = node.map.lookup(b).filter(|p| !p.unwritten) {
-                self.dev.read(p.physical * bs, &mut block, IoClass::Data).map_err(Error::from)?;
+            match runs.last_mut() {
+                Some(r) if r.end == b => r.end = b + 1,
+                _ => runs.push(b..b + 1),
             }
-            let lo = (b * bs).max(offset);
-            let hi = ((b + 1) * bs).min(end);
-            out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&block[(lo - b * bs) as usize..(hi - b * bs) as usize]);
         }
-        Ok(())
+        let mut staged = std::mem::take(&mut self.scratch);
+        let mut result = Ok(());
+        'runs: for run in runs {
+            // What is not read below is a hole or unwritten: zeros.
+            let (lo, hi) = ((run.start * bs).max(offset), (run.end * bs).min(end));
+            out[(lo - offset) as usize..(hi - offset) as usize].fill(0);
+            for p in node.map.pieces(run).into_iter().filter(|p| !p.unwritten) {
+                let mut l = p.logical;
+                while l < p.logical + p.len {
+                    let n = per_io.min(p.logical + p.len - l);
+                    let at = (p.physical + (l - p.logical)) * bs;
+                    let (lo, hi) = ((l * bs).max(offset), ((l + n) * bs).min(end));
+                    let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+                    let read = if lo == l * bs && hi == (l + n) * bs {
+                        self.dev.read(at, dst, IoClass::Data)
+                    } else {
+                        staged.resize((n * bs) as usize, 0);
+                        let read = self.dev.read(at, &mut staged, IoClass::Data);
+                        dst.copy_from_slice(&staged[(lo - l * bs) as usize..(hi - l * bs) as usize]);
+                        read
+                    };
+                    if let Err(e) = read {
+                        result = Err(Error::from(e).into());
+                        break 'runs;
+                    }
+                    l += n;
+                }
+            }
+        }
+        self.scratch = staged;
+        result
     }
 
     /// Copies `data` (bytes `offset..` of the file, inside one write) into
