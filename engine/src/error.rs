@@ -34,6 +34,12 @@ pub enum Error {
     /// A caller asked for something outside the image (inode 0, inode past the count...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The page cache could get no memory for a folio, even of the minimum order.
+    #[error("out of memory: {0}")]
+    NoMemory(String),
+    /// Write-back could not allocate blocks its reservation promised.
+    #[error("delayed allocation failed: {0}")]
+    DelayedAllocation(String),
 }
 
 /// Which on-disk object a checksum belongs to.

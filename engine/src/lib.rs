@@ -7,6 +7,9 @@
 //! - [`mkfs`]: builds a fresh filesystem, byte-identical for identical options.
 //! - [`image`]: opens an existing image read-only and validates it.
 //! - [`journal`]: jbd2 commits, checkpoints and recovery for inode 8.
+//! - [`pagecache`], [`memory`], [`extent_status`]: the data path's page
+//!   cache of folios, the allocator its memory comes from, and the delayed
+//!   extents of delayed allocation.
 
 #![forbid(unsafe_code)]
 
@@ -27,9 +30,12 @@ pub mod alloc;
 pub mod cache;
 pub mod check;
 pub mod dir;
+pub mod extent_status;
 pub mod extent_tree;
 pub mod fs;
 pub mod journal;
+pub mod memory;
+pub mod pagecache;
 
 pub use fs::Ext4;
 pub use layout::LayoutReport;

@@ -69,6 +69,47 @@ impl RangeSet {
         true
     }
 
+    /// Takes `r` out of the set, splitting runs it cuts; returns how many
+    /// values were in it.
+    pub fn remove(&mut self, r: Range<u64>) -> u64 {
+        if r.start >= r.end {
+            return 0;
+        }
+        let inside: Vec<Range<u64>> = self.iter_in(r.clone()).collect();
+        let mut removed = 0;
+        for cut in inside {
+            // The stored run holding this piece: the last starting at or before it.
+            let Some((&s, &e)) = self.ranges.range(..=cut.start).next_back() else { continue };
+            self.ranges.remove(&s);
+            if s < cut.start {
+                self.ranges.insert(s, cut.start);
+            }
+            if cut.end < e {
+                self.ranges.insert(cut.end, e);
+            }
+            removed += cut.end - cut.start;
+        }
+        removed
+    }
+
+    /// Moves every value at or after `from` by `delta`. The caller has
+    /// emptied what a downward move lands on; `None` (and nothing moved)
+    /// if a value would leave u64.
+    pub fn shift_from(&mut self, from: u64, delta: i64) -> Option<()> {
+        let tail: Vec<Range<u64>> = self.iter_in(from..u64::MAX).collect();
+        for r in &tail {
+            r.start.checked_add_signed(delta)?;
+            r.end.checked_add_signed(delta)?;
+        }
+        self.remove(from..u64::MAX);
+        for r in tail {
+            let moved = r.start.checked_add_signed(delta)?..r.end.checked_add_signed(delta)?;
+            let fitted = self.insert(moved);
+            debug_assert!(fitted, "a shift landed on values still in the set");
+        }
+        Some(())
+    }
+
     /// The lowest start `>= goal` such that `start..start + len` is free and ends
     /// at or before `limit`.
     pub fn first_fit(&self, goal: u64, len: u64, limit: u64) -> Option<u64> {
@@ -168,6 +209,22 @@ mod tests {
         assert_eq!(s.gaps(0, 20).collect::<Vec<_>>(), vec![3..5, 10..12, 13..20]);
         assert_eq!(s.gaps(6, 11).collect::<Vec<_>>(), vec![10..11]);
         assert_eq!(s.gaps(4, 4).count(), 0);
+    }
+
+    #[test]
+    fn removing_splits_runs_and_shifting_moves_the_tail() {
+        let mut s = RangeSet::new();
+        s.insert(0..10);
+        s.insert(20..30);
+        assert_eq!(s.remove(5..25), 10);
+        assert_eq!(s.iter_in(0..100).collect::<Vec<_>>(), vec![0..5, 25..30]);
+        assert_eq!(s.remove(40..50), 0);
+        s.shift_from(3, 10).unwrap();
+        assert_eq!(s.iter_in(0..100).collect::<Vec<_>>(), vec![0..3, 13..15, 35..40]);
+        s.shift_from(13, -10).unwrap();
+        assert_eq!(s.iter_in(0..100).collect::<Vec<_>>(), vec![0..5, 25..30]);
+        assert_eq!(s.shift_from(0, -1), None, "0 would move below zero");
+        assert_eq!(s.iter_in(0..100).collect::<Vec<_>>(), vec![0..5, 25..30], "and nothing moved");
     }
 
     #[test]

@@ -134,6 +134,9 @@ impl FileData {
     /// rest of their extent, whose neighbours (written since, or allocated
     /// by a later fallocate) ext4 has merged into it by now.
     pub fn settle_from(&mut self, from: u64, bs: u64) {
+        if !self.blocks.iter().any(|(r, a)| r.end > from && a.settled() != *a) {
+            return;
+        }
         let converting: Vec<Range<u64>> =
             self.blocks.overlapping(from..u64::MAX).into_iter().filter(|(_, a)| *a == Alloc::UnwrittenDirty).map(|(r, _)| r).collect();
         self.blocks.update(from..u64::MAX, |a| Some(a.settled()));

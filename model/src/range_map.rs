@@ -90,10 +90,14 @@ impl<V: Clone + Eq> RangeMap<V> {
         }
     }
 
-    /// Replaces values in `range` through `f` (None clears).
+    /// Replaces values in `range` through `f` (None clears). A value `f`
+    /// leaves as it is is not written again: the map is merged already, so
+    /// the result is the same, without the churn (the model's sync settles
+    /// every file this way).
     pub fn update(&mut self, range: Range<u64>, mut f: impl FnMut(&V) -> Option<V>) {
         for (r, v) in self.overlapping(range) {
             match f(&v) {
+                Some(nv) if nv == v => {}
                 Some(nv) => self.insert(r, nv),
                 None => self.remove(r),
             }

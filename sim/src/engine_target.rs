@@ -2,7 +2,9 @@
 //!
 //! A full check observes without perturbing: a shadow of the mount (its whole
 //! in-memory state) unmounts onto a shadow of the disk, writing everything
-//! back there, and the engine's own fsck reads what that wrote. The mount,
+//! back there (dirty folios included), and the engine's own fsck reads what
+//! that wrote; the checked image is then mounted with no page cache and read
+//! back, so every byte compared comes from the device. The mount,
 //! its disk, clock and random streams go on as if nothing had looked, so the
 //! workload's simulated time and final image do not depend on how often the
 //! harness checks. Persistence across a remount is tested by crashes, fault
@@ -16,6 +18,7 @@ use ext4_engine::fs::locks::{Lock, LockHolder};
 use ext4_engine::fs::{Ext4, SecondHalf};
 use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
+use ext4_engine::memory::BoundedFolios;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Op, Stat};
 use rand::{RngExt, SeedableRng};
@@ -218,7 +221,10 @@ impl Target for EngineTarget {
                 let problems: Vec<String> = report.problems.iter().take(5).map(|p| p.to_string()).collect();
                 return (Some(dev), Err(problems.join("; ")));
             }
-            match Ext4::mount(dev, &config) {
+            // No page cache on the checked mount: every byte read back
+            // comes from the device, straight into the answer.
+            let no_cache = Box::new(BoundedFolios::new(config.page_size, 0));
+            match Ext4::mount_with_memory(dev, &config, no_cache) {
                 Ok(mut cold) => {
                     let read = read_back(&mut cold);
                     (Some(cold.into_device_dropping_caches()), read)
@@ -262,6 +268,12 @@ impl Target for EngineTarget {
         // cache survived whole, one the runner's check allows.
         dev.flush().map_err(|e| format!("flush after fault: {e}"))?;
         self.mount(dev, "mount after fault")
+    }
+
+    fn forget_harness_reads(&mut self) {
+        if let Some(fs) = self.fs.as_mut() {
+            fs.drop_clean_folios();
+        }
     }
 
     fn explain_last_error(&mut self) -> Option<String> {
@@ -338,6 +350,29 @@ impl Target for EngineTarget {
             ]);
             out.push((name.to_string(), line));
         }
+        let data = fs.data_path_stats();
+        out.push((
+            "page cache".to_string(),
+            group(vec![
+                ("held", Figure::Bytes(data.cache_bytes)),
+                ("bound", Figure::Bytes(data.cache_bound_bytes)),
+                ("dirty blocks", Figure::Count(data.dirty_blocks)),
+                ("reserved blocks", Figure::Count(data.reserved_blocks)),
+                ("readahead folios", Figure::Count(data.cache.readahead_folios)),
+                ("evicted", Figure::Count(data.cache.evicted_folios)),
+            ]),
+        ));
+        out.push(("folios by order".to_string(), Figure::PerOrder(data.cache.folios_by_order.clone())));
+        out.push((
+            "write-back".to_string(),
+            group(vec![
+                ("commands", Figure::Count(data.writeback.commands)),
+                ("written", Figure::Bytes(data.writeback.bytes)),
+                ("delalloc requests", Figure::Count(data.writeback.delalloc_requests)),
+                ("delalloc blocks", Figure::Count(data.writeback.delalloc_blocks)),
+                ("converted blocks", Figure::Count(data.writeback.converted_blocks)),
+            ]),
+        ));
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
         let layout = self.with_shadow(|dev| match Image::open(dev) {

@@ -16,6 +16,8 @@ pub enum Figure {
     Hundredths(u64),
     /// A count per block group; people see the first dozen.
     PerGroup(std::collections::BTreeMap<u32, u64>),
+    /// A count per folio order (a histogram of page-cache folios).
+    PerOrder(std::collections::BTreeMap<u8, u64>),
     /// Named figures shown on one line.
     Group(Vec<(String, Figure)>),
 }
@@ -30,6 +32,8 @@ impl Figure {
             Figure::Text(t) => t.clone(),
             Figure::Hundredths(h) => format!("{}.{:02}", h / 100, h % 100),
             Figure::PerGroup(m) => ext4_engine::layout::fmt_groups(m),
+            Figure::PerOrder(m) if m.is_empty() => "-".into(),
+            Figure::PerOrder(m) => m.iter().map(|(o, n)| format!("{o}:{n}")).collect::<Vec<_>>().join(" "),
             Figure::Group(items) => items.iter().map(|(k, v)| format!("{} {k}", v.human())).collect::<Vec<_>>().join(", "),
         }
     }
@@ -41,6 +45,7 @@ impl Figure {
             Figure::Text(t) => json_str(t),
             Figure::Hundredths(h) => format!("{}.{:02}", h / 100, h % 100),
             Figure::PerGroup(m) => json_object(m.iter().map(|(g, n)| (g.to_string(), n.to_string()))),
+            Figure::PerOrder(m) => json_object(m.iter().map(|(o, n)| (o.to_string(), n.to_string()))),
             Figure::Group(items) => json_object(items.iter().map(|(k, v)| (k.as_str(), v.json()))),
         }
     }
@@ -98,5 +103,13 @@ mod tests {
         assert_eq!(f.human(), "3 reads, 64.0 MiB read, 1.500 us busy");
         assert_eq!((human_bytes(512), human_bytes(9_270_272), human_bytes(3 << 30)), ("512 B".into(), "8.8 MiB".into(), "3.0 GiB".into()));
         assert_eq!(Figure::Text("a\"b\n".into()).json(), "\"a\\\"b\\n\"");
+    }
+
+    #[test]
+    fn a_folio_histogram_reads_order_colon_count() {
+        let f = Figure::PerOrder([(0, 12), (2, 40)].into_iter().collect());
+        assert_eq!(f.human(), "0:12 2:40");
+        assert_eq!(f.json(), "{\"0\":12,\"2\":40}");
+        assert_eq!(Figure::PerOrder(Default::default()).human(), "-");
     }
 }

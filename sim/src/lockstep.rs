@@ -339,6 +339,7 @@ impl<T: Target> Lockstep<T> {
             ls.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") })?;
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })
         });
+        self.target.forget_harness_reads();
         let logged = self.model.crash_log_enabled();
         self.model = adopted?;
         self.model.set_crash_log(logged);
@@ -369,6 +370,7 @@ impl<T: Target> Lockstep<T> {
             let limits = ls.model.limits();
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after fault: {v}") })
         });
+        self.target.forget_harness_reads();
         self.model = judged?;
         self.faults_before = self.target.faults().map_or(0, |f| f.faults_met());
         Ok(())
@@ -466,6 +468,7 @@ impl<T: Target> Lockstep<T> {
             let limits = ls.model.limits();
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting recovered state: {v}") })
         });
+        self.target.forget_harness_reads();
         self.model = judged?;
         Ok(())
     }

@@ -106,6 +106,11 @@ pub trait Target: FileSystem {
     fn remount_after_fault(&mut self) -> Result<(), String> {
         Ok(())
     }
+    /// The runner has read the whole tree through the target (a crash
+    /// check, adopting a state): forget what those reads cached, so the
+    /// run goes on with the caches the workload left (a crash leaves them
+    /// cold), not warmed by the harness.
+    fn forget_harness_reads(&mut self) {}
     /// ENOSPC limits for the model: the target's free space at the start.
     fn space_limits(&self) -> Limits {
         Limits::default()

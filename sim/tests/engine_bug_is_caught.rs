@@ -131,8 +131,10 @@ fn a_bug_only_mke2fs_geometry_shows_is_caught_from_an_mke2fs_image() {
 /// them be reused before that free commits. It shows only when another
 /// task's op overtakes an fsync while its transaction commits: here task 1
 /// unlinks /f meanwhile, /g's data lands in /f's blocks, and the crash
-/// undoes the unlink. The real engine passes the same steps, and so does the
-/// buggy one when the fsync is not split.
+/// undoes the unlink. /g's delayed data is written back (FIEMAP_FLAG_SYNC:
+/// write-back without a commit) so its blocks are taken before the crash.
+/// The real engine passes the same steps, and so does the buggy one when
+/// the fsync is not split.
 #[test]
 fn a_commit_freeing_the_next_transactions_blocks_is_caught() {
     let bug = Buggy(InjectedBug::CommitReleasesEveryHold);
@@ -143,7 +145,7 @@ fn a_commit_freeing_the_next_transactions_blocks_is_caught() {
             "# ext4sim trace v1\nseed 1\nmount \ntasks 2\n\
 op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=65536 seed=1\nop sync\nop create path=\"/x\" perm=644\n\
 {fsync}\ntask 1\nop unlink path=\"/f\"\ntask 0\n{finish}task 1\nop create path=\"/g\" perm=644\n\
-op write path=\"/g\" offset=0 len=65536 seed=2\ncrash seed=2\n"
+op write path=\"/g\" offset=0 len=65536 seed=2\nop fiemap path=\"/g\" sync=true\ncrash seed=2\n"
         )
     };
     let run = |factory: &dyn Fn(&RunSpec, &[ext4_sim::trace::Step]) -> ext4_sim::run::RunResult, text: &str| {

@@ -1,19 +1,25 @@
-//! File data: mapping and unmapping block ranges, write, read, truncate, and
-//! zeroing byte ranges, following the model's file_ops.rs.
+//! File data: reserving, mapping and unmapping block ranges, write, read
+//! and truncate, following the model's file_ops.rs. The bytes go through
+//! the page cache (`buffered`); this file decides what backs each block.
 //!
-//! Data goes straight to the device (no page cache yet), so every block a
-//! write touches is written and marked written at once: where the model still
-//! has the data dirty (delalloc, unwritten-with-dirty-pages) it marks the
-//! range `writeback_pending`, which allows exactly this answer.
-//! Invariant: bytes of a written block past EOF are zero on disk, so growing
-//! a file never shows old data; shrinking zeroes the partial tail block.
+//! - **Delayed allocation** (delalloc, not data=journal): a write reserves
+//!   its holes as delayed extents and maps nothing; ENOSPC comes here, at
+//!   write time, when the reservation does not fit. Write-back allocates.
+//! - **nodelalloc**: a write allocates its holes at once, unwritten under
+//!   dioread_nolock (converted at write-back), else written (ordered before
+//!   the next commit); the data is still written back later.
+//! - Writes into unwritten extents leave them unwritten with dirty pages;
+//!   write-back converts them once the data is written.
+//! - Large writes go into the cache in chunks of at most a quarter of its
+//!   bound, making room before each, so no write needs more memory than
+//!   the bound; the size grows chunk by chunk, so a commit in between never
+//!   sees written blocks past EOF.
 
 use std::ops::Range;
 
-use ext4_model::{Errno, FileKind};
+use ext4_model::{Errno, FileKind, InodeJournalMode};
 
-use crate::device::{BlockDevice, IoClass, WriteFlags};
-use crate::error::Error;
+use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
 use super::node::Node;
@@ -22,16 +28,34 @@ use super::{Ctx, Ext4};
 pub(crate) use ext4_model::vfs::{block_span, LOFF_MAX};
 
 impl<D: BlockDevice> Ctx<D> {
-    /// ENOSPC unless the holes of `range` fit, leaving the metadata reserve.
-    pub fn check_room(&self, node: &Node, range: Range<u64>) -> Result<(), Errno> {
-        let need: u64 = node.map.holes(range).iter().map(|h| h.end - h.start).sum();
-        if need > 0 && need.saturating_add(self.alloc.metadata_reserve()) > self.alloc.totals().free_blocks {
+    /// ENOSPC unless `need` more blocks fit beside what delayed allocation
+    /// has reserved, leaving the metadata reserve.
+    pub fn check_room_blocks(&self, need: u64) -> Result<(), Errno> {
+        let promised = need.saturating_add(self.alloc.metadata_reserve()).saturating_add(self.reserved_blocks);
+        if need > 0 && promised > self.alloc.totals().free_blocks {
             return Err(Errno::ENOSPC);
         }
         Ok(())
     }
 
-    /// Allocates every hole of `range`, as unwritten or written extents.
+    /// ENOSPC unless the holes of `range` (blocks neither mapped nor
+    /// delayed) fit.
+    pub fn check_room(&self, node: &Node, range: Range<u64>) -> Result<(), Errno> {
+        self.check_room_blocks(node.es.holes_in(&node.map, range))
+    }
+
+    /// Reserves the holes of `range` as delayed extents (a delalloc write).
+    pub fn reserve_delayed(&mut self, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
+        self.check_room(node, range.clone())?;
+        for hole in node.map.holes(range) {
+            self.reserved_blocks += node.es.insert_delayed(hole);
+        }
+        Ok(())
+    }
+
+    /// Allocates every unmapped block of `range`, as unwritten or written
+    /// extents. Delayed blocks among them get their blocks now (their
+    /// reservation becomes the allocation; their pages stay dirty).
     pub fn map_range(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>, unwritten: bool) -> Result<(), Errno> {
         self.check_room(node, range.clone())?;
         let holes = node.map.holes(range);
@@ -42,7 +66,7 @@ impl<D: BlockDevice> Ctx<D> {
         // All or nothing: blocks held until a commit can leave the count
         // ahead of what the allocator can give; then this call's blocks go back.
         let mut mapped: Vec<(u64, u64)> = Vec::new();
-        for hole in holes {
+        for hole in &holes {
             let mut l = hole.start;
             while l < hole.end {
                 let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
@@ -58,6 +82,10 @@ impl<D: BlockDevice> Ctx<D> {
                 mapped.push((l, got));
                 l += got;
             }
+        }
+        for hole in holes {
+            let released = node.es.remove_delayed(hole);
+            self.reserved_blocks = self.reserved_blocks.saturating_sub(released);
         }
         node.map_dirty = true;
         Ok(())
@@ -78,50 +106,34 @@ impl<D: BlockDevice> Ctx<D> {
         Ok(n)
     }
 
-    fn read_blocks(&mut self, physical: u64, buf: &mut [u8]) -> Result<(), Errno> {
-        self.dev.read(physical * self.bs(), buf, IoClass::Data).map_err(Error::from)?;
+    /// Blocks `range` leave the file: cached data dropped (dirty or not),
+    /// delayed extents and their reservation released, mapped blocks freed.
+    pub fn discard_blocks(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
+        self.pages.invalidate(ino, range.clone());
+        let released = node.es.remove_delayed(range.clone());
+        self.reserved_blocks = self.reserved_blocks.saturating_sub(released);
+        let end = range.end.min(node.map.end().max(range.start));
+        self.unmap_range(node, range.start..end)?;
         Ok(())
     }
 
-    fn write_blocks(&mut self, physical: u64, buf: &[u8]) -> Result<(), Errno> {
-        self.dev.write(physical * self.bs(), buf, WriteFlags::DATA).map_err(Error::from)?;
-        Ok(())
-    }
-
-    /// Zeroes bytes `[from, to)` of the file on disk where blocks are written;
-    /// holes and unwritten blocks read as zero already.
-    /// Growing a file from `old` to `new` bytes: the block holding the old EOF
-    /// may carry bytes past it on disk (a crash can keep an extending write's
-    /// data and lose its size), and they must read as zeros once inside the
-    /// file, as the page cache's zeroing past EOF guarantees in ext4.
-    pub fn zero_past_eof(&mut self, node: &Node, old: u64, new: u64) -> Result<(), Errno> {
-        let bs = self.bs();
-        if new > old && old % bs != 0 {
-            self.zero_bytes(node, old, new.min(old.div_ceil(bs) * bs))?;
+    /// Where a write's blocks come from: reserved (delalloc) or allocated
+    /// now, unwritten or written (nodelalloc). Written allocations are
+    /// ordered before the next commit once their data is in the cache.
+    /// Returns the blocks allocated now: their bytes on disk are not the file's.
+    fn back_write(&mut self, ino: InodeNumber, node: &mut Node, span: Range<u64>) -> Result<Vec<Range<u64>>, Errno> {
+        if self.delays_allocation(node) {
+            self.reserve_delayed(node, span)?;
+            return Ok(Vec::new());
         }
-        Ok(())
-    }
-
-    pub fn zero_bytes(&mut self, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
-        let bs = self.bs();
-        let mut pos = from;
-        let mut block = vec![0u8; bs as usize];
-        while pos < to {
-            let b = pos / bs;
-            let within = (pos % bs) as usize;
-            let take = (bs - pos % bs).min(to - pos) as usize;
-            if let Some(p) = node.map.lookup(b).filter(|p| !p.unwritten) {
-                if take as u64 == bs {
-                    block.fill(0);
-                } else {
-                    self.read_blocks(p.physical, &mut block)?;
-                    block[within..within + take].fill(0);
-                }
-                self.write_blocks(p.physical, &block)?;
-            }
-            pos += take as u64;
+        let journaled = self.data_mode(node) == InodeJournalMode::Journal;
+        let unwritten = self.mount.dioread_nolock && !journaled;
+        let fresh = node.map.holes(span.clone());
+        self.map_range(ino, node, span, unwritten)?;
+        if !fresh.is_empty() && !unwritten && self.orders_data(node) {
+            self.pages.order_data(ino);
         }
-        Ok(())
+        Ok(fresh)
     }
 }
 
@@ -149,79 +161,40 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
-        let span = block_span(offset, count as u64, bs);
-        let written_before = |node: &Node, b: u64| node.map.lookup(b).is_some_and(|p| !p.unwritten);
-        let head_keep = offset % bs != 0 && written_before(node, span.start);
         let end = offset + count as u64;
-        let tail_keep = end % bs != 0 && written_before(node, span.end - 1);
-        ctx.map_range(ino, node, span.clone(), false)?;
-        if node.map.pieces(span.clone()).iter().any(|p| p.unwritten) {
-            node.map.set_state(span.clone(), false);
-            node.map_dirty = true;
+        let span = block_span(offset, count as u64, bs);
+        // Room for the whole write first, so ENOSPC leaves the file as it was.
+        ctx.check_room(node, span.clone())?;
+        if ctx.delays_allocation(node) {
+            ctx.reserve_delayed(node, span.clone())?;
         }
-        // Only the span's edge blocks that the data covers partly need a
-        // buffer of their own (kept bytes read back where written, zeros past
-        // the old EOF, then the data); every other block is the caller's
-        // bytes as they stand. The reads are the ones a whole-span buffer
-        // would take, in the same order.
-        let first = span.start;
-        let last = span.end - 1;
-        let covered = |b: u64| b * bs >= offset && (b + 1) * bs <= end;
-        let mut edges: Vec<(u64, Vec<u8>)> = Vec::with_capacity(2);
-        if !covered(first) {
-            let mut block = vec![0u8; bs as usize];
-            if head_keep || (first == last && tail_keep) {
-                let p = node.map.lookup(first).ok_or(Errno::EIO)?;
-                ctx.read_blocks(p.physical, &mut block)?;
-            }
-            edges.push((first, block));
-        }
-        if last != first && !covered(last) {
-            let mut block = vec![0u8; bs as usize];
-            if tail_keep {
-                let p = node.map.lookup(last).ok_or(Errno::EIO)?;
-                ctx.read_blocks(p.physical, &mut block)?;
-            }
-            edges.push((last, block));
-        }
-        // Bytes past the old EOF read back from disk may be a lost write's.
         let old_size = node.disk.size;
-        for (b, block) in &mut edges {
-            let block_start = *b * bs;
-            if old_size < block_start + bs {
-                block[old_size.saturating_sub(block_start) as usize..].fill(0);
-            }
-            let lo = block_start.max(offset);
-            let hi = (block_start + bs).min(end);
-            block[(lo - block_start) as usize..(hi - block_start) as usize].copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+        if offset > old_size {
+            ctx.zero_past_eof(ino, node, old_size, offset)?;
         }
-        ctx.zero_past_eof(node, old_size, offset)?;
-        // The caller's bytes of fully covered blocks `from..to`.
-        let whole = |from: u64, to: u64| if from < to { &data[(from * bs - offset) as usize..(to * bs - offset) as usize] } else { &[][..] };
-        for p in node.map.pieces(span.clone()) {
-            let piece_end = p.logical + p.len;
-            let inside: Vec<&(u64, Vec<u8>)> = edges.iter().filter(|(b, _)| (p.logical..piece_end).contains(b)).collect();
-            if inside.is_empty() {
-                ctx.write_blocks(p.physical, whole(p.logical, piece_end))?;
-                continue;
+        let chunk = ctx.write_chunk_bytes();
+        let mut at = offset;
+        while at < end {
+            let to = if end - at <= chunk { end } else { ((at + chunk) / bs * bs).max(at.div_ceil(bs) * bs).min(end) };
+            let (lo, hi) = (at, to);
+            let (need, pages) = {
+                let (ctx, node) = self.split(ino)?;
+                let ps = u64::from(ctx.mount.page_size);
+                let pages = lo / ps..hi.div_ceil(ps);
+                (ctx.pages.uncached_bytes(ino, ctx.folio_orders(node), pages.clone()), pages)
+            };
+            self.make_room(need, Some((ino, pages)))?;
+            let (ctx, node) = self.split(ino)?;
+            let copied = ctx.back_write(ino, node, block_span(lo, hi - lo, bs)).and_then(|fresh| ctx.cache_write(ino, node, lo, &data[(lo - offset) as usize..(hi - offset) as usize], &fresh, old_size));
+            if let Err(e) = copied {
+                ctx.release_unfilled(ino, node, span);
+                self.mark_dirty(ino);
+                return Err(e);
             }
-            // One device write per piece, as ever: stage it whole.
-            let mut staged = std::mem::take(&mut ctx.scratch);
-            staged.clear();
-            let mut at = p.logical;
-            for (b, block) in inside {
-                staged.extend_from_slice(whole(at, *b));
-                staged.extend_from_slice(block);
-                at = b + 1;
-            }
-            staged.extend_from_slice(whole(at, piece_end));
-            let written = ctx.write_blocks(p.physical, &staged);
-            ctx.scratch = staged;
-            written?;
+            node.disk.size = node.disk.size.max(hi);
+            at = to;
         }
-        if end > node.disk.size {
-            node.disk.size = end;
-        }
+        let (ctx, node) = self.split(ino)?;
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;
@@ -243,32 +216,8 @@ impl<D: BlockDevice> Ext4<D> {
             return Ok(Vec::new());
         }
         let end = size.min(offset.saturating_add(u64::from(len)));
-        let bs = ctx.bs();
         let mut out = vec![0u8; (end - offset) as usize];
-        for p in node.map.pieces(block_span(offset, end - offset, bs)) {
-            if p.unwritten {
-                continue;
-            }
-            let piece_start = p.logical * bs;
-            let piece_end = piece_start + p.len * bs;
-            let lo = piece_start.max(offset);
-            let hi = piece_end.min(end);
-            let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
-            if lo == piece_start && hi == piece_end {
-                // The whole piece lands in the answer: read it in place.
-                ctx.read_blocks(p.physical, dst)?;
-                continue;
-            }
-            // The device reads the piece whole; stage it and keep the part asked for.
-            let mut staged = std::mem::take(&mut ctx.scratch);
-            staged.resize((p.len * bs) as usize, 0);
-            let read = ctx.read_blocks(p.physical, &mut staged);
-            if read.is_ok() {
-                dst.copy_from_slice(&staged[(lo - piece_start) as usize..(hi - piece_start) as usize]);
-            }
-            ctx.scratch = staged;
-            read?;
-        }
+        ctx.cache_read(ino, node, offset, &mut out)?;
         #[cfg(feature = "test-hooks")]
         self.bug_on_read(offset, size, &mut out);
         Ok(out)
@@ -296,11 +245,10 @@ impl<D: BlockDevice> Ext4<D> {
         // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
         if size <= old {
             let keep = size.div_ceil(bs);
-            let end = node.map.end().max(keep);
-            ctx.unmap_range(node, keep..end)?;
-            ctx.zero_bytes(node, size, keep * bs)?;
+            ctx.discard_blocks(ino, node, keep..u64::MAX)?;
+            ctx.cache_zero(ino, node, size, keep * bs)?;
         }
-        ctx.zero_past_eof(node, old, size)?;
+        ctx.zero_past_eof(ino, node, old, size)?;
         node.disk.size = size;
         let now = ctx.now();
         node.disk.mtime = now;
@@ -309,5 +257,28 @@ impl<D: BlockDevice> Ext4<D> {
         #[cfg(feature = "test-hooks")]
         self.bug_saw_truncate();
         Ok(())
+    }
+}
+
+impl<D: BlockDevice> Ctx<D> {
+    /// Bytes a write puts into the cache between two chances to make room:
+    /// a quarter of the bound, whole blocks, at least one.
+    fn write_chunk_bytes(&self) -> u64 {
+        let bs = self.bs();
+        (self.pages.bound_bytes() / 4 / bs * bs).max(bs)
+    }
+
+    /// After a write failed part way: delayed blocks of `span` no data
+    /// reached are no longer promised (nothing would ever write them back).
+    fn release_unfilled(&mut self, ino: InodeNumber, node: &mut Node, span: Range<u64>) {
+        let delayed: Vec<Range<u64>> = node.es.delayed_in(span).collect();
+        for r in delayed {
+            for b in r {
+                let dirty = self.pages.locate(ino, b).and_then(|(index, i)| self.pages.folio(ino, index).map(|f| f.is_dirty(i))).unwrap_or(false);
+                if !dirty {
+                    self.reserved_blocks = self.reserved_blocks.saturating_sub(node.es.remove_delayed(b..b + 1));
+                }
+            }
+        }
     }
 }

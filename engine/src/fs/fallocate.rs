@@ -5,7 +5,12 @@
 //!   to the page holding EOF; whole blocks are freed, partial edges zeroed.
 //! - ZERO_RANGE: whole blocks become unwritten (written ones are converted),
 //!   holes are allocated unwritten, partial edges are zeroed on disk.
-//! - COLLAPSE / INSERT: block aligned; extents move by whole blocks.
+//! - COLLAPSE / INSERT: block aligned; extents move by whole blocks, after
+//!   dirty data from the page holding the offset is written back and the
+//!   page cache from there dropped (its contents move).
+//! - Ranges that go (punched, zeroed whole) leave the page cache too, dirty
+//!   or not, as truncate_pagecache_range drops them; partial edges are
+//!   zeroed in the cache.
 //! - UNSHARE, WRITE_ZEROES and unknown bits: EOPNOTSUPP.
 
 use ext4_model::{Errno, FallocFlags, FileKind};
@@ -51,7 +56,7 @@ impl<D: BlockDevice> Ext4<D> {
         let span = block_span(offset, end - offset, ctx.bs());
         ctx.map_range(ino, node, span, true)?;
         if !keep_size && end > node.disk.size {
-            ctx.zero_past_eof(node, node.disk.size, end)?;
+            ctx.zero_past_eof(ino, node, node.disk.size, end)?;
             node.disk.size = end;
         }
         Ok(())
@@ -71,11 +76,11 @@ impl<D: BlockDevice> Ext4<D> {
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         if first_full < last_full {
-            ctx.unmap_range(node, first_full..last_full)?;
-            ctx.zero_bytes(node, offset, (first_full * bs).min(end))?;
-            ctx.zero_bytes(node, (last_full * bs).max(offset), end)?;
+            ctx.discard_blocks(ino, node, first_full..last_full)?;
+            ctx.cache_zero(ino, node, offset, (first_full * bs).min(end))?;
+            ctx.cache_zero(ino, node, (last_full * bs).max(offset), end)?;
         } else {
-            ctx.zero_bytes(node, offset, end)?;
+            ctx.cache_zero(ino, node, offset, end)?;
         }
         Ok(())
     }
@@ -97,13 +102,16 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.map_range(ino, node, edge, true)?;
         }
         if first_full < last_full {
+            // Whole blocks become unwritten whatever they held: written
+            // extents convert, cached data (dirty or not) is dropped.
             ctx.map_range(ino, node, first_full..last_full, true)?;
             node.map.set_state(first_full..last_full, true);
             node.map_dirty = true;
+            ctx.pages.invalidate(ino, first_full..last_full);
         }
-        ctx.zero_bytes(node, offset, end)?;
+        ctx.cache_zero(ino, node, offset, end)?;
         if !keep_size && end > node.disk.size {
-            ctx.zero_past_eof(node, node.disk.size, offset)?;
+            ctx.zero_past_eof(ino, node, node.disk.size, offset)?;
             node.disk.size = end;
         }
         Ok(())
@@ -118,17 +126,31 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(self.node(ino)?.disk.size)
     }
 
+    /// Before extents move: dirty data from the page holding `offset` on
+    /// is written back and the page cache from there dropped, as
+    /// ext4_collapse_range and ext4_insert_range do. Returns the first
+    /// block dropped.
+    fn write_back_for_shift(&mut self, ino: InodeNumber, offset: u64) -> Result<u64, Errno> {
+        let ps = u64::from(self.ctx.mount.page_size);
+        let from = (offset / ps * ps) / self.ctx.bs();
+        self.write_back_data(ino, from)?;
+        self.ctx.pages.invalidate(ino, from..u64::MAX);
+        Ok(from)
+    }
+
     fn collapse(&mut self, ino: InodeNumber, offset: u64, len: u64) -> Result<(), Errno> {
         let size = self.check_shift(ino, offset, len)?;
         if offset + len >= size {
             return Err(Errno::EINVAL);
         }
+        self.write_back_for_shift(ino, offset)?;
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
         let (first, count) = (offset / bs, len / bs);
-        ctx.unmap_range(node, first..first + count)?;
+        ctx.discard_blocks(ino, node, first..first + count)?;
         let delta = i64::try_from(count).map_err(|_| Errno::EFBIG)?;
         node.map.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
+        node.es.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
         node.map_dirty = true;
         node.disk.size = size - len;
         Ok(())
@@ -142,6 +164,7 @@ impl<D: BlockDevice> Ext4<D> {
         if len > self.ctx.mount.max_file_size() - size {
             return Err(Errno::EFBIG);
         }
+        self.write_back_for_shift(ino, offset)?;
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
         // ext4_insert_range grows the size before ext4_ext_shift_extents
@@ -152,6 +175,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let delta = i64::try_from(len / bs).map_err(|_| Errno::EFBIG)?;
         node.map.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
+        node.es.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
         node.map_dirty = true;
         node.disk.size = size + len;
         Ok(())
@@ -163,16 +187,19 @@ impl<D: BlockDevice> Ext4<D> {
         let ino = self.open_path(path)?;
         let bs = self.ctx.bs();
         let node = self.node(ino)?;
-        let mut out: Vec<ext4_model::FiemapExtent> = node
-            .map
-            .iter()
-            .map(|p| ext4_model::FiemapExtent {
-                logical: p.logical * bs,
-                length: p.len * bs,
-                flags: if p.unwritten { fiemap_flags::UNWRITTEN } else { 0 },
-                writeback_pending: false,
-            })
-            .collect();
+        // Mapped extents and delayed ones (never overlapping), in order.
+        let extent = |logical: u64, len: u64, flags: u32| ext4_model::FiemapExtent { logical: logical * bs, length: len * bs, flags, writeback_pending: false };
+        let mut out: Vec<ext4_model::FiemapExtent> = Vec::new();
+        let mut delayed = node.es.delayed_in(0..u64::MAX).peekable();
+        for p in node.map.iter() {
+            while let Some(d) = delayed.next_if(|d| d.start < p.logical) {
+                out.push(extent(d.start, d.end - d.start, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN));
+            }
+            out.push(extent(p.logical, p.len, if p.unwritten { fiemap_flags::UNWRITTEN } else { 0 }));
+        }
+        for d in delayed {
+            out.push(extent(d.start, d.end - d.start, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN));
+        }
         if let Some(last) = out.last_mut() {
             last.flags |= fiemap_flags::LAST;
         }
@@ -235,7 +262,7 @@ mod tests {
         assert!(report.is_clean(), "{:?}", report.problems);
     }
 
-    /// A device whose writes fail while `broken` is set.
+    /// A device whose reads and writes fail while `broken` is set.
     struct Flaky {
         inner: MemDevice,
         broken: Rc<Cell<bool>>,
@@ -246,6 +273,9 @@ mod tests {
             self.inner.size_bytes()
         }
         fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), DeviceError> {
+            if self.broken.get() && class == IoClass::Data {
+                return Err(DeviceError::Io { offset });
+            }
             self.inner.read(offset, buf, class)
         }
         fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
@@ -260,16 +290,17 @@ mod tests {
     }
 
     /// An fallocate that has mapped its blocks and then fails (here zeroing
-    /// the tail of the old EOF block meets a write error) still writes the
-    /// inode: the blocks are in the bitmaps, so they must be in its extent
-    /// tree too, or they leak.
+    /// the tail of the old EOF block must read that block, and the read
+    /// fails) still writes the inode: the blocks are in the bitmaps, so they
+    /// must be in its extent tree too, or they leak.
     #[test]
     fn an_fallocate_failing_after_it_mapped_blocks_still_writes_the_inode() {
         let broken = Rc::new(Cell::new(false));
         let mut fs = Ext4::mount(Flaky { inner: fresh().unmount().unwrap(), broken: broken.clone() }, &MountConfig::default()).unwrap();
         fs.create("/f", 0o644).unwrap();
         fs.write("/f", 0, &[9; 100]).unwrap();
-        fs.sync().unwrap();
+        // A cold cache: the old EOF block is on disk only.
+        let mut fs = Ext4::mount(fs.unmount().unwrap(), &MountConfig::default()).unwrap();
 
         broken.set(true);
         assert_eq!(fs.fallocate("/f", FallocFlags::ALLOCATE, 0, 4 * BS), Err(Errno::EIO));

@@ -4,7 +4,7 @@
 //! The model holds the same rules (`model/src/namespace.rs`).
 
 use ext4_model::op::inode_flags;
-use ext4_model::{ChattrFlag, Errno};
+use ext4_model::{ChattrFlag, Errno, FileKind};
 
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
@@ -68,6 +68,11 @@ impl<D: BlockDevice> Ext4<D> {
         let ino = self.open_path(path)?;
         self.ctx.writable()?;
         self.check_flag_change(ino, flag.bit(), enable)?;
+        // ext4_ioctl_setflags: a regular file turning immutable is written
+        // back first, so no dirty page can reach it after.
+        if flag == ChattrFlag::Immutable && enable && !self.immutable(ino)? && self.kind_of(ino)? == FileKind::Regular {
+            self.write_back_data(ino, 0)?;
+        }
         let (ctx, node) = self.split(ino)?;
         if enable {
             node.disk.flags |= flag.bit();

@@ -1,9 +1,11 @@
 //! chattr +j / -j: switching an inode into or out of data journaling, as
 //! ext4_change_inode_journal_flag does it.
 //!
-//! - **+j** writes the inode's data back (already home here), then sets the
-//!   flag under the journal's updates lock without sleeping, and commits the
-//!   flag: one call, nothing held across a sleep.
+//! - Either way the inode's dirty data is written back first and its page
+//!   cache dropped (filemap_write_and_wait, truncate_pagecache), so the
+//!   mapping starts again with the folio orders of the new mode.
+//! - **+j** then sets the flag under the journal's updates lock without
+//!   sleeping, and commits the flag: one call, nothing held across a sleep.
 //! - **-j** must empty the journal first (jbd2_journal_flush), holding the
 //!   updates lock so no handle starts meanwhile; it sleeps there. So it runs
 //!   in two halves: [`Ext4::begin_journal_switch`] takes the lock and closes
@@ -62,12 +64,14 @@ impl<D: BlockDevice> Ext4<D> {
             // journal there is no flag to switch). The sync is this
             // engine's, more than ext4 promises; done now, it cannot wait
             // on another switch's lock in the second half.
-            self.sync_all()?;
+            self.sync_metadata()?;
             return Ok(SwitchTicket(None));
         }
+        self.write_back_data(ino, 0).map_err(Errno::from)?;
+        self.ctx.pages.drop_mapping(ino);
         if enable {
             self.flip_journal_flag(ino, true)?;
-            self.sync_all()?;
+            self.sync_metadata()?;
             return Ok(SwitchTicket(None));
         }
         let holder = self.locks.lock_updates()?;
@@ -96,7 +100,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.locks.unlock_updates(holder);
         flipped?;
         // The synchronous handle that logs the flag.
-        self.sync_all()
+        self.sync_metadata()
     }
 
     /// chattr +j/-j as one call.

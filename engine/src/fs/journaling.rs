@@ -3,11 +3,14 @@
 //! trees, directories, bitmaps, descriptors, the superblock) as ONE jbd2
 //! transaction, so a crash recovers to the state at some commit.
 //!
-//! - File data is on the device before the commit: the journal flushes
-//!   before it logs anything, so committed metadata never points at data
-//!   that is not durable (data=ordered; data=writeback gets the same).
-//! - data=journal inodes are written like ordered ones (data straight home,
-//!   flushed before the commit); only their metadata is logged.
+//! - File data a transaction is ordered after is on the device before its
+//!   commit: closing a transaction writes back the ordered inodes' dirty
+//!   data (`writepages`, which decides the order per data mode), and the
+//!   journal flushes before it logs anything, so committed metadata never
+//!   points at data that is not durable (data=ordered; data=writeback gets
+//!   the same for now).
+//! - data=journal inodes are written like ordered ones (data home, flushed
+//!   before the commit); only their metadata is logged.
 //! - Blocks freed since the last commit are held by the allocator until this
 //!   commit; freed blocks with copies still in the log are revoked.
 //! - Checkpoints are lazy: only when the next transaction does not fit the
@@ -92,6 +95,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// Returns its tid, or None when there was nothing to log.
     pub(crate) fn close_transaction(&mut self) -> Result<Option<u32>> {
         self.finish_commit()?;
+        self.write_back_ordered_data()?;
         self.ctx.alloc.set_reuse_held(true);
         let staged = self.stage_metadata();
         self.ctx.alloc.set_reuse_held(false);

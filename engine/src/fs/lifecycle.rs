@@ -50,7 +50,7 @@ impl<D: BlockDevice> Ext4<D> {
             disk.flags = FL_EXTENTS | (parent_flags & inode_flags::JOURNAL_DATA);
             extent::write_node(&mut disk.block, &ExtentNode::Leaf(Vec::new()), 0)?;
         }
-        let mut node = Node { disk, map: Default::default(), tree_blocks: Vec::new(), dir: None, map_dirty: true };
+        let mut node = Node { disk, map: Default::default(), tree_blocks: Vec::new(), dir: None, map_dirty: true, es: Default::default() };
         if is_dir {
             let goal = ctx.alloc.goal_for_inode(ino, false);
             let got = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?;
@@ -144,8 +144,9 @@ impl<D: BlockDevice> Ext4<D> {
         let mut node = self.nodes.remove(&ino).ok_or(Errno::EIO)?;
         self.dirty.remove(&ino);
         let ctx = &mut self.ctx;
-        let all = node.map.end();
-        ctx.unmap_range(&mut node, 0..all)?;
+        // Its cached data goes unwritten, its reservation back to the pool.
+        ctx.discard_blocks(ino, &mut node, 0..u64::MAX)?;
+        ctx.pages.drop_mapping(ino);
         for b in std::mem::take(&mut node.tree_blocks) {
             ctx.alloc.free_blocks(&mut ctx.dev, b, 1)?;
             ctx.cache.forget(b, 1);

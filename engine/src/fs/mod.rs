@@ -6,26 +6,51 @@
 //!   order (see `ext4_model`'s namespace and data modules) and gives the same
 //!   bytes, stat, listings and FIEMAP coverage.
 //! - **Everything is cached.** Inodes, extent mappings, directories (with a
-//!   name index), bitmaps and descriptors live in memory once touched; file
-//!   data goes straight to the device (there is no page cache yet), metadata
-//!   waits in the buffer cache until fsync/fdatasync/sync/unmount writes it
-//!   back in order: extent trees and inodes, then bitmaps and descriptors,
-//!   then the superblock, then a flush.
+//!   name index), bitmaps and descriptors live in memory once touched, and
+//!   metadata waits in the buffer cache until fsync/fdatasync/sync/unmount
+//!   writes it back in order: extent trees and inodes, then bitmaps and
+//!   descriptors, then the superblock, then a flush.
+//! - **File data goes through the page cache** (`crate::pagecache`): reads
+//!   see it first (dirty data is visible before write-back), fill folios
+//!   with readahead, and go to the device for the rest; writes dirty whole
+//!   or partial blocks (read-modify-write). The cache has a bound in
+//!   simulated bytes (`page_cache_mb=`); over it, clean folios are evicted
+//!   oldest first and dirty ones written back (`writepages`).
+//! - **Delayed allocation.** Under delalloc a write reserves its holes as
+//!   delayed extents (`crate::extent_status`) and maps nothing: ENOSPC is
+//!   decided then, against free space less what is reserved; stat counts
+//!   delayed blocks and FIEMAP reports them DELALLOC|UNKNOWN. Write-back
+//!   allocates one request per contiguous delayed run. nodelalloc allocates
+//!   at write time (unwritten under dioread_nolock); writes into unwritten
+//!   extents convert them at write-back.
+//! - **Write-back** runs on fsync/fdatasync (that file), sync and unmount
+//!   (all files), FIEMAP_FLAG_SYNC, collapse/insert range (from the page
+//!   holding the offset), a journal-flag switch (which then drops the
+//!   inode's cache so its folio orders follow the new mode), and reclaim.
+//!   Truncate, punch and zero-range drop or zero the cached range.
+//! - **Crashes lose the cache.** [`Ext4::into_device_dropping_caches`]
+//!   drops dirty folios and reservations with the rest; [`Ext4::shadow`]
+//!   clones them, so a shadow unmount writes them back onto its own device.
 //! - **Deterministic.** Timestamps come from the superblock's last write time
 //!   plus an op counter in the nanoseconds, never from the wall clock.
 //! - **Bad disk data is EIO, never a panic.** Device errors map to EIO (EROFS
-//!   for a read-only device, ENOSPC for a full backing store).
+//!   for a read-only device, ENOSPC for a full backing store); a folio no
+//!   memory can be had for is ENOMEM.
 //! - **Journaled.** With has_journal, sync/fsync/fdatasync/unmount commit
-//!   the dirty metadata as one jbd2 transaction (`journaling`); mount replays
-//!   a log a crash left behind. Without a journal writeback is in place.
+//!   the dirty metadata as one jbd2 transaction (`journaling`), after the
+//!   data it is ordered after (data=ordered; data=writeback and data=journal
+//!   inodes are ordered the same for now); mount replays a log a crash left
+//!   behind. Without a journal writeback is in place.
 //! - **Split where ext4 sleeps.** fsync and chattr +j/-j can run in two
 //!   halves (`split`) so a simulator runs other ops in between; a lock held
 //!   across the halves is real (`locks`): ops that would wait on it say so.
 //! - htree directories are read through their leaves; the first edit drops
 //!   the index (the directory turns linear, as ext4 does when it cannot use
 //!   an index). Not yet: keeping an index, block-mapped files, logging file
-//!   data of data=journal inodes (written like ordered).
+//!   data of data=journal inodes (written like ordered), letting
+//!   data=writeback commits overtake data, commit and write-back timers.
 
+mod buffered;
 mod data;
 mod fallocate;
 mod inode_flags;
@@ -42,6 +67,9 @@ mod syscalls;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 mod writeback;
+mod writepages;
+#[cfg(test)]
+mod data_path_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -58,9 +86,12 @@ use crate::format::superblock::{feature, Superblock};
 use crate::format::InodeNumber;
 use crate::image::Image;
 use crate::journal::{recovery, Journal};
+use crate::memory::{BoundedFolios, FolioAllocator};
+use crate::pagecache::PageCache;
 
 pub use journal_switch::SwitchTicket;
 pub use split::{SecondHalf, SyncTicket};
+pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
 
 /// What the engine's data structures share, apart from the inode table.
@@ -75,6 +106,13 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub csum_seed: Option<u32>,
     /// The jbd2 journal of a writable mount with has_journal.
     pub journal: Option<Journal>,
+    /// File data: folios per inode, dirty until write-back.
+    pub pages: PageCache,
+    /// Blocks delayed allocation has reserved and not yet allocated, over
+    /// every inode (ext4's s_dirtyclusters_counter): free space that is
+    /// promised, so ENOSPC comes at write time.
+    pub reserved_blocks: u64,
+    pub wb_stats: writepages::WritebackStats,
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
@@ -144,6 +182,7 @@ impl From<Error> for Errno {
         let errno = match e {
             Error::Device(DeviceError::ReadOnly) => Errno::EROFS,
             Error::Device(DeviceError::NoSpace) => Errno::ENOSPC,
+            Error::NoMemory(_) => Errno::ENOMEM,
             _ => Errno::EIO,
         };
         LAST_ERROR.with(|last| *last.borrow_mut() = Some(e));
@@ -154,7 +193,15 @@ impl From<Error> for Errno {
 impl<D: BlockDevice> Ext4<D> {
     /// Validates `config`, replays the journal if a crash left it non-empty,
     /// reads and checks the superblock and descriptors, and takes over the device.
-    pub fn mount(mut dev: D, config: &MountConfig) -> Result<Self> {
+    pub fn mount(dev: D, config: &MountConfig) -> Result<Self> {
+        let mount = config.validate().map_err(|e| Error::InvalidArgument(format!("mount options: {e}")))?;
+        let memory = BoundedFolios::new(mount.page_size, mount.page_cache_bytes);
+        Self::mount_with_memory(dev, config, Box::new(memory))
+    }
+
+    /// [`Ext4::mount`] with page-cache folios from `memory` instead of the
+    /// default bounded allocator (the simulator's pressure model, tests).
+    pub fn mount_with_memory(mut dev: D, config: &MountConfig, memory: Box<dyn FolioAllocator>) -> Result<Self> {
         let mount = config.validate().map_err(|e| Error::InvalidArgument(format!("mount options: {e}")))?;
         if let Some(why) = not_modelled::unmodelled_option(config) {
             return Err(Error::InvalidArgument(format!("mount options: {why}")));
@@ -192,7 +239,24 @@ impl<D: BlockDevice> Ext4<D> {
         alloc.set_hold_freed(journal.is_some());
         let cache = BufferCache::new(geo.block_size, geo.blocks_count);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
-        let ctx = Ctx { dev, mount, sb, geo, alloc, cache, csum_seed, journal, clock_secs, clock_ticks: 0, next_generation: 0, scratch: Vec::new() };
+        let pages = PageCache::new(mount.page_size, mount.block_size, memory);
+        let ctx = Ctx {
+            dev,
+            mount,
+            sb,
+            geo,
+            alloc,
+            cache,
+            csum_seed,
+            journal,
+            pages,
+            reserved_blocks: 0,
+            wb_stats: writepages::WritebackStats::default(),
+            clock_secs,
+            clock_ticks: 0,
+            next_generation: 0,
+            scratch: Vec::new(),
+        };
         Ok(Ext4 {
             ctx,
             nodes: BTreeMap::new(),
@@ -225,10 +289,11 @@ impl<D: BlockDevice> Ext4<D> {
         recovery::recover(dev, &sb)
     }
 
-    /// Commits everything dirty, checkpoints the log (clearing
-    /// needs_recovery), flushes, and returns the device.
+    /// Writes back every dirty folio, commits everything dirty, checkpoints
+    /// the log (clearing needs_recovery), flushes, and returns the device.
     pub fn unmount(mut self) -> Result<D> {
         if !self.ctx.mount.read_only {
+            self.write_back_all_data()?;
             self.write_back_all()?;
             if let Some(j) = self.ctx.journal.as_mut() {
                 j.checkpoint(&mut self.ctx.dev, true)?;
@@ -237,9 +302,11 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(self.ctx.dev)
     }
 
-    /// Drops every cache without writing anything (a crash).
+    /// Drops every cache without writing anything (a crash): dirty
+    /// folios, delayed extents and dirty metadata are lost.
     pub fn into_device_dropping_caches(mut self) -> D {
         self.ctx.cache.drop_all();
+        drop(self.ctx.pages);
         self.ctx.dev
     }
 
@@ -256,16 +323,17 @@ impl<D: BlockDevice> Ext4<D> {
         &self.ctx.mount
     }
 
-    /// Data blocks a new allocation may take now (free, less those held until
-    /// the running transaction commits and the metadata reserve), and free
-    /// inodes: what ENOSPC is decided on.
+    /// Data blocks a new allocation or reservation may take now (free, less
+    /// those held until the running transaction commits, the metadata
+    /// reserve and what delayed allocation has reserved), and free inodes:
+    /// what ENOSPC is decided on.
     pub fn free_space(&self) -> (u64, u64) {
-        let data = self.ctx.alloc.available_blocks().saturating_sub(self.ctx.alloc.metadata_reserve());
+        let data = self.ctx.alloc.available_blocks().saturating_sub(self.ctx.alloc.metadata_reserve()).saturating_sub(self.ctx.reserved_blocks);
         (data, self.ctx.alloc.totals().free_inodes)
     }
 
-    /// This mount's whole state (caches, dirty inodes, the journal, locks)
-    /// over another device that holds the same image: a check can unmount
+    /// This mount's whole state (caches, the page cache and delayed
+    /// extents, dirty inodes, the journal, locks) over another device that holds the same image: a check can unmount
     /// the copy, writing everything back to that device, and leave this
     /// mount and its device exactly as they were.
     pub fn shadow<E: BlockDevice>(&self, dev: E) -> Ext4<E> {
@@ -279,6 +347,9 @@ impl<D: BlockDevice> Ext4<D> {
             cache: c.cache.clone(),
             csum_seed: c.csum_seed,
             journal: c.journal.clone(),
+            pages: c.pages.clone(),
+            reserved_blocks: c.reserved_blocks,
+            wb_stats: c.wb_stats,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,

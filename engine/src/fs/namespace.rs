@@ -331,7 +331,8 @@ impl<D: BlockDevice> Ext4<D> {
             mode: u32::from(node.disk.mode),
             nlink: u32::from(node.disk.links_count),
             size: node.disk.size,
-            blocks: node.map.blocks() * sectors,
+            // Delayed blocks count, as ext4_getattr adds i_reserved_data_blocks.
+            blocks: (node.map.blocks() + node.es.delayed_blocks()) * sectors,
             flags: node.visible_flags(),
             blocks_slack: 0,
         })

@@ -11,6 +11,7 @@ use ext4_model::{Errno, FileKind};
 use crate::device::BlockDevice;
 use crate::dir::Directory;
 use crate::error::{Corrupt, Error, Result, Unsupported};
+use crate::extent_status::ExtentStatusTree;
 use crate::extent_tree::{self, ExtentMap};
 use crate::format::checksum::inode_seed;
 use crate::format::inode::{Inode, FL_EXTENTS, FL_INDEX, FL_INLINE_DATA, I_BLOCK_LEN};
@@ -32,6 +33,8 @@ pub struct Node {
     pub dir: Option<Directory>,
     /// The mapping changed since the tree was last written.
     pub map_dirty: bool,
+    /// Delayed extents (reserved, not allocated); see [`ExtentStatusTree`].
+    pub es: ExtentStatusTree,
 }
 
 impl Node {
@@ -100,7 +103,7 @@ impl<D: BlockDevice> Ctx<D> {
         if disk.has_flag(FL_INLINE_DATA) {
             return Err(Unsupported::Construct(format!("inode {ino} has inline data")).into());
         }
-        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false };
+        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new() };
         let fast_link = node.is_fast_symlink();
         if node.disk.has_flag(FL_EXTENTS) {
             let seed = self.ino_seed(ino, node.disk.generation);

@@ -68,14 +68,16 @@ impl<D: BlockDevice> Ext4<D> {
     /// transaction: what the fsync makes durable is fixed here.
     pub fn begin_fsync(&mut self, path: &str) -> Result<SyncTicket, Errno> {
         self.start_handle()?;
-        self.open_path(path)?;
+        let ino = self.open_path(path)?;
         if self.ctx.mount.read_only {
             return Ok(SyncTicket::Done);
         }
         if self.ctx.journal.is_none() {
-            self.sync_all()?;
+            self.sync_file(ino)?;
             return Ok(SyncTicket::Done);
         }
+        // The file's data first (filemap_write_and_wait_range), then the commit.
+        self.write_back_data(ino, 0).map_err(Errno::from)?;
         match self.close_transaction().map_err(Errno::from)? {
             Some(tid) => Ok(SyncTicket::Commit(tid)),
             None => Ok(SyncTicket::Flush),

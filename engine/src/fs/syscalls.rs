@@ -1,6 +1,8 @@
 //! [`FileSystem`] for [`Ext4`]: each call is the matching `do_*` operation,
 //! changes first asking the journal whether to commit the running
-//! transaction (`prepare_change`, which also starts the handle).
+//! transaction (`prepare_change`, which also starts the handle). Ops that
+//! may put folios in the page cache make room first (`make_room`), where
+//! writing back is safe: before the op has changed anything.
 
 use ext4_model::op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, RenameFlags, Stat};
 use ext4_model::{Errno, FileSystem};
@@ -8,6 +10,18 @@ use ext4_model::{Errno, FileSystem};
 use crate::device::BlockDevice;
 
 use super::Ext4;
+
+impl<D: BlockDevice> Ext4<D> {
+    /// Room for the few minimum-order folios an op zeroes edges in (a
+    /// truncated tail, punched or zeroed edges, the block of an old EOF).
+    fn make_room_for_edges(&mut self) -> Result<(), Errno> {
+        if self.ctx.mount.read_only {
+            return Ok(());
+        }
+        let folio = u64::from(self.ctx.mount.page_size) << self.ctx.mount.min_folio_order;
+        self.make_room(4 * folio, None).map_err(Errno::from)
+    }
+}
 
 impl<D: BlockDevice> FileSystem for Ext4<D> {
     fn create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
@@ -53,6 +67,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
     }
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
+        self.make_room_for_edges()?;
         self.do_write(path, offset, data)
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
@@ -60,28 +75,34 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
         self.prepare_change(0)?;
+        self.make_room_for_edges()?;
         self.do_truncate(path, size)
     }
     fn fsync(&mut self, path: &str) -> Result<(), Errno> {
-        self.open_path(path)?;
-        self.sync_all()
+        let ino = self.open_path(path)?;
+        self.sync_file(ino)
     }
     fn fdatasync(&mut self, path: &str) -> Result<(), Errno> {
-        self.open_path(path)?;
-        self.sync_all()
+        let ino = self.open_path(path)?;
+        self.sync_file(ino)
     }
     fn sync(&mut self) -> Result<(), Errno> {
         self.sync_all()
     }
     fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         self.prepare_change(self.blocks_for_bytes(len))?;
+        self.make_room_for_edges()?;
         self.do_fallocate(path, mode, offset, len)
     }
     fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
-        // Data is never delayed here, so FIEMAP_FLAG_SYNC has nothing to
-        // flush; it still waits where ext4's writeback would.
+        // FIEMAP_FLAG_SYNC writes the file's dirty data back first
+        // (filemap_write_and_wait), waiting where ext4's write-back would.
         if sync {
             self.start_handle()?;
+            let ino = self.open_path(path)?;
+            if !self.ctx.mount.read_only {
+                self.write_back_data(ino, 0).map_err(Errno::from)?;
+            }
         }
         self.do_fiemap(path)
     }

@@ -1,5 +1,6 @@
-//! Writeback: everything dirty goes to the device in a fixed order, then a
-//! flush. Data is already on the device when this runs.
+//! Metadata writeback: everything dirty goes to the device in a fixed
+//! order, then a flush. File data has its own write-back (`writepages`);
+//! the sync family runs it first.
 //!
 //! 1. Each dirty inode: its extent tree is rebuilt from the mapping into the
 //!    blocks the old tree held (more allocated or the surplus freed), then
@@ -129,8 +130,30 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(())
     }
 
-    /// The sync family: write back all metadata (data is already written).
+    /// sync(2): every file's dirty data, then all metadata.
     pub(crate) fn sync_all(&mut self) -> std::result::Result<(), Errno> {
+        self.start_handle()?;
+        if self.ctx.mount.read_only {
+            return Ok(());
+        }
+        self.write_back_all_data().map_err(Errno::from)?;
+        self.write_back_all().map_err(Errno::from)
+    }
+
+    /// fsync(2) and fdatasync(2) of `ino`: its dirty data, then all
+    /// metadata (one transaction holds every inode's).
+    pub(crate) fn sync_file(&mut self, ino: crate::format::InodeNumber) -> std::result::Result<(), Errno> {
+        self.start_handle()?;
+        if self.ctx.mount.read_only {
+            return Ok(());
+        }
+        self.write_back_data(ino, 0).map_err(Errno::from)?;
+        self.write_back_all().map_err(Errno::from)
+    }
+
+    /// A synchronous handle: all metadata, no file data beyond what the
+    /// transaction is ordered after.
+    pub(crate) fn sync_metadata(&mut self) -> std::result::Result<(), Errno> {
         self.start_handle()?;
         if self.ctx.mount.read_only {
             return Ok(());

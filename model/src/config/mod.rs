@@ -77,7 +77,18 @@ pub struct MountConfig {
     /// `ro`. Default: false.
     pub read_only: bool,
     pub alloc: AllocPolicy,
+    /// The engine's page-cache bound in MiB of simulated memory
+    /// (`page_cache_mb=`, the test bed's). Default (None):
+    /// [`DEFAULT_PAGE_CACHE_MB`]. The model's answers do not depend on it.
+    pub page_cache_mb: Option<u32>,
 }
+
+/// The page cache's bound when `page_cache_mb=` is not given: fixed, never
+/// derived from the host, so a run is the same everywhere.
+pub const DEFAULT_PAGE_CACHE_MB: u32 = 64;
+/// Bounds of `page_cache_mb=`: one MiB holds the largest minimum-order folio
+/// (a 64 KiB block) many times over; the top keeps byte counts far from overflow.
+pub const PAGE_CACHE_MB_RANGE: std::ops::RangeInclusive<u32> = 1..=1 << 20;
 
 impl Default for MountConfig {
     fn default() -> Self {
@@ -92,6 +103,7 @@ impl Default for MountConfig {
             max_folio_order: None,
             read_only: false,
             alloc: AllocPolicy::default(),
+            page_cache_mb: None,
         }
     }
 }
@@ -117,6 +129,8 @@ pub enum ConfigError {
     DataModeWithoutJournal(DataMode),
     #[error("allocator knob {0} must be at least 1")]
     AllocKnobZero(&'static str),
+    #[error("page_cache_mb={0} is outside 1..=1048576")]
+    PageCacheSize(u32),
 }
 
 impl ConfigError {
@@ -151,6 +165,8 @@ pub struct EffectiveMount {
     pub max_folio_order: u8,
     pub read_only: bool,
     pub alloc: AllocPolicy,
+    /// The page cache's bound in bytes (the engine's; the model ignores it).
+    pub page_cache_bytes: u64,
 }
 
 impl MountConfig {
@@ -169,6 +185,10 @@ impl MountConfig {
         }
         if self.alloc.group_prealloc_blocks == 0 {
             return Err(ConfigError::AllocKnobZero("group_prealloc_blocks"));
+        }
+        let page_cache_mb = self.page_cache_mb.unwrap_or(DEFAULT_PAGE_CACHE_MB);
+        if !PAGE_CACHE_MB_RANGE.contains(&page_cache_mb) {
+            return Err(ConfigError::PageCacheSize(page_cache_mb));
         }
 
         let block_bits = bs.trailing_zeros();
@@ -226,6 +246,7 @@ impl MountConfig {
             max_folio_order,
             read_only: self.read_only,
             alloc: self.alloc,
+            page_cache_bytes: u64::from(page_cache_mb) << 20,
         })
     }
 }

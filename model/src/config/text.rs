@@ -1,7 +1,7 @@
 //! The text form of a [`MountConfig`]: comma-separated options, as `mount
 //! -o` takes them ("data=journal,nodelalloc,bs=16k,ps=4k"). Option names are
-//! ext4's where ext4 has one; `bs=`, `ps=`, `max_folio_order=`, `nojournal`
-//! and the allocator knobs are the test bed's. Parsing starts from the
+//! ext4's where ext4 has one; `bs=`, `ps=`, `max_folio_order=`, `nojournal`,
+//! `page_cache_mb=` and the allocator knobs are the test bed's. Parsing starts from the
 //! defaults and does not validate the combination ([`MountConfig::validate`]
 //! does); printing names only what differs from the defaults, so a replay
 //! command names the exact configuration.
@@ -66,6 +66,7 @@ impl FromStr for MountConfig {
                 ("oldalloc", None) => c.alloc.orlov = false,
                 ("mb_stream_req", Some(v)) => c.alloc.stream_request_blocks = number(key, v, "a block count")?,
                 ("mb_group_prealloc", Some(v)) => c.alloc.group_prealloc_blocks = number(key, v, "a block count")?,
+                ("page_cache_mb", Some(v)) => c.page_cache_mb = Some(number(key, v, "a size in MiB")?),
                 _ => return Err(TextError::UnknownMountOption(item.into())),
             }
         }
@@ -120,6 +121,9 @@ impl fmt::Display for MountConfig {
         if self.alloc.group_prealloc_blocks != d.alloc.group_prealloc_blocks {
             out.push(format!("mb_group_prealloc={}", self.alloc.group_prealloc_blocks));
         }
+        if let Some(mb) = self.page_cache_mb {
+            out.push(format!("page_cache_mb={mb}"));
+        }
         f.write_str(&out.join(","))
     }
 }
@@ -138,5 +142,17 @@ mod tests {
         assert!(matches!("bs=4q".parse::<MountConfig>(), Err(TextError::BadValue { .. })));
         assert_eq!("nobarrier".parse::<MountConfig>(), Err(TextError::UnknownMountOption("nobarrier".into())));
         assert!("bs=99999999999k".parse::<MountConfig>().is_err());
+    }
+
+    #[test]
+    fn the_page_cache_bound_is_an_option_of_the_test_bed_with_a_fixed_default() {
+        let c: MountConfig = "page_cache_mb=8".parse().unwrap();
+        assert_eq!(c.page_cache_mb, Some(8));
+        assert_eq!(c.to_string(), "page_cache_mb=8");
+        assert_eq!(c.validate().unwrap().page_cache_bytes, 8 << 20);
+        let default = MountConfig::default().validate().unwrap().page_cache_bytes;
+        assert_eq!(default, u64::from(crate::config::DEFAULT_PAGE_CACHE_MB) << 20);
+        assert_eq!("page_cache_mb=0".parse::<MountConfig>().unwrap().validate().map(|_| ()), Err(crate::config::ConfigError::PageCacheSize(0)));
+        assert!("page_cache_mb=lots".parse::<MountConfig>().is_err());
     }
 }

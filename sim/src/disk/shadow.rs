@@ -18,11 +18,22 @@ use super::SimDisk;
 
 /// Sector size as an index.
 const SECTOR: usize = SECTOR_SIZE as usize;
+/// The overlay keeps written sectors in pieces of this many, so a shadow
+/// unmount writing megabytes of file data allocates per 4 KiB, not per sector.
+const PIECE_SECTORS: u64 = 8;
+const PIECE: usize = SECTOR * PIECE_SECTORS as usize;
+
+/// Written sectors of one overlay piece: their bytes, and which they are.
+struct Piece {
+    /// Bit `i` set: sector `i` of the piece was written.
+    written: u8,
+    bytes: Box<[u8; PIECE]>,
+}
 
 pub struct ShadowDisk<'a> {
     base: &'a SimDisk,
-    /// Sectors written to the shadow, by sector number.
-    overlay: BTreeMap<u64, Box<[u8]>>,
+    /// Sectors written to the shadow, by piece number (sector / 8).
+    overlay: BTreeMap<u64, Piece>,
     head: u64,
     rng: ChaCha8Rng,
     elapsed_ns: u64,
@@ -43,7 +54,7 @@ impl ShadowDisk<'_> {
 
     /// Bytes written to the shadow.
     pub fn written_bytes(&self) -> u64 {
-        self.overlay.len() as u64 * SECTOR_SIZE
+        self.overlay.values().map(|p| u64::from(p.written.count_ones())).sum::<u64>() * SECTOR_SIZE
     }
 
     fn media(&mut self, offset: u64, len: u64) {
@@ -68,9 +79,16 @@ impl BlockDevice for ShadowDisk<'_> {
         debug_assert!(offset % SECTOR_SIZE == 0 && buf.len() % SECTOR == 0, "the engine reads whole sectors");
         let first = offset / SECTOR_SIZE;
         let last = first + (buf.len() / SECTOR) as u64;
-        for (sector, data) in self.overlay.range(first..last) {
-            let at = ((sector - first) as usize) * SECTOR;
-            buf[at..at + SECTOR].copy_from_slice(data);
+        for (&piece, p) in self.overlay.range(first / PIECE_SECTORS..last.div_ceil(PIECE_SECTORS)) {
+            for i in 0..PIECE_SECTORS {
+                let sector = piece * PIECE_SECTORS + i;
+                if p.written & (1 << i) == 0 || sector < first || sector >= last {
+                    continue;
+                }
+                let at = ((sector - first) as usize) * SECTOR;
+                let from = i as usize * SECTOR;
+                buf[at..at + SECTOR].copy_from_slice(&p.bytes[from..from + SECTOR]);
+            }
         }
         self.media(offset, buf.len() as u64);
         Ok(())
@@ -81,7 +99,11 @@ impl BlockDevice for ShadowDisk<'_> {
         debug_assert!(offset % SECTOR_SIZE == 0 && buf.len() % SECTOR == 0, "the engine writes whole sectors");
         let first = offset / SECTOR_SIZE;
         for (i, data) in buf.chunks_exact(SECTOR).enumerate() {
-            self.overlay.insert(first + i as u64, data.into());
+            let sector = first + i as u64;
+            let (piece, within) = (sector / PIECE_SECTORS, (sector % PIECE_SECTORS) as usize);
+            let p = self.overlay.entry(piece).or_insert_with(|| Piece { written: 0, bytes: Box::new([0; PIECE]) });
+            p.bytes[within * SECTOR..(within + 1) * SECTOR].copy_from_slice(data);
+            p.written |= 1 << within;
         }
         let cost = latency::cached_cost(self.base.profile(), buf.len() as u64);
         self.elapsed_ns = self.elapsed_ns.saturating_add(cost.total_ns());

@@ -82,6 +82,8 @@ pub fn kernel_mount_data(c: &MountConfig) -> Result<String, String> {
         return Err(format!("`{name}` is an engine option, not a kernel mount option"));
     }
     let mut c = *c;
+    // The engine's page-cache bound changes no answer; a kernel sizes its own.
+    c.page_cache_mb = None;
     // Block size and the journal are mkfs choices, not mount options.
     c.block_size = d.block_size;
     c.has_journal = true;
@@ -100,5 +102,6 @@ mod tests {
         assert_eq!(kernel_mount_data(&c("nojournal")).unwrap(), "");
         assert!(kernel_mount_data(&c("skip_block_uninit")).unwrap_err().contains("engine option"));
         assert!(kernel_mount_data(&c("ps=64k")).is_err());
+        assert_eq!(kernel_mount_data(&c("nodelalloc,page_cache_mb=4")).unwrap(), "nodelalloc");
     }
 }

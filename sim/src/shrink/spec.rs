@@ -11,7 +11,7 @@ use crate::run::spec::{ProfileSpec, RunSpec, DEFAULT_CRASH_EVERY, DEFAULT_FSCK_E
 use crate::trace::{Step, Trace};
 
 /// Each mount option, reset to its default (the second argument).
-const MOUNT_RESETS: [fn(&mut MountConfig, &MountConfig); 14] = [
+const MOUNT_RESETS: [fn(&mut MountConfig, &MountConfig); 15] = [
     |m, d| m.block_size = d.block_size,
     |m, d| m.page_size = d.page_size,
     |m, d| m.has_journal = d.has_journal,
@@ -26,6 +26,7 @@ const MOUNT_RESETS: [fn(&mut MountConfig, &MountConfig); 14] = [
     |m, d| m.alloc.orlov = d.alloc.orlov,
     |m, d| m.alloc.stream_request_blocks = d.alloc.stream_request_blocks,
     |m, d| m.alloc.group_prealloc_blocks = d.alloc.group_prealloc_blocks,
+    |m, d| m.page_cache_mb = d.page_cache_mb,
 ];
 
 pub(super) fn plainer_spec(current: &mut Trace, trial: &mut Trial) {

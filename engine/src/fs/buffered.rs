@@ -1,0 +1,331 @@
+//! Buffered I/O: file data between an op and the page cache. Reads see the
+//! cache first (dirty data is visible before write-back), then the device;
+//! writes and zeroing land in folios and are written back later
+//! (`writepages`).
+//!
+//! - **Reads** ask readahead for a window, fill its uncached pages with
+//!   new folios (one device command per physically contiguous run of
+//!   written blocks across them), fill every stale block of a cached folio
+//!   the read reaches (as read_folio does), and copy out. Only clean folios are evicted to make room for
+//!   a read; with none left, the read goes around the cache.
+//! - **Writes** dirty whole or partial blocks; a partial block that is not
+//!   uptodate is read first if its bytes on disk are the file's
+//!   (read-modify-write), else zero-filled. Bytes past the old EOF in such
+//!   a block are zeroed: a crash may have left a lost write's bytes there.
+//! - **Zeroing** (truncate tails, punch and zero-range edges, growth past
+//!   an old EOF) goes through the cache too; zeroing a written block on
+//!   disk is ordered before the next commit, as ext4's
+//!   ext4_block_zero_page_range puts the inode on the transaction's list.
+//! - Invariant: cached bytes past EOF are zero.
+
+use std::ops::Range;
+
+use ext4_model::{Errno, InodeJournalMode};
+
+use crate::device::{BlockDevice, IoClass};
+use crate::error::Error;
+use crate::extent_status::ExtentStatus;
+use crate::format::InodeNumber;
+
+use super::node::Node;
+use super::Ctx;
+
+/// Most pages one device command carries (a bio's BIO_MAX_VECS).
+pub(crate) const MAX_IO_PAGES: u64 = 256;
+
+impl<D: BlockDevice> Ctx<D> {
+    /// How `node`'s data is journaled (ext4_inode_journal_mode).
+    pub fn data_mode(&self, node: &Node) -> InodeJournalMode {
+        self.mount.inode_journal_mode(node.disk.is_reg(), node.disk.has_flag(ext4_model::op::inode_flags::JOURNAL_DATA))
+    }
+
+    /// `(min, max)` folio order of `node`'s mapping.
+    pub fn folio_orders(&self, node: &Node) -> (u8, u8) {
+        self.mount.folio_orders(self.data_mode(node))
+    }
+
+    /// Whether buffered writes to `node` reserve space and allocate at
+    /// write-back (delalloc; data=journal inodes never do).
+    pub fn delays_allocation(&self, node: &Node) -> bool {
+        self.mount.delalloc && self.data_mode(node) != InodeJournalMode::Journal
+    }
+
+    /// Bytes one device command may carry.
+    pub fn max_io_bytes(&self) -> u64 {
+        MAX_IO_PAGES * u64::from(self.mount.page_size)
+    }
+
+    /// Makes logical blocks `blocks` of cached folios uptodate from what
+    /// they hold: written blocks from the device (one command per
+    /// physically contiguous stretch), everything else zeros. Then zeroes
+    /// what lies past `size`.
+    fn fill_blocks(&mut self, ino: InodeNumber, node: &Node, blocks: Range<u64>, size: u64) -> Result<(), Errno> {
+        let bs = self.bs();
+        let mut staged = std::mem::take(&mut self.scratch);
+        let filled = self.fill_blocks_with(ino, node, blocks.clone(), &mut staged);
+        self.scratch = staged;
+        filled?;
+        for b in blocks {
+            let start = b * bs;
+            if start + bs > size {
+                let from = size.saturating_sub(start) as usize;
+                self.pages.zero_cached(ino, b, from, bs as usize);
+            }
+        }
+        Ok(())
+    }
+
+    fn fill_blocks_with(&mut self, ino: InodeNumber, node: &Node, blocks: Range<u64>, staged: &mut Vec<u8>) -> Result<(), Errno> {
+        let bs = self.bs();
+        let per_io = (self.max_io_bytes() / bs).max(1);
+        // Blocks that are not uptodate hold zeros (new folios are zeroed,
+        // invalidated blocks cleared): holes and unwritten blocks are done.
+        for p in node.map.pieces(blocks.clone()).into_iter().filter(|p| !p.unwritten) {
+            let mut l = p.logical;
+            while l < p.logical + p.len {
+                let n = per_io.min(p.logical + p.len - l);
+                let at = (p.physical + (l - p.logical)) * bs;
+                let (index, i) = self.pages.locate(ino, l).ok_or(Errno::EIO)?;
+                let Ctx { pages, dev, .. } = self;
+                let folio = pages.folio_mut(ino, index).ok_or(Errno::EIO)?;
+                if u64::from(i) + n <= u64::from(folio.blocks()) {
+                    // The stretch lies in one folio: read straight into it.
+                    let range = folio.block_range(i).start..folio.block_range(i).start + (n * bs) as usize;
+                    if let Err(e) = dev.read(at, &mut folio.bytes_mut()[range.clone()], IoClass::Data) {
+                        // A stale block holds zeros, whatever a failed read left.
+                        folio.bytes_mut()[range].fill(0);
+                        return Err(Error::from(e).into());
+                    }
+                } else {
+                    staged.resize((n * bs) as usize, 0);
+                    dev.read(at, staged, IoClass::Data).map_err(Error::from)?;
+                    for k in 0..n {
+                        let Some((index, i)) = self.pages.locate(ino, l + k) else { continue };
+                        if let Some(f) = self.pages.folio_mut(ino, index) {
+                            f.block_mut(i).copy_from_slice(&staged[(k * bs) as usize..((k + 1) * bs) as usize]);
+                        }
+                    }
+                }
+                l += n;
+            }
+        }
+        for b in blocks {
+            if let Some((index, i)) = self.pages.locate(ino, b) {
+                if let Some(f) = self.pages.folio_mut(ino, index) {
+                    debug_assert!(f.is_uptodate(i) || node.map.lookup(b).is_some_and(|p| !p.unwritten) || f.block(i).iter().all(|x| *x == 0), "stale block {b} of inode {ino} is not zero");
+                    f.set_uptodate(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Blocks of `range` in cached folios that are not uptodate, as runs.
+    fn stale_runs(&self, ino: InodeNumber, range: Range<u64>) -> Vec<Range<u64>> {
+        let mut out: Vec<Range<u64>> = Vec::new();
+        for b in range {
+            let stale = match self.pages.locate(ino, b) {
+                Some((index, i)) => self.pages.folio(ino, index).is_some_and(|f| !f.is_uptodate(i)),
+                None => false,
+            };
+            if stale {
+                match out.last_mut() {
+                    Some(r) if r.end == b => r.end = b + 1,
+                    _ => out.push(b..b + 1),
+                }
+            }
+        }
+        out
+    }
+
+    /// Reads `out.len()` bytes of `ino` at `offset` (all inside EOF)
+    /// through the page cache.
+    pub fn cache_read(&mut self, ino: InodeNumber, node: &Node, offset: u64, out: &mut [u8]) -> Result<(), Errno> {
+        let ps = u64::from(self.mount.page_size);
+        let size = node.disk.size;
+        let end = offset + out.len() as u64;
+        let orders = self.folio_orders(node);
+        let request = offset / ps..end.div_ceil(ps);
+        let eof_page = size.div_ceil(ps);
+        let (mut window, order) = self.pages.readahead_window(ino, orders, request.clone(), eof_page);
+        // Reads only evict clean folios; write-back is not theirs to start.
+        let spare = Some((ino, window.start.min(request.start)..window.end.max(request.end)));
+        if !self.pages.evict_clean(self.pages.uncached_bytes(ino, orders, window.clone()), spare.clone()) {
+            window = request.clone();
+            self.pages.evict_clean(self.pages.uncached_bytes(ino, orders, window.clone()), spare);
+        }
+        let (made, _refused) = self.pages.add_folios(ino, orders, window.clone(), order);
+        let extra = made.iter().filter(|p| **p >= request.end).count() as u64;
+        self.pages.count_readahead(extra);
+        // Fill what is not uptodate in the window: new folios whole, and
+        // folios the request reaches that partial writes left part stale,
+        // whole too (read_folio reads every block of a folio not uptodate).
+        let (from, to) = (window.start.min(request.start), window.end.max(request.end));
+        let from = self.pages.folio_span(ino, from).map_or(from, |s| s.start);
+        let to = self.pages.folio_span(ino, to - 1).map_or(to, |s| s.end.max(to));
+        let first = self.pages.block_of_page(from);
+        let last = self.pages.block_of_page(to).max(first + 1);
+        for run in self.stale_runs(ino, first..last) {
+            self.fill_blocks(ino, node, run, size)?;
+        }
+        let missing = self.pages.read_bytes(ino, offset, out);
+        self.read_around(node, offset, out, &missing)
+    }
+
+    /// Reads blocks `missing` (no folio could be had for them) straight
+    /// from the device into `out`, which holds bytes from `offset`: one
+    /// command per physically contiguous stretch, as a direct read would.
+    fn read_around(&mut self, node: &Node, offset: u64, out: &mut [u8], missing: &[u64]) -> Result<(), Errno> {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let bs = self.bs();
+        let end = offset + out.len() as u64;
+        let per_io = (self.max_io_bytes() / bs).max(1);
+        self.pages.count_read_around(missing.len() as u64);
+        let mut runs: Vec<Range<u64>> = Vec::new();
+        for &b in missing {
+            match runs.last_mut() {
+                Some(r) if r.end == b => r.end = b + 1,
+                _ => runs.push(b..b + 1),
+            }
+        }
+        let mut staged = std::mem::take(&mut self.scratch);
+        let mut result = Ok(());
+        'runs: for run in runs {
+            // What is not read below is a hole or unwritten: zeros.
+            let (lo, hi) = ((run.start * bs).max(offset), (run.end * bs).min(end));
+            out[(lo - offset) as usize..(hi - offset) as usize].fill(0);
+            for p in node.map.pieces(run).into_iter().filter(|p| !p.unwritten) {
+                let mut l = p.logical;
+                while l < p.logical + p.len {
+                    let n = per_io.min(p.logical + p.len - l);
+                    let at = (p.physical + (l - p.logical)) * bs;
+                    let (lo, hi) = ((l * bs).max(offset), ((l + n) * bs).min(end));
+                    let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
+                    let read = if lo == l * bs && hi == (l + n) * bs {
+                        self.dev.read(at, dst, IoClass::Data)
+                    } else {
+                        staged.resize((n * bs) as usize, 0);
+                        let read = self.dev.read(at, &mut staged, IoClass::Data);
+                        dst.copy_from_slice(&staged[(lo - l * bs) as usize..(hi - l * bs) as usize]);
+                        read
+                    };
+                    if let Err(e) = read {
+                        result = Err(Error::from(e).into());
+                        break 'runs;
+                    }
+                    l += n;
+                }
+            }
+        }
+        self.scratch = staged;
+        result
+    }
+
+    /// Copies `data` (bytes `offset..` of the file, inside one write) into
+    /// the page cache, dirtying the blocks. `fresh` lists blocks the write
+    /// allocated (their bytes on disk are not the file's); `old_size` is the
+    /// size before the write. Whether an edge block's bytes on disk are kept
+    /// is decided here, not when the write began: making room may have
+    /// written a delayed edge back and evicted it since.
+    pub fn cache_write(&mut self, ino: InodeNumber, node: &Node, offset: u64, data: &[u8], fresh: &[Range<u64>], old_size: u64) -> Result<(), Errno> {
+        let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
+        let end = offset + data.len() as u64;
+        let orders = self.folio_orders(node);
+        let (_, refused) = self.pages.add_folios(ino, orders, offset / ps..end.div_ceil(ps), orders.1);
+        if let Some(r) = refused {
+            return Err(Error::NoMemory(r.to_string()).into());
+        }
+        // Read-modify-write of the partial edge blocks.
+        let first = offset / bs;
+        let last = (end - 1) / bs;
+        for b in [first, last] {
+            let partial = b * bs < offset || (b + 1) * bs > end;
+            if !partial || self.stale_runs(ino, b..b + 1).is_empty() {
+                continue;
+            }
+            let on_disk = node.es.status(&node.map, b) == ExtentStatus::Written && !fresh.iter().any(|r| r.contains(&b));
+            if on_disk {
+                self.fill_blocks(ino, node, b..b + 1, old_size)?;
+            } else {
+                // Nothing of the file's is on disk there: zeros.
+                if let Some((index, i)) = self.pages.locate(ino, b) {
+                    if let Some(f) = self.pages.folio_mut(ino, index) {
+                        f.block_mut(i).fill(0);
+                        f.set_uptodate(i);
+                    }
+                }
+            }
+        }
+        if !self.pages.write_bytes(ino, offset, data) {
+            return Err(Error::NoMemory(format!("no folio for bytes {offset}..{end} of inode {ino}")).into());
+        }
+        Ok(())
+    }
+
+    /// Zeroes bytes `from..to` of the file as the page cache sees them.
+    /// Blocks written on disk are read in (when partly zeroed), zeroed and
+    /// dirtied, and their inode is ordered before the next commit; cached
+    /// blocks of any other state are zeroed where they are; the rest reads
+    /// as zeros already.
+    pub fn cache_zero(&mut self, ino: InodeNumber, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
+        let bs = self.bs();
+        let ps = u64::from(self.mount.page_size);
+        let orders = self.folio_orders(node);
+        let mut pos = from;
+        while pos < to {
+            let b = pos / bs;
+            let within = (pos % bs) as usize;
+            let take = (bs - pos % bs).min(to - pos) as usize;
+            pos += take as u64;
+            if node.es.status(&node.map, b) != ExtentStatus::Written {
+                self.pages.zero_cached(ino, b, within, within + take);
+                continue;
+            }
+            let page = b * bs / ps;
+            let (_, refused) = self.pages.add_folios(ino, orders, page..page + 1, orders.0);
+            if let Some(r) = refused {
+                return Err(Error::NoMemory(r.to_string()).into());
+            }
+            let stale = self.stale_runs(ino, b..b + 1);
+            if !stale.is_empty() {
+                if take as u64 == bs {
+                    self.fill_zero(ino, b);
+                } else {
+                    self.fill_blocks(ino, node, b..b + 1, node.disk.size)?;
+                }
+            }
+            let Some((index, i)) = self.pages.locate(ino, b) else { return Err(Errno::EIO) };
+            self.pages.zero_cached(ino, b, within, within + take);
+            self.pages.mark_dirty(ino, index, i);
+            if self.orders_data(node) {
+                self.pages.order_data(ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `b`'s cached copy becomes zeros, uptodate (it is about to be
+    /// zeroed whole, so its bytes on disk need not be read).
+    fn fill_zero(&mut self, ino: InodeNumber, b: u64) {
+        if let Some((index, i)) = self.pages.locate(ino, b) {
+            if let Some(f) = self.pages.folio_mut(ino, index) {
+                f.block_mut(i).fill(0);
+                f.set_uptodate(i);
+            }
+        }
+    }
+
+    /// Growing a file from `old` to `new` bytes: the block holding the old
+    /// EOF may carry bytes past it on disk (a crash can keep an extending
+    /// write's data and lose its size), and they must read as zeros once
+    /// inside the file, as the page cache's zeroing past EOF guarantees in ext4.
+    pub fn zero_past_eof(&mut self, ino: InodeNumber, node: &Node, old: u64, new: u64) -> Result<(), Errno> {
+        let bs = self.bs();
+        if new > old && old % bs != 0 {
+            self.cache_zero(ino, node, old, new.min(old.div_ceil(bs) * bs))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! Memory for page-cache folios. The page cache gets every folio through
+//! one small trait, [`FolioAllocator`], and through one place in the page
+//! cache (`pagecache::PageCache::take_folio_memory`), so the simulator can
+//! later back it with a seeded pressure model and a no-fail contract
+//! without the page cache changing shape.
+//!
+//! Contract:
+//! - `allocate` grants or refuses memory for one folio of an order; a
+//!   refusal is an ordinary answer (the page cache reclaims, falls back to a
+//!   smaller order, or reads around the cache), never a panic.
+//! - `release` gives back exactly what one granted `allocate` took.
+//! - Memory is *simulated* bytes: page size << order, whatever the host's
+//!   page size; nothing here asks the host how much memory it has.
+//! - `fork` makes an independent copy for a shadow mount (a check), whose
+//!   allocations never reach the original.
+
+use std::fmt;
+
+/// Why a folio could not be had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FolioRefused {
+    pub order: u8,
+    /// Bytes asked for (page size << order).
+    pub bytes: u64,
+}
+
+impl fmt::Display for FolioRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no memory for an order-{} folio ({} bytes)", self.order, self.bytes)
+    }
+}
+
+/// Where page-cache folios get their memory.
+pub trait FolioAllocator: fmt::Debug {
+    /// Takes memory for one folio of `order` pages; refused when there is none.
+    fn allocate(&mut self, order: u8) -> Result<(), FolioRefused>;
+    /// Gives back one folio of `order` that `allocate` granted.
+    fn release(&mut self, order: u8);
+    /// Bytes granted and not yet released.
+    fn in_use_bytes(&self) -> u64;
+    /// Bytes the page cache should stay within; it reclaims before asking past it.
+    fn bound_bytes(&self) -> u64;
+    /// An independent copy with the same state, for a shadow mount.
+    fn fork(&self) -> Box<dyn FolioAllocator>;
+}
+
+/// The default allocator: counts folio bytes against a fixed bound and
+/// refuses what would pass it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundedFolios {
+    page_size: u64,
+    bound_bytes: u64,
+    in_use_bytes: u64,
+}
+
+impl BoundedFolios {
+    pub fn new(page_size: u32, bound_bytes: u64) -> Self {
+        debug_assert!(page_size.is_power_of_two());
+        BoundedFolios { page_size: u64::from(page_size), bound_bytes, in_use_bytes: 0 }
+    }
+
+    fn bytes(&self, order: u8) -> u64 {
+        self.page_size.checked_shl(u32::from(order)).unwrap_or(u64::MAX)
+    }
+}
+
+impl FolioAllocator for BoundedFolios {
+    fn allocate(&mut self, order: u8) -> Result<(), FolioRefused> {
+        let bytes = self.bytes(order);
+        match self.in_use_bytes.checked_add(bytes) {
+            Some(total) if total <= self.bound_bytes => {
+                self.in_use_bytes = total;
+                Ok(())
+            }
+            _ => Err(FolioRefused { order, bytes }),
+        }
+    }
+
+    fn release(&mut self, order: u8) {
+        let bytes = self.bytes(order);
+        debug_assert!(bytes <= self.in_use_bytes, "releasing {bytes} bytes of {}", self.in_use_bytes);
+        self.in_use_bytes = self.in_use_bytes.saturating_sub(bytes);
+    }
+
+    fn in_use_bytes(&self) -> u64 {
+        self.in_use_bytes
+    }
+
+    fn bound_bytes(&self) -> u64 {
+        self.bound_bytes
+    }
+
+    fn fork(&self) -> Box<dyn FolioAllocator> {
+        Box::new(self.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bounded_allocator_refuses_what_would_pass_its_bound_and_takes_back_what_it_gave() {
+        let mut a = BoundedFolios::new(4096, 64 << 10);
+        a.allocate(3).unwrap();
+        a.allocate(3).unwrap();
+        assert_eq!(a.in_use_bytes(), 64 << 10);
+        assert_eq!(a.allocate(0), Err(FolioRefused { order: 0, bytes: 4096 }));
+        a.release(3);
+        a.allocate(2).unwrap();
+        assert_eq!(a.in_use_bytes(), 48 << 10);
+        // An absurd order is a refusal, not an overflow.
+        assert!(a.allocate(200).is_err());
+    }
+
+    #[test]
+    fn a_fork_counts_apart_from_its_original() {
+        let mut a = BoundedFolios::new(16384, 1 << 20);
+        a.allocate(1).unwrap();
+        let mut b = a.fork();
+        b.allocate(4).unwrap();
+        assert_eq!(a.in_use_bytes(), 32 << 10);
+        assert_eq!(b.in_use_bytes(), (32 << 10) + (256 << 10));
+    }
+}
