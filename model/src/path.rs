@@ -70,6 +70,12 @@ pub fn check_name(name: &str) -> Result<(), Errno> {
     }
 }
 
+/// A symlink body ending in a slash makes the name it ends a path with
+/// demand a directory, as a trailing slash in the path itself does.
+pub fn target_demands_dir(target: &str) -> bool {
+    target.ends_with('/')
+}
+
 /// Splits a symlink target (relative or absolute) into components, lazily:
 /// the resolver pushes them straight onto its stack, last first.
 pub fn target_components(target: &str) -> (bool, impl DoubleEndedIterator<Item = &str>) {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::data::FileData;
 use crate::op::{inode_flags, FileKind};
-use crate::path::{target_components, Last, SplitPath};
+use crate::path::{target_components, target_demands_dir, Last, SplitPath};
 use crate::Errno;
 
 /// The model's inode number; same numbers as ext4 for root and lost+found.
@@ -177,8 +177,9 @@ impl State {
     /// rest by pushing it. Every component stays a borrow of the path or of a
     /// target: a walk through no symlink allocates nothing. The current inode
     /// is carried along so each component costs one inode lookup, not two.
-    fn walk(&self, start: Ino, comps: &[&str], follow_last: bool, followed: &mut u32) -> Result<Ino, Errno> {
+    fn walk(&self, start: Ino, comps: &[&str], mut follow_last: bool, followed: &mut u32) -> Result<Ino, Errno> {
         let mut rest = comps.iter().copied();
+        let mut want_dir = false;
         let mut pushed: Vec<&str> = Vec::new();
         let mut cur = start;
         let mut cur_inode = self.inode(cur);
@@ -200,6 +201,12 @@ impl State {
                     if *followed > MAX_SYMLINKS {
                         return Err(Errno::ELOOP);
                     }
+                    if is_last && target_demands_dir(target) {
+                        // The body's trailing slash is the last name's now
+                        // (LOOKUP_FOLLOW | LOOKUP_DIRECTORY in lookup_last).
+                        follow_last = true;
+                        want_dir = true;
+                    }
                     let (absolute, tcomps) = target_components(target);
                     if absolute {
                         cur = ROOT_INO;
@@ -212,6 +219,9 @@ impl State {
             }
             cur = next;
             cur_inode = next_inode;
+        }
+        if want_dir && !self.is_dir(cur) {
+            return Err(Errno::ENOTDIR);
         }
         Ok(cur)
     }

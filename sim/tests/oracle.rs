@@ -132,10 +132,11 @@ fn a_wrong_answer_is_caught_shrunk_and_written_as_a_replayable_trace() {
 
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers.
-const KERNEL_VERIFIED: [&str; 3] = [
+const KERNEL_VERIFIED: [&str; 4] = [
     include_str!("traces/chattr_append_kernel_verified.trace"),
     include_str!("traces/renameat2_kernel_verified.trace"),
     include_str!("traces/immutable_writes_back_kernel_verified.trace"),
+    include_str!("traces/symlink_slash_kernel_verified.trace"),
 ];
 
 #[test]

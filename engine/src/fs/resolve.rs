@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use ext4_model::op::NAME_MAX;
-use ext4_model::path::{target_components, Last, SplitPath};
+use ext4_model::path::{target_components, target_demands_dir, Last, SplitPath};
 use ext4_model::{Errno, FileKind};
 
 use crate::device::BlockDevice;
@@ -70,7 +70,8 @@ impl<D: BlockDevice> Ext4<D> {
         String::from_utf8(bytes).map_err(|_| Errno::EIO)
     }
 
-    fn walk(&mut self, start: InodeNumber, comps: &[&str], follow_last: bool, followed: &mut u32) -> Result<InodeNumber, Errno> {
+    fn walk(&mut self, start: InodeNumber, comps: &[&str], mut follow_last: bool, followed: &mut u32) -> Result<InodeNumber, Errno> {
+        let mut want_dir = false;
         // Components still to walk, next on top. A path's own stay borrowed;
         // only a symlink target's are copied, and symlinks are rare.
         let mut todo: Vec<Cow<'_, str>> = comps.iter().rev().map(|c| Cow::Borrowed(*c)).collect();
@@ -104,6 +105,11 @@ impl<D: BlockDevice> Ext4<D> {
                     return Err(Errno::ELOOP);
                 }
                 let target = self.link_target(next)?;
+                if todo.is_empty() && target_demands_dir(&target) {
+                    // The body's trailing slash now ends the path.
+                    follow_last = true;
+                    want_dir = true;
+                }
                 let (absolute, tcomps) = target_components(&target);
                 if absolute {
                     cur = ROOT_INO;
@@ -112,6 +118,9 @@ impl<D: BlockDevice> Ext4<D> {
                 continue;
             }
             cur = next;
+        }
+        if want_dir && self.kind_of(cur)? != FileKind::Directory {
+            return Err(Errno::ENOTDIR);
         }
         Ok(cur)
     }
