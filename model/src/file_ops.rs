@@ -108,11 +108,14 @@ impl Model {
     }
 
     pub(crate) fn do_sync(&mut self) {
-        let seq = self.st.seq;
-        let inos: Vec<Ino> = self.st.inodes.keys().copied().collect();
-        for ino in inos {
-            self.writeback(ino);
-            self.st.inode_mut(ino).marks.durable_at = seq;
+        let (seq, bs) = (self.st.seq, self.bs());
+        // One pass over the inodes, no lookups: sync is frequent and crowded
+        // directories make thousands of them.
+        for inode in self.st.inodes.values_mut() {
+            if let Node::File(f) = &mut inode.node {
+                f.settle_from(0, bs);
+            }
+            inode.marks.durable_at = seq;
         }
         self.st.namespace_floor = seq;
         if let Some(log) = &mut self.log {
