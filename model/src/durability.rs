@@ -13,7 +13,8 @@
 //!   version of the file at or after its last durability point, so fsync'd
 //!   data survives unless overwritten later, torn writes mix only whole
 //!   sectors, and data=ordered never shows stale blocks. Under data=writeback
-//!   a block that was not allocated at the durability point may hold anything.
+//!   a block allocated since the durability point (or freed and allocated
+//!   again), and any byte past the size at that point, may hold anything.
 //!
 //! What this check cannot see: which prefix the journal really committed (any
 //! consistent one passes), ordered mode's guarantee that an extending write's
@@ -384,7 +385,10 @@ impl CrashEnvelope {
             if total > MAX_CHECKED_BYTES {
                 return Err(CrashViolation::Inconsistent { path: path.clone(), detail: format!("{total} bytes of data is more than a crash check reads") });
             }
-            let stale_ok = self.writeback_mode.get(&ino).copied().unwrap_or(false);
+            // A file gone from the model since (unlinked after the prefix
+            // the disk shows) had the mount's mode unless it was flagged.
+            let mount_writeback = self.mount.inode_journal_mode(true, false) == InodeJournalMode::Writeback;
+            let stale_ok = self.writeback_mode.get(&ino).copied().unwrap_or(mount_writeback);
             for range in ranges {
                 let bytes = read_range(recovered, path, range.clone())?;
                 let mut off = range.start;
@@ -394,8 +398,21 @@ impl CrashEnvelope {
                     let at = (off - range.start) as usize;
                     let got = &bytes[at..at + len as usize];
                     let block = off / bs;
-                    let stale_allowed = stale_ok && list.first().is_none_or(|v| v.blocks.get(block).is_none());
-                    if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len) == got) {
+                    // data=writeback orders no data before the commit: a
+                    // block allocated (or freed and allocated again) since,
+                    // and bytes past the durable size
+                    // (a tail whose zeroing or new data was still cached),
+                    // may show what the disk held before.
+                    let durable = list.first();
+                    let stale_allowed = stale_ok
+                        && (durable.is_none_or(|v| off >= v.size) || list.iter().any(|v| v.blocks.get(block).is_none()));
+                    // The sector holding the durable size is the file's for
+                    // sure only up to it.
+                    let sure = match durable {
+                        Some(v) if stale_ok && v.size > off && v.size < off + len => (v.size - off) as usize,
+                        _ => len as usize,
+                    };
+                    if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len)[..sure] == got[..sure]) {
                         let head = |b: &[u8]| b.iter().take(8).map(|x| format!("{x:02x}")).collect::<String>();
                         let seen: Vec<String> = list
                             .iter()

@@ -113,6 +113,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     /// promised, so ENOSPC comes at write time.
     pub reserved_blocks: u64,
     pub wb_stats: writepages::WritebackStats,
+    /// Test hook: data=ordered lets commits go before the data.
+    pub(crate) bug_unordered_data: bool,
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
@@ -252,6 +254,7 @@ impl<D: BlockDevice> Ext4<D> {
             pages,
             reserved_blocks: 0,
             wb_stats: writepages::WritebackStats::default(),
+            bug_unordered_data: false,
             clock_secs,
             clock_ticks: 0,
             next_generation: 0,
@@ -350,6 +353,7 @@ impl<D: BlockDevice> Ext4<D> {
             pages: c.pages.clone(),
             reserved_blocks: c.reserved_blocks,
             wb_stats: c.wb_stats,
+            bug_unordered_data: c.bug_unordered_data,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,

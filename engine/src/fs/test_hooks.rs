@@ -26,6 +26,10 @@ pub enum InjectedBug {
     /// reserved GDT blocks after a backup superblock. The engine's own mkfs
     /// reserves none, so only an mke2fs-made image shows it.
     SynthesisedBitmapSkipsReservedGdt,
+    /// data=ordered commits a transaction without writing the data of the
+    /// blocks it allocated first (data=writeback's order), so a crash can
+    /// show a reused block's old contents.
+    OrderedCommitsBeforeData,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +42,7 @@ impl<D: BlockDevice> Ext4<D> {
     pub fn inject_bug(&mut self, bug: InjectedBug) {
         self.bug = BugState { bug: Some(bug), armed: false };
         self.ctx.alloc.bug_skips_reserved_gdt = bug == InjectedBug::SynthesisedBitmapSkipsReservedGdt;
+        self.ctx.bug_unordered_data = bug == InjectedBug::OrderedCommitsBeforeData;
     }
 
     pub(crate) fn bug_saw_truncate(&mut self) {

@@ -56,8 +56,8 @@ impl<D: BlockDevice> Ctx<D> {
     /// the running transaction must reach the device before its commit
     /// record. The one place the data mode decides write-back order:
     /// - data=ordered: yes, that is the mode;
-    /// - data=writeback: ext4 lets the commit go first (stale data may
-    ///   show after a crash); this slice still orders it, as before;
+    /// - data=writeback: no, the commit goes first and the data follows
+    ///   when write-back gets to it (stale blocks may show after a crash);
     /// - data=journal: ext4 logs the blocks with the metadata; this slice
     ///   writes them home like ordered data;
     /// - no journal: there is no commit to order against.
@@ -66,7 +66,9 @@ impl<D: BlockDevice> Ctx<D> {
             return false;
         }
         match self.data_mode(node) {
-            InodeJournalMode::Ordered | InodeJournalMode::Writeback | InodeJournalMode::Journal => true,
+            InodeJournalMode::Ordered => !self.bug_unordered_data,
+            InodeJournalMode::Journal => true,
+            InodeJournalMode::Writeback => false,
         }
     }
 
