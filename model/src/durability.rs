@@ -12,7 +12,8 @@
 //! - **Data**: each 512-byte sector of a file reads as that sector in some
 //!   version of the file at or after its last durability point, so fsync'd
 //!   data survives unless overwritten later, torn writes mix only whole
-//!   sectors, and data=ordered never shows stale blocks. Under data=writeback
+//!   sectors, and data=ordered never shows stale blocks (the block holding
+//!   the durable EOF may show its own old tail past it). Under data=writeback
 //!   a block allocated since the durability point (or freed and allocated
 //!   again), and any byte past the size at that point, may hold anything.
 //!
@@ -404,12 +405,18 @@ impl CrashEnvelope {
                     // (a tail whose zeroing or new data was still cached),
                     // may show what the disk held before.
                     let durable = list.first();
-                    let stale_allowed = stale_ok
-                        && (durable.is_none_or(|v| off >= v.size) || list.iter().any(|v| v.blocks.get(block).is_none()));
+                    // In every mode the block holding the durable EOF may
+                    // show its own on-disk tail past that size: ext4 orders
+                    // data only for blocks a transaction allocates, so a size
+                    // grown inside that block can commit before the bytes
+                    // (and the tail may hold a write an earlier crash lost).
+                    let eof_tail = durable.is_some_and(|v| v.size % bs != 0 && block == v.size / bs);
+                    let stale_allowed = (stale_ok || eof_tail) && durable.is_some_and(|v| off >= v.size)
+                        || stale_ok && (durable.is_none() || list.iter().any(|v| v.blocks.get(block).is_none()));
                     // The sector holding the durable size is the file's for
                     // sure only up to it.
                     let sure = match durable {
-                        Some(v) if stale_ok && v.size > off && v.size < off + len => (v.size - off) as usize,
+                        Some(v) if (stale_ok || eof_tail) && v.size > off && v.size < off + len => (v.size - off) as usize,
                         _ => len as usize,
                     };
                     if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len)[..sure] == got[..sure]) {

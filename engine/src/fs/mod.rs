@@ -237,7 +237,13 @@ impl<D: BlockDevice> Ext4<D> {
         };
         let mut alloc = Allocator::new(geo.clone(), descs, desc_csum, csum_seed, sb.first_ino(), sb.hash_seed, mount.alloc);
         let mut dev = dev;
-        let journal = if Self::internal_journal(&sb) && !mount.read_only { Some(Journal::open(&mut dev, &sb)?) } else { None };
+        let journal = if Self::internal_journal(&sb) && !mount.read_only {
+            let mut j = Journal::open(&mut dev, &sb)?;
+            j.set_async_commit(mount.journal_async_commit);
+            Some(j)
+        } else {
+            None
+        };
         alloc.set_hold_freed(journal.is_some());
         let cache = BufferCache::new(geo.block_size, geo.blocks_count);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);

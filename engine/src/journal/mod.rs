@@ -7,7 +7,9 @@
 //! jbd2 superblock, whose `s_start`/`s_sequence` name the oldest transaction
 //! still needed (0 = empty). Contract:
 //! - **Commit** ([`transaction`]): flush (ordered data is durable first),
-//!   descriptor + copies + revokes, flush, commit block with FUA.
+//!   descriptor + copies + revokes, flush, commit block with FUA; under
+//!   journal_async_commit the commit block goes with the log blocks and
+//!   one flush follows.
 //! - **Checkpoint** ([`checkpoint`]): the newest committed copy of each block
 //!   goes home, flush, then the log is marked empty.
 //! - **Recovery** ([`recovery`]): scan, revoke, replay as e2fsck/recovery.c,
@@ -74,6 +76,9 @@ pub struct Journal {
     /// Invariant: empty exactly when `tail == 0`.
     unhomed: BTreeMap<BlockNumber, Box<[u8]>>,
     stats: JournalStats,
+    /// journal_async_commit: the commit block goes out with the log blocks,
+    /// one flush after both (see [`transaction`]).
+    async_commit: bool,
 }
 
 fn bad(what: String) -> Error {
@@ -131,7 +136,14 @@ impl Journal {
             next_tid,
             unhomed: BTreeMap::new(),
             stats: JournalStats::default(),
+            async_commit: false,
         })
+    }
+
+    /// Commits the way journal_async_commit says from the next one on; the
+    /// jbd2 superblock carries the feature from the next log start.
+    pub fn set_async_commit(&mut self, on: bool) {
+        self.async_commit = on;
     }
 
     pub fn is_empty(&self) -> bool {

@@ -204,3 +204,70 @@ fn a_transaction_bigger_than_the_free_log_is_refused() {
     assert!(j.commit(&mut dev, big, (0, 0)).is_err());
     assert!(j.is_empty(), "a refused commit writes nothing");
 }
+
+/// What a commit asks of the device, in order.
+#[derive(Debug, PartialEq, Eq)]
+enum Io {
+    Write { fua: bool },
+    Flush,
+}
+
+struct Recording<'a> {
+    dev: &'a mut MemDevice,
+    ios: Vec<Io>,
+}
+
+impl BlockDevice for Recording<'_> {
+    fn size_bytes(&self) -> u64 {
+        self.dev.size_bytes()
+    }
+    fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), crate::device::DeviceError> {
+        self.dev.read(offset, buf, class)
+    }
+    fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), crate::device::DeviceError> {
+        self.ios.push(Io::Write { fua: flags.fua });
+        self.dev.write(offset, buf, flags)
+    }
+    fn flush(&mut self) -> Result<(), crate::device::DeviceError> {
+        self.ios.push(Io::Flush);
+        self.dev.flush()
+    }
+}
+
+/// A second commit (the log is not empty, so no superblock writes): with
+/// journal_async_commit the commit block follows the log blocks with no
+/// flush or FUA, and one flush ends it; without, a flush goes before the
+/// log blocks and before the commit block, which is FUA. The jbd2
+/// superblock names the feature from the log start on, and recovery
+/// replays both transactions either way.
+#[test]
+fn async_commit_sends_the_commit_block_with_the_log_and_flushes_once() {
+    for async_commit in [false, true] {
+        let (mut dev, sb) = fresh();
+        let mut j = Journal::open(&mut dev, &sb).unwrap();
+        j.set_async_commit(async_commit);
+        let mut first = Transaction::new();
+        first.add(FREE_AREA, pattern(FREE_AREA, 7));
+        j.commit(&mut dev, first, (1, 0)).unwrap();
+        let jsb = read_jsb(&mut dev, j.jsb_block, 1024).unwrap();
+        let flagged = jsb.feature_incompat & crate::format::journal_superblock::INCOMPAT_ASYNC_COMMIT != 0;
+        assert_eq!(flagged, async_commit);
+
+        let mut rec = Recording { dev: &mut dev, ios: Vec::new() };
+        let mut second = Transaction::new();
+        second.add(FREE_AREA + 1, pattern(FREE_AREA + 1, 7));
+        j.commit(&mut rec, second, (2, 0)).unwrap();
+        // The descriptor and its copy go out as one write.
+        let log = Io::Write { fua: false };
+        let want = if async_commit {
+            vec![log, Io::Write { fua: false }, Io::Flush]
+        } else {
+            vec![Io::Flush, log, Io::Flush, Io::Write { fua: true }]
+        };
+        assert_eq!(rec.ios, want, "async_commit {async_commit}");
+
+        let report = recover(&mut dev, &sb).unwrap().unwrap();
+        assert_eq!((report.transactions, report.replayed), (2, 2), "async_commit {async_commit}");
+        assert_eq!(block(&mut dev, FREE_AREA + 1), pattern(FREE_AREA + 1, 7));
+    }
+}

@@ -10,13 +10,20 @@
 //!    then the jbd2 superblock's s_start/s_sequence (and features);
 //! 3. revoke blocks, then descriptors each followed by its copies (escaped);
 //! 4. flush, then the commit block with FUA.
+//!
+//! With journal_async_commit (jbd2's ASYNC_COMMIT feature) steps 1 and 4
+//! lose their flushes: the commit block goes out with the log blocks and
+//! one flush follows both. A crash can then keep a commit block whose log
+//! blocks were lost; their tag checksums (csum v3) tell recovery, which
+//! stops before that transaction. Nothing orders file data before the
+//! commit, which is why ext4 refuses the option under data=ordered.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::device::{BlockDevice, WriteFlags};
 use crate::error::{Error, Result};
-use crate::format::journal_superblock::{CSUM_TYPE_CRC32C, INCOMPAT_64BIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_REVOKE};
+use crate::format::journal_superblock::{CSUM_TYPE_CRC32C, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CSUM_V2, INCOMPAT_CSUM_V3, INCOMPAT_REVOKE};
 use crate::format::BlockNumber;
 
 use super::block::LogFormat;
@@ -104,13 +111,18 @@ impl Journal {
                 self.capacity()
             )));
         }
-        dev.flush()?;
+        if !self.async_commit {
+            dev.flush()?;
+        }
         let needs_revoke_feature = !txn.revokes.is_empty() && self.jsb.feature_incompat & INCOMPAT_REVOKE == 0;
         let into_empty = self.tail == 0;
         if into_empty {
             set_needs_recovery(dev, true)?;
             dev.flush()?;
-            self.jsb.feature_incompat = (self.jsb.feature_incompat & !INCOMPAT_CSUM_V2) | INCOMPAT_CSUM_V3 | INCOMPAT_64BIT;
+            self.jsb.feature_incompat = (self.jsb.feature_incompat & !(INCOMPAT_CSUM_V2 | INCOMPAT_ASYNC_COMMIT)) | INCOMPAT_CSUM_V3 | INCOMPAT_64BIT;
+            if self.async_commit {
+                self.jsb.feature_incompat |= INCOMPAT_ASYNC_COMMIT;
+            }
             self.jsb.checksum_type = CSUM_TYPE_CRC32C;
             self.jsb.start = self.head;
             self.jsb.sequence = self.next_tid;
@@ -152,10 +164,15 @@ impl Journal {
         }
         debug_assert_eq!(out.len() as u64 + 1, need);
         let commit_at = self.write_log(dev, self.head, &out)?;
-        dev.flush()?;
+        if !self.async_commit {
+            dev.flush()?;
+        }
         let c = commit::write(&fmt, &Commit { tid, sec: time.0, nsec: time.1 });
         let phys = self.map.physical(commit_at)?;
-        dev.write(phys * self.bs(), &c, WriteFlags { fua: true, ..WriteFlags::JOURNAL })?;
+        dev.write(phys * self.bs(), &c, WriteFlags { fua: !self.async_commit, ..WriteFlags::JOURNAL })?;
+        if self.async_commit {
+            dev.flush()?;
+        }
         self.stats.log_blocks_written += 1;
         self.head = self.advance(commit_at, 1);
         self.used += need as u32;
