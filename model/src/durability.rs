@@ -401,15 +401,18 @@ impl CrashEnvelope {
                     let block = off / bs;
                     // data=writeback orders no data before the commit: a
                     // block allocated (or freed and allocated again) since,
-                    // and bytes past the durable size
-                    // (a tail whose zeroing or new data was still cached),
-                    // may show what the disk held before.
-                    let durable = list.first();
+                    // and bytes past the durable size (a tail whose zeroing
+                    // or new data was still cached), may show what the disk
+                    // held before.
+                    //
                     // In every mode the block holding the durable EOF may
                     // show its own on-disk tail past that size: ext4 orders
                     // data only for blocks a transaction allocates, so a size
                     // grown inside that block can commit before the bytes
                     // (and the tail may hold a write an earlier crash lost).
+                    // Real data=journal logs those bytes with the size; this
+                    // stays loose for it until the engine logs data too.
+                    let durable = list.first();
                     let eof_tail = durable.is_some_and(|v| v.size % bs != 0 && block == v.size / bs);
                     let stale_allowed = (stale_ok || eof_tail) && durable.is_some_and(|v| off >= v.size)
                         || stale_ok && (durable.is_none() || list.iter().any(|v| v.blocks.get(block).is_none()));
