@@ -363,6 +363,9 @@ impl CrashEnvelope {
         shifted: &std::collections::BTreeSet<Ino>,
     ) -> Result<usize, CrashViolation> {
         let bs = self.mount.block_size as u64;
+        // A file gone from the model since (unlinked after the prefix the
+        // disk shows) had the mount's mode unless it was flagged.
+        let mount_writeback = self.mount.inode_journal_mode(true, false) == InodeJournalMode::Writeback;
         for (path, (_, size)) in &seen.files {
             let (ino, _) = model_view.files[path];
             let empty = Vec::new();
@@ -386,9 +389,6 @@ impl CrashEnvelope {
             if total > MAX_CHECKED_BYTES {
                 return Err(CrashViolation::Inconsistent { path: path.clone(), detail: format!("{total} bytes of data is more than a crash check reads") });
             }
-            // A file gone from the model since (unlinked after the prefix
-            // the disk shows) had the mount's mode unless it was flagged.
-            let mount_writeback = self.mount.inode_journal_mode(true, false) == InodeJournalMode::Writeback;
             let stale_ok = self.writeback_mode.get(&ino).copied().unwrap_or(mount_writeback);
             for range in ranges {
                 let bytes = read_range(recovered, path, range.clone())?;

@@ -130,6 +130,21 @@ fn a_wrong_answer_is_caught_shrunk_and_written_as_a_replayable_trace() {
     }
 }
 
+/// The host kernel behind a scratch directory, or None (said why) when this
+/// machine cannot loop-mount ext4.
+fn host_kernel(name: &str) -> Option<(Scratch, HostKernel)> {
+    if !have_e2fsprogs() {
+        return None;
+    }
+    let dir = Scratch::new(name);
+    let kernel = HostKernel::with_runner(&dir.0, Path::new(env!("CARGO_BIN_EXE_ext4sim")));
+    if let Some(why) = kernel.cannot_run(&MountConfig::default()) {
+        println!("SKIPPED: {why}");
+        return None;
+    }
+    Some((dir, kernel))
+}
+
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers.
 const KERNEL_VERIFIED: [&str; 4] = [
@@ -141,16 +156,7 @@ const KERNEL_VERIFIED: [&str; 4] = [
 
 #[test]
 fn the_host_kernel_still_agrees_on_the_hand_written_traces() {
-    if !have_e2fsprogs() {
-        return;
-    }
-    let dir = Scratch::new("oracle-host-verified");
-    let mut kernel = HostKernel::with_runner(&dir.0, Path::new(env!("CARGO_BIN_EXE_ext4sim")));
-    let mount = MountConfig::default();
-    if let Some(why) = kernel.cannot_run(&mount) {
-        println!("SKIPPED: {why}");
-        return;
-    }
+    let Some((dir, mut kernel)) = host_kernel("oracle-host-verified") else { return };
     for text in KERNEL_VERIFIED {
         let t = ext4_sim::trace::Trace::parse(text).unwrap();
         let ops: Vec<Op> = t.steps.iter().filter_map(|s| s.op().cloned()).collect();
@@ -166,16 +172,8 @@ fn the_host_kernel_still_agrees_on_the_hand_written_traces() {
 
 #[test]
 fn the_host_kernel_agrees_with_the_model() {
-    if !have_e2fsprogs() {
-        return;
-    }
-    let dir = Scratch::new("oracle-host");
-    let mut kernel = HostKernel::with_runner(&dir.0, Path::new(env!("CARGO_BIN_EXE_ext4sim")));
+    let Some((dir, mut kernel)) = host_kernel("oracle-host") else { return };
     let mount = MountConfig::default();
-    if let Some(why) = kernel.cannot_run(&mount) {
-        println!("SKIPPED: {why}");
-        return;
-    }
     let reports = run_oracle(&mut kernel, &specs(1..6, mount), &dir.0, &dir.0, true);
     for r in &reports {
         match &r.verdict {
