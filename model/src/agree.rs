@@ -15,11 +15,15 @@
 //!   zeroes depends on internals (extent merges, dioread_lock), not on any
 //!   promise. Everywhere else unwritten is unwritten: ZERO_RANGE's whole
 //!   blocks included. A directory's map is layout: written blocks from 0
-//!   with no holes.
+//!   with no holes;
+//! - lseek SEEK_DATA/SEEK_HOLE: one of the model's [`SeekChoices`]. A clean
+//!   unwritten block is data to ext4 while its page cache holds it uptodate,
+//!   which reads and readahead decide, not any promise; a directory's end is
+//!   layout (its size, or the largest hash offset once it is indexed).
 
 use std::fmt;
 
-use crate::op::{fiemap_flags, inode_flags, FiemapExtent, FileKind, Outcome, Reply, Stat};
+use crate::op::{fiemap_flags, inode_flags, FiemapExtent, FileKind, Outcome, Reply, SeekChoices, Stat};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Disagreement(pub String);
@@ -50,6 +54,7 @@ pub fn agrees(expected: &Outcome, actual: &Outcome) -> Result<(), Disagreement> 
             }
         }
         (Ok(Reply::Extents(a)), Ok(Reply::Extents(b))) => fiemap_agrees(a, b),
+        (Ok(Reply::SeekChoices(c)), b) => seek_agrees(c, b),
         (Ok(Reply::Data(a)), Ok(Reply::Data(b))) => {
             if a == b {
                 return Ok(());
@@ -59,6 +64,16 @@ pub fn agrees(expected: &Outcome, actual: &Outcome) -> Result<(), Disagreement> 
         }
         (a, b) if a == b => Ok(()),
         (a, b) => differ(format!("model {}, got {}", brief(a), brief(b))),
+    }
+}
+
+fn seek_agrees(choices: &SeekChoices, actual: &Outcome) -> Result<(), Disagreement> {
+    // A model on both sides (the runner's own tests) gives the same choices.
+    let same = matches!(actual, Ok(Reply::SeekChoices(c)) if c == choices);
+    if same || choices.allows(actual) {
+        Ok(())
+    } else {
+        differ(format!("lseek: model {choices}, got {}", brief(actual)))
     }
 }
 

@@ -9,6 +9,7 @@ pub enum Errno {
     EPERM = 1,
     ENOENT = 2,
     EIO = 5,
+    ENXIO = 6,
     EBADF = 9,
     ENOMEM = 12,
     EBUSY = 16,
@@ -39,10 +40,11 @@ impl Errno {
         Self::ALL.iter().copied().find(|e| e.code() == code)
     }
 
-    pub const ALL: [Errno; 20] = [
+    pub const ALL: [Errno; 21] = [
         Errno::EPERM,
         Errno::ENOENT,
         Errno::EIO,
+        Errno::ENXIO,
         Errno::EBADF,
         Errno::ENOMEM,
         Errno::EBUSY,
@@ -67,6 +69,7 @@ impl Errno {
             Errno::EPERM => "operation not permitted",
             Errno::ENOENT => "no such file or directory",
             Errno::EIO => "input/output error",
+            Errno::ENXIO => "no such device or address",
             Errno::EBADF => "bad file descriptor",
             Errno::ENOMEM => "cannot allocate memory",
             Errno::EBUSY => "device or resource busy",

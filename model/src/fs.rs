@@ -1,7 +1,7 @@
 //! The interface model and engine both implement, and the one place an [`Op`]
 //! is turned into calls on it.
 
-use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, RenameFlags, Reply, Stat, MAX_IO_LEN};
+use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat, MAX_IO_LEN};
 use crate::Errno;
 
 /// A mounted filesystem, seen through path-based system calls.
@@ -41,6 +41,10 @@ pub trait FileSystem {
     fn append_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
         self.append(path, &pattern(seed, len as usize))
     }
+    /// lseek(SEEK_DATA/SEEK_HOLE) through an O_RDONLY descriptor. A real
+    /// filesystem gives one offset ([`SeekChoices::exactly`]); the model may
+    /// allow several.
+    fn lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno>;
 
     /// Runs one op. I/O lengths above [`MAX_IO_LEN`] are refused here, once for
     /// every implementation.
@@ -84,6 +88,10 @@ pub trait FileSystem {
                 }
                 self.append_pattern(path, *len, *seed).map(Reply::Written)
             }
+            Op::Lseek { path, offset, whence } => match self.lseek(path, *offset, *whence) {
+                Ok(choices) => choices.only().unwrap_or(Ok(Reply::SeekChoices(choices))),
+                Err(e) => Err(e),
+            },
         }
     }
 }

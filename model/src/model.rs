@@ -429,4 +429,7 @@ impl FileSystem for Model {
         self.record(|| Call::Op(Op::Append { path: path.into(), len, seed }));
         self.do_append(path, len as usize, Source::Pattern { seed, at: 0 })
     }
+    fn lseek(&mut self, path: &str, offset: u64, whence: crate::op::SeekWhence) -> Result<crate::op::SeekChoices, Errno> {
+        self.do_lseek(path, offset, whence)
+    }
 }

@@ -55,6 +55,13 @@ fn hash_outcome(h: &mut Fnv64, o: &Outcome) {
                 }
             }
         }
+        Ok(Reply::Offset(x)) => h.write(&x.to_le_bytes()),
+        Ok(Reply::SeekChoices(c)) => {
+            for x in c.exact.iter().chain(c.block_starts.iter().flat_map(|r| [&r.start, &r.end])) {
+                h.write(&x.to_le_bytes());
+            }
+            h.write(&[u8::from(c.enxio)]);
+        }
     }
 }
 

@@ -4,14 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use ext4_model::{ChattrFlag, Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags};
+use ext4_model::{ChattrFlag, Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags, SeekWhence};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 22] = [
+const BASE_WEIGHTS: [u32; 23] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -34,6 +34,7 @@ const BASE_WEIGHTS: [u32; 22] = [
     2,  // renameat2
     1,  // chattr
     4,  // append
+    3,  // lseek
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -76,7 +77,7 @@ impl WorkloadConfig {
 pub struct Workload {
     rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 22],
+    weights: [u32; 23],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -191,6 +192,20 @@ impl Workload {
         }
     }
 
+    /// Where a seek starts: anywhere in the file, mostly, at a block start
+    /// often (where holes and extents begin), at or past EOF sometimes,
+    /// rarely a negative loff_t.
+    fn seek_offset(&mut self, path: &str) -> u64 {
+        let bs = self.cfg.block_size as u64;
+        let size = self.sizes.get(path).copied().unwrap_or(0);
+        match self.rng.random_range(0..20) {
+            0..=9 => self.rng.random_range(0..=size),
+            10..=15 => self.rng.random_range(0..=size / bs) * bs,
+            16..=18 => self.offset_for(path),
+            _ => self.rng.random_range(i64::MAX as u64..=u64::MAX),
+        }
+    }
+
     fn length(&mut self) -> u32 {
         let bs = self.cfg.block_size;
         match self.rng.random_range(0..10) {
@@ -275,6 +290,12 @@ impl Workload {
             }
             OpKind::Fiemap => Op::Fiemap { path: self.file_path(), sync: self.rng.random_ratio(1, 4) },
             OpKind::SetJournalData => Op::SetJournalData { path: self.any_path(), enable: self.rng.random_bool(0.5) },
+            OpKind::Lseek => {
+                // Mostly files; a directory's answer is checked too.
+                let path = if self.rng.random_ratio(1, 10) { self.dir_path() } else { self.file_path() };
+                let whence = if self.rng.random_bool(0.5) { SeekWhence::Data } else { SeekWhence::Hole };
+                Op::Lseek { offset: self.seek_offset(&path), path, whence }
+            }
         }
     }
 

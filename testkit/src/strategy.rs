@@ -49,6 +49,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => (path(), path()).prop_map(|(from, to)| Op::Rename { from, to }),
         1 => (path(), prop_oneof![Just(ext4_model::ChattrFlag::Immutable), Just(ext4_model::ChattrFlag::Append)], any::<bool>()).prop_map(|(path, flag, enable)| Op::Chattr { path, flag, enable }),
         2 => (path(), 0u32..20_000, any::<u64>()).prop_map(|(path, len, seed)| Op::Append { path, len, seed }),
+        2 => (path(), offset(), any::<bool>()).prop_map(|(path, offset, data)| Op::Lseek { path, offset, whence: if data { ext4_model::SeekWhence::Data } else { ext4_model::SeekWhence::Hole } }),
         2 => (path(), path(), prop_oneof![Just(ext4_model::RenameFlags::NoReplace), Just(ext4_model::RenameFlags::Exchange)]).prop_map(|(from, to, flags)| Op::Renameat2 { from, to, flags }),
         2 => (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
         1 => (prop_oneof![path(), "[a-d./]{1,70}"], path()).prop_map(|(target, path)| Op::Symlink { target, path }),

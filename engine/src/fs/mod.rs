@@ -62,6 +62,7 @@ mod namespace;
 mod node;
 pub mod not_modelled;
 mod resolve;
+mod seek;
 mod split;
 mod syscalls;
 #[cfg(feature = "test-hooks")]

@@ -4,7 +4,7 @@
 //! may put folios in the page cache make room first (`make_room`), where
 //! writing back is safe: before the op has changed anything.
 
-use ext4_model::op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, RenameFlags, Stat};
+use ext4_model::op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, RenameFlags, SeekChoices, SeekWhence, Stat};
 use ext4_model::{Errno, FileSystem};
 
 use crate::device::BlockDevice;
@@ -116,5 +116,8 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
     fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
         self.do_append(path, data)
+    }
+    fn lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno> {
+        self.do_lseek(path, offset, whence).map(SeekChoices::exactly)
     }
 }

@@ -30,6 +30,9 @@ pub enum InjectedBug {
     /// blocks it allocated first (data=writeback's order), so a crash can
     /// show a reused block's old contents.
     OrderedCommitsBeforeData,
+    /// SEEK_DATA/SEEK_HOLE take every unwritten block for a hole, dirty
+    /// pages over it or not (the page cache is not asked).
+    SeekIgnoresPageCache,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,6 +54,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_releases_every_hold(&self) -> bool {
         self.bug.bug == Some(InjectedBug::CommitReleasesEveryHold)
+    }
+
+    pub(crate) fn bug_seek_ignores_page_cache(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::SeekIgnoresPageCache)
     }
 
     pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {

@@ -10,7 +10,10 @@ use crate::Errno;
 
 pub use crate::pattern::{pattern, pattern_into};
 
+mod seek;
 mod text;
+
+pub use seek::{SeekChoices, SeekWhence};
 
 /// Longest file name component (EXT4_NAME_LEN).
 pub const NAME_MAX: usize = 255;
@@ -147,6 +150,8 @@ pub enum Op {
     /// open(O_WRONLY|O_APPEND) + write of `len` bytes of [`pattern`]`(seed,
     /// len)` at EOF + close.
     Append { path: String, len: u32, seed: u64 },
+    /// open(O_RDONLY) + lseek(SEEK_DATA or SEEK_HOLE) + close.
+    Lseek { path: String, offset: u64, whence: SeekWhence },
 }
 
 impl Op {
@@ -172,14 +177,15 @@ impl Op {
             | Op::Fiemap { path, .. }
             | Op::SetJournalData { path, .. }
             | Op::Chattr { path, .. }
-            | Op::Append { path, .. } => vec![path],
+            | Op::Append { path, .. }
+            | Op::Lseek { path, .. } => vec![path],
         }
     }
 
     /// Ops that only look: they change nothing a later op sees and start no
     /// journal handle (a FIEMAP with sync writes back, so it is not one).
     pub fn only_looks(&self) -> bool {
-        matches!(self, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. })
+        matches!(self, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. } | Op::Lseek { .. })
     }
 
     /// Ops that can run in two halves, between which other tasks' ops run
@@ -213,6 +219,7 @@ impl Op {
             Op::Renameat2 { .. } => OpKind::Renameat2,
             Op::Chattr { .. } => OpKind::Chattr,
             Op::Append { .. } => OpKind::Append,
+            Op::Lseek { .. } => OpKind::Lseek,
         }
     }
 }
@@ -242,10 +249,11 @@ pub enum OpKind {
     Renameat2,
     Chattr,
     Append,
+    Lseek,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 22] = [
+    pub const ALL: [OpKind; 23] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -268,6 +276,7 @@ impl OpKind {
         OpKind::Renameat2,
         OpKind::Chattr,
         OpKind::Append,
+        OpKind::Lseek,
     ];
 }
 
@@ -364,6 +373,11 @@ pub enum Reply {
     Entries(Vec<DirEntry>),
     Target(String),
     Extents(Vec<FiemapExtent>),
+    /// The file offset lseek returned.
+    Offset(u64),
+    /// Model only: the answers lseek(SEEK_DATA/SEEK_HOLE) may give, where
+    /// ext4's answer depends on its page cache (see [`SeekChoices`]).
+    SeekChoices(SeekChoices),
 }
 
 /// What an op returns: its reply or the errno a user would see.
@@ -375,7 +389,7 @@ mod tests {
 
     #[test]
     fn kinds_cover_every_op() {
-        assert_eq!(OpKind::ALL.len(), 22);
+        assert_eq!(OpKind::ALL.len(), 23);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
     }
 

@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{ChattrFlag, FallocFlags, Op, RenameFlags};
+use super::{ChattrFlag, FallocFlags, Op, RenameFlags, SeekWhence};
 
 fn chattr_text(flag: ChattrFlag) -> &'static str {
     match flag {
@@ -54,6 +54,7 @@ impl fmt::Display for Op {
             Op::Renameat2 { from, to, flags } => write!(f, "renameat2 from={} to={} flags={}", q(from), q(to), flags_text(*flags)),
             Op::Chattr { path, flag, enable } => write!(f, "chattr path={} flag={} enable={enable}", q(path), chattr_text(*flag)),
             Op::Append { path, len, seed } => write!(f, "append path={} len={len} seed={seed}", q(path)),
+            Op::Lseek { path, offset, whence } => write!(f, "lseek path={} offset={offset} whence={}", q(path), whence.text()),
         }
     }
 }
@@ -104,6 +105,15 @@ impl FromStr for Op {
                 enable: f.flag("enable")?,
             },
             "append" => Op::Append { path: path()?, len: f.num("len")?, seed: f.num("seed")? },
+            "lseek" => Op::Lseek {
+                path: path()?,
+                offset: f.num("offset")?,
+                whence: match f.text("whence")?.as_str() {
+                    "data" => SeekWhence::Data,
+                    "hole" => SeekWhence::Hole,
+                    other => return Err(TextError::BadValue { key: "whence".into(), value: other.to_string(), expected: "data or hole" }),
+                },
+            },
             other => return Err(TextError::UnknownOp(other.to_string())),
         })
     }
@@ -126,6 +136,8 @@ mod tests {
             Op::Chattr { path: "/a".into(), flag: ChattrFlag::Immutable, enable: true },
             Op::Chattr { path: "/a".into(), flag: ChattrFlag::Append, enable: false },
             Op::Append { path: "/a".into(), len: 9, seed: 4 },
+            Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },
+            Op::Lseek { path: "/a".into(), offset: u64::MAX, whence: SeekWhence::Hole },
         ];
         for op in ops {
             assert_eq!(op.to_string().parse::<Op>(), Ok(op.clone()), "{op}");

@@ -419,4 +419,15 @@ impl FileSystem for SyscallFs {
         }
         Ok(n as u64)
     }
+
+    fn lseek(&mut self, path: &str, offset: u64, whence: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> {
+        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        // SAFETY: fd is open; offsets past off_t come out negative, as the
+        // model's are meant to.
+        let at = unsafe { libc::lseek(fd.0, offset as libc::off_t, whence.raw()) };
+        if at < 0 {
+            return Err(errno());
+        }
+        Ok(ext4_model::SeekChoices::exactly(at as u64))
+    }
 }

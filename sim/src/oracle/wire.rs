@@ -167,6 +167,25 @@ impl Encoder {
                     self.u32(x.flags);
                 }
             }
+            Ok(Reply::Offset(x)) => {
+                self.u8(9);
+                self.u64(*x);
+            }
+            // The model's, never a kernel's; carried whole all the same.
+            Ok(Reply::SeekChoices(c)) => {
+                self.u8(10);
+                self.u32(c.exact.len() as u32);
+                for x in &c.exact {
+                    self.u64(*x);
+                }
+                self.u32(c.block_starts.len() as u32);
+                for r in &c.block_starts {
+                    self.u64(r.start);
+                    self.u64(r.end);
+                }
+                self.u64(c.block_size);
+                self.u8(u8::from(c.enxio));
+            }
         }
     }
 }
@@ -279,6 +298,20 @@ impl<'a> Decoder<'a> {
                 }
                 Ok(Reply::Extents(xs))
             }
+            9 => Ok(Reply::Offset(self.u64()?)),
+            10 => {
+                let mut c = ext4_model::SeekChoices::default();
+                for _ in 0..self.u32()? {
+                    c.exact.push(self.u64()?);
+                }
+                for _ in 0..self.u32()? {
+                    let start = self.u64()?;
+                    c.block_starts.push(start..self.u64()?);
+                }
+                c.block_size = self.u64()?;
+                c.enxio = self.u8()? != 0;
+                Ok(Reply::SeekChoices(c))
+            }
             t => return Err(format!("bad outcome tag {t}")),
         })
     }
@@ -306,6 +339,8 @@ mod tests {
             Ok(Reply::Entries(vec![DirEntry { name: "x".into(), kind: FileKind::Directory }])),
             Ok(Reply::Target("/t".into())),
             Ok(Reply::Extents(vec![FiemapExtent { logical: 0, length: 4096, flags: 0x801, writeback_pending: false }])),
+            Ok(Reply::Offset(1 << 40)),
+            Ok(Reply::SeekChoices(ext4_model::SeekChoices { exact: vec![3, 9], block_starts: std::iter::once(4096..8192).collect(), block_size: 4096, enxio: true })),
         ];
         let results = vec![GuestResult { error: None, outcomes }, GuestResult { error: Some("mount: EINVAL".into()), outcomes: vec![] }];
         let bytes = Encoder::results("7.3.4", &results);

@@ -112,6 +112,7 @@ impl FileSystem for Plain {
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.view().set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.view().chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().append(p, d) }
+    fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.view().lseek(p, o, w) }
 
     // The runner sends every op but a write through here.
     fn apply(&mut self, op: &Op) -> Outcome {

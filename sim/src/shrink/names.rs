@@ -108,7 +108,8 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
         | Op::Fiemap { path, .. }
         | Op::SetJournalData { path, .. }
         | Op::Chattr { path, .. }
-        | Op::Append { path, .. } => vec![path],
+        | Op::Append { path, .. }
+        | Op::Lseek { path, .. } => vec![path],
     }
 }
 

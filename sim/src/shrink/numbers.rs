@@ -46,7 +46,7 @@ impl Number {
 
 fn get(op: &Op, number: Number) -> Option<u64> {
     match (op, number) {
-        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. }, Number::Position) => Some(*offset),
+        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => Some(*offset),
         (Op::Truncate { size, .. }, Number::Position) => Some(*size),
         (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. }, Number::Length) => Some(u64::from(*len)),
         (Op::Fallocate { len, .. }, Number::Length) => Some(*len),
@@ -58,7 +58,7 @@ fn get(op: &Op, number: Number) -> Option<u64> {
 /// than what was there) leaves it.
 fn set(op: &mut Op, number: Number, value: u64) {
     match (op, number) {
-        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. }, Number::Position) => *offset = value,
+        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => *offset = value,
         (Op::Truncate { size, .. }, Number::Position) => *size = value,
         (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
         (Op::Fallocate { len, .. }, Number::Length) => *len = value,
