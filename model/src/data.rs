@@ -44,6 +44,9 @@ pub struct FileData {
     pub size: u64,
     pub blocks: RangeMap<Alloc>,
     pub content: Content,
+    /// Truncated to 0 since its last close: the next close starts write-back
+    /// of its delayed blocks (auto_da_alloc). In memory only.
+    pub da_alloc_close: bool,
 }
 
 pub use crate::vfs::block_span;
@@ -95,7 +98,7 @@ impl FileData {
     /// unwritten neighbours instead of splitting them off (up to
     /// s_extent_max_zeroout_kb, 32 KiB, of an extent within EOF), so those may
     /// turn up written. Which ones is layout; they become [`Alloc::Zeroed`].
-    fn zeroout_around(&mut self, converted: Range<u64>, bs: u64) {
+    pub(crate) fn zeroout_around(&mut self, converted: Range<u64>, bs: u64) {
         const MAX_ZEROOUT_BYTES: u64 = 32 << 10;
         let reach = MAX_ZEROOUT_BYTES / bs;
         let eof_block = self.size.div_ceil(bs);

@@ -173,7 +173,13 @@ impl Model {
 fn call_path(call: &Call) -> Option<&str> {
     match call {
         Call::Write { path, .. } | Call::Append { path, .. } => Some(path),
-        Call::Op(Op::Create { path, .. } | Op::Write { path, .. } | Op::Append { path, .. } | Op::Truncate { path, .. } | Op::Fallocate { path, .. }) => Some(path),
+        Call::Op(
+            Op::Create { path, .. }
+            | Op::Write { path, .. }
+            | Op::Append { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Fallocate { path, .. },
+        ) => Some(path),
         _ => None,
     }
 }
@@ -220,7 +226,9 @@ pub fn data_ranges(fs: &mut dyn FileSystem, path: &str, size: u64) -> Result<Vec
     let extents = fs.fiemap(path, false).map_err(unreadable(format!("fiemap {path}")))?;
     Ok(extents
         .iter()
-        .filter(|e| e.flags & fiemap_flags::UNWRITTEN == 0)
+        // Unwritten reads as zeros, unless dirty pages sit over it: only a
+        // model, never a remounted filesystem, reports those.
+        .filter(|e| e.flags & fiemap_flags::UNWRITTEN == 0 || e.writeback_pending)
         .map(|e| e.logical.min(size)..e.logical.saturating_add(e.length).min(size))
         .filter(|r| !r.is_empty())
         .collect())
@@ -304,7 +312,7 @@ impl CrashEnvelope {
             if replay.seq() < self.floor {
                 return Ok(());
             }
-            let view = view_tree(replay)?;
+            let view = replay.looking(|m| view_tree(m))?;
             let (n, diff) = describe_difference(&seen, &view);
             if n == 0 {
                 candidates.push((replay.seq(), view));

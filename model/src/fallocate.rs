@@ -29,6 +29,12 @@ const LAST_LOGICAL_BLOCK: u64 = 0xFFFF_FFFF;
 impl Model {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let ino = self.open_for_write(path, false)?;
+        let done = self.fallocate_open(ino, mode, offset, len);
+        self.release(ino);
+        done
+    }
+
+    fn fallocate_open(&mut self, ino: Ino, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let kind = classify_fallocate(mode, offset, len)?;
         if self.file(ino).is_none() {
             return Err(Errno::EISDIR);

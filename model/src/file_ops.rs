@@ -12,17 +12,21 @@ impl Model {
     /// pwrite of `len` bytes of `source` (fewer at the size limit).
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        self.write_at(ino, offset, len, source)
+        let written = self.write_at(ino, offset, len, source);
+        self.release(ino);
+        written
     }
 
     /// write through an O_APPEND descriptor: at EOF, whatever the offset.
     pub(crate) fn do_append(&mut self, path: &str, len: usize, source: Source) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, true)?;
         let offset = self.file(ino).ok_or(Errno::EISDIR)?.size;
-        self.write_at(ino, offset, len, source)
+        let written = self.write_at(ino, offset, len, source);
+        self.release(ino);
+        written
     }
 
-    fn write_at(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
+    pub(crate) fn write_at(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
         let count = crate::vfs::write_count(offset, len, self.mount.max_file_size())?;
         if count == 0 {
             return Ok(0);
@@ -44,13 +48,12 @@ impl Model {
         Ok(count as u64)
     }
 
-    pub(crate) fn do_read(&self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+    pub(crate) fn do_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         let ino = self.open_path(path)?;
         let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
-        if offset > LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        Ok(file.read(offset, len as u64))
+        let read = if offset > LOFF_MAX { Err(Errno::EINVAL) } else { Ok(file.read(offset, len as u64)) };
+        self.release(ino);
+        read
     }
 
     pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
@@ -69,6 +72,12 @@ impl Model {
         if size > self.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
+        self.truncate_inode(ino, size);
+        Ok(())
+    }
+
+    /// ext4_setattr's size change, once the caller's checks passed.
+    pub(crate) fn truncate_inode(&mut self, ino: Ino, size: u64) {
         let bs = self.bs();
         let file = self.file_mut(ino);
         let old = file.size;
@@ -79,13 +88,13 @@ impl Model {
             file.zero_bytes(size, keep * bs);
             file.size = size;
             self.st.used_blocks -= freed;
+            self.truncated_to_zero(ino);
         } else {
             file.size = size;
         }
         if size != old {
             self.touch_datasync(ino);
         }
-        Ok(())
     }
 
     /// Writeback of one file: dirty blocks become written. Not durable by itself.
@@ -99,6 +108,7 @@ impl Model {
     pub(crate) fn do_fsync(&mut self, path: &str, datasync: bool) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
         self.writeback(ino);
+        self.release(ino);
         let seq = self.st.seq;
         let marks = &mut self.st.inode_mut(ino).marks;
         marks.durable_at = seq;
@@ -133,13 +143,21 @@ impl Model {
             self.writeback(ino);
         }
         let bs = self.bs();
-        Ok(self.file(ino).map(|f| f.fiemap(bs)).unwrap_or_default())
+        let map = self.file(ino).map(|f| f.fiemap(bs)).unwrap_or_default();
+        self.release(ino);
+        Ok(map)
     }
 
     /// chattr +i/-i/+a/-a: FS_IOC_SETFLAGS with one bit changed. The
     /// capability it needs (CAP_LINUX_IMMUTABLE) is the test bed's to have.
     pub(crate) fn do_chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
+        let changed = self.chattr_open(ino, flag, enable);
+        self.release(ino);
+        changed
+    }
+
+    fn chattr_open(&mut self, ino: Ino, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         self.writable()?;
         self.check_flag_change(ino, flag.bit(), enable)?;
         // ext4_ioctl_setflags writes a regular file's dirty pages back before
@@ -174,6 +192,12 @@ impl Model {
     /// ext4 returns success and leaves the flag alone.
     pub(crate) fn do_set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
+        let switched = self.switch_open(ino, enable);
+        self.release(ino);
+        switched
+    }
+
+    fn switch_open(&mut self, ino: Ino, enable: bool) -> Result<(), Errno> {
         self.writable()?;
         self.check_flag_change(ino, inode_flags::JOURNAL_DATA, enable)?;
         if self.st.inode(ino).journal_data() == enable || self.mount.data.is_none() {

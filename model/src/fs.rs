@@ -41,6 +41,12 @@ pub trait FileSystem {
     fn append_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
         self.append(path, &pattern(seed, len as usize))
     }
+    /// open(O_WRONLY|O_TRUNC) of an existing file, `data` written at 0, close.
+    fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno>;
+    /// [`FileSystem::rewrite`] of [`pattern`]`(seed, len)`.
+    fn rewrite_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.rewrite(path, &pattern(seed, len as usize))
+    }
     /// lseek(SEEK_DATA/SEEK_HOLE) through an O_RDONLY descriptor. A real
     /// filesystem gives one offset ([`SeekChoices::exactly`]); the model may
     /// allow several.
@@ -87,6 +93,12 @@ pub trait FileSystem {
                     return Err(Errno::EINVAL);
                 }
                 self.append_pattern(path, *len, *seed).map(Reply::Written)
+            }
+            Op::Rewrite { path, len, seed } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.rewrite_pattern(path, *len, *seed).map(Reply::Written)
             }
             Op::Lseek { path, offset, whence } => match self.lseek(path, *offset, *whence) {
                 Ok(choices) => choices.only().unwrap_or(Ok(Reply::SeekChoices(choices))),

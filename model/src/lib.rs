@@ -10,6 +10,7 @@
 
 pub mod adopt;
 pub mod agree;
+mod auto_da_alloc;
 pub mod config;
 pub mod content;
 mod crash_log;

@@ -30,6 +30,9 @@ pub struct Model {
     pub(crate) st: State,
     /// Everything since the last sync, for crash checks. None in replays.
     pub(crate) log: Option<CrashLog>,
+    /// A harness is looking (see [`Model::looking`]): the closes of the
+    /// opens its reads and stats stand for change nothing.
+    pub(crate) harness_looking: bool,
 }
 
 impl Model {
@@ -41,12 +44,28 @@ impl Model {
         let mount = config.validate()?;
         let st = State::new();
         let log = Some(CrashLog::new(st.clone()));
-        Ok(Model { mount, limits, st, log })
+        Ok(Model { mount, limits, st, log, harness_looking: false })
     }
 
     pub(crate) fn from_state(mount: EffectiveMount, limits: Limits, st: State, logged: bool) -> Model {
         let log = logged.then(|| CrashLog::new(st.clone()));
-        Model { mount, limits, st, log }
+        Model { mount, limits, st, log, harness_looking: false }
+    }
+
+    /// Runs `f` with the model as a harness's view of it: reads and stats
+    /// answer as ever, but the closes they stand for do not start
+    /// write-back (auto_da_alloc), so a check leaves the model as it was.
+    pub fn looking<T>(&mut self, f: impl FnOnce(&mut Model) -> T) -> T {
+        let was = self.set_looking(true);
+        let out = f(self);
+        self.set_looking(was);
+        out
+    }
+
+    /// [`Model::looking`] for a caller that cannot pass a closure (a test
+    /// double whose checks go through itself). Returns the previous setting.
+    pub fn set_looking(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.harness_looking, on)
     }
 
     pub fn mount(&self) -> &EffectiveMount {
@@ -88,6 +107,17 @@ impl Model {
         let len = bytes.len();
         self.record(|| Call::Write { path: path.into(), offset, data: bytes.clone() });
         self.do_write(path, offset, len, Source::Literal { bytes, at: 0 })
+    }
+
+    /// A rewrite is logged as its two steps, each its own handle in ext4:
+    /// a crash may fall between the truncate and the write. Replayed, the
+    /// truncate refuses where the open would, and the write's close is the
+    /// rewrite's.
+    pub(crate) fn rewrite_literal(&mut self, path: &str, bytes: Arc<[u8]>) -> Result<u64, Errno> {
+        let len = bytes.len();
+        self.record(|| Call::Op(Op::Truncate { path: path.into(), size: 0 }));
+        self.record(|| Call::Write { path: path.into(), offset: 0, data: bytes.clone() });
+        self.do_rewrite(path, len, Source::Literal { bytes, at: 0 })
     }
 
     pub(crate) fn append_literal(&mut self, path: &str, bytes: Arc<[u8]>) -> Result<u64, Errno> {
@@ -375,7 +405,14 @@ impl FileSystem for Model {
     }
     fn stat(&mut self, path: &str) -> Result<Stat, Errno> {
         let ino = self.st.resolve(&split(path)?, false)?;
-        Ok(self.stat_of(ino))
+        let stat = self.stat_of(ino);
+        // The flags come through an O_RDONLY|O_NOFOLLOW descriptor: its
+        // close is a release like any other.
+        if self.close_changes(ino) {
+            self.record(|| Call::Op(Op::Stat { path: path.into() }));
+            self.release(ino);
+        }
+        Ok(stat)
     }
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         self.write_literal(path, offset, data.into())
@@ -385,6 +422,7 @@ impl FileSystem for Model {
         self.do_write(path, offset, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        self.record_close(path, || Op::Read { path: path.into(), offset, len });
         self.do_read(path, offset, len)
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
@@ -411,6 +449,8 @@ impl FileSystem for Model {
     fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
         if sync {
             self.record(|| Call::Op(Op::Fiemap { path: path.into(), sync }));
+        } else {
+            self.record_close(path, || Op::Fiemap { path: path.into(), sync });
         }
         self.do_fiemap(path, sync)
     }
@@ -430,6 +470,16 @@ impl FileSystem for Model {
         self.do_append(path, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn lseek(&mut self, path: &str, offset: u64, whence: crate::op::SeekWhence) -> Result<crate::op::SeekChoices, Errno> {
+        self.record_close(path, || Op::Lseek { path: path.into(), offset, whence });
         self.do_lseek(path, offset, whence)
+    }
+    fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        self.rewrite_literal(path, data.into())
+    }
+    fn rewrite_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
+        // Logged as its two steps (see rewrite_literal).
+        self.record(|| Call::Op(Op::Truncate { path: path.into(), size: 0 }));
+        self.record(|| Call::Op(Op::Write { path: path.into(), offset: 0, len, seed }));
+        self.do_rewrite(path, len as usize, Source::Pattern { seed, at: 0 })
     }
 }

@@ -207,6 +207,11 @@ impl Model {
             self.exchange((odir, oname, old), (ndir, nname, n));
             return Ok(());
         }
+        // ext4_rename: replacing a name starts write-back of the source's
+        // delayed blocks (auto_da_alloc), before its own checks.
+        if new.is_some() && self.mount.auto_da_alloc {
+            self.alloc_da_blocks(old);
+        }
         if let Some(n) = new {
             if self.st.entries(n).is_some_and(|e| !e.is_empty()) {
                 return Err(Errno::ENOTEMPTY);

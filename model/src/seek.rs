@@ -86,13 +86,15 @@ impl FileData {
 
 impl Model {
     /// open(O_RDONLY) + lseek + close.
-    pub(crate) fn do_lseek(&self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno> {
+    pub(crate) fn do_lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno> {
         let ino = self.open_path(path)?;
         let bs = self.bs();
-        match self.file(ino) {
+        let choices = match self.file(ino) {
             Some(f) => f.seek(offset, whence, bs),
             None => directory_seek(offset, whence, bs),
-        }
+        };
+        self.release(ino);
+        choices
     }
 }
 

@@ -69,6 +69,10 @@ impl Model {
     pub fn begin_fsync(&mut self, path: &str, datasync: bool) -> Result<PendingFsync, Errno> {
         let ino = self.open_path(path)?;
         self.writeback(ino);
+        // Its close comes at the end; done here it finds the same nothing
+        // to flush, unless another task wrote the file in between (that
+        // data then waits for a later close or write-back).
+        self.release(ino);
         let marks = self.st.inode(ino).marks;
         let committed = if datasync { marks.datasync_op } else { marks.meta_op };
         Ok(PendingFsync { path: path.to_string(), ino, datasync, closed_at: self.st.seq, committed })

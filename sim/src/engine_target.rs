@@ -206,6 +206,7 @@ impl FileSystem for EngineTarget {
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.fs()?.set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.fs()?.chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.fs()?.append(p, d) }
+    fn rewrite(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.fs()?.rewrite(p, d) }
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.fs()?.lseek(p, o, w) }
 }
 

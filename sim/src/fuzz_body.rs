@@ -28,6 +28,7 @@ fn mount_config(u: &mut Unstructured) -> arbitrary::Result<MountConfig> {
         ..MountConfig::default()
     };
     c.read_only = u.ratio(1, 16)?;
+    c.auto_da_alloc = !u.ratio(1, 4)?;
     Ok(c)
 }
 
@@ -91,7 +92,7 @@ pub fn lockstep_ops(data: &[u8]) {
     let (dev, report) = ext4_engine::check::check(dev);
     assert!(report.is_clean(), "engine fsck after unmount: {report}");
     let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("remount");
-    let a = ext4_model::durability::view_tree(&mut model).expect("model tree");
+    let a = model.looking(|m| ext4_model::durability::view_tree(m)).expect("model tree");
     let b = ext4_model::durability::view_tree(&mut engine).expect("engine tree after remount");
     assert_eq!(a.nodes, b.nodes, "tree changed across unmount and mount");
 }

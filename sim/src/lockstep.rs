@@ -436,7 +436,7 @@ impl<T: Target> Lockstep<T> {
         let mut differs = None;
         let checked = self.harness(|ls| {
             let (model, next_file) = (&mut ls.model, &mut ls.read_back_from);
-            let mut read_back = |fs: &mut dyn FileSystem| match tree_agrees(model, fs, budget, *next_file) {
+            let mut read_back = |fs: &mut dyn FileSystem| match model.looking(|m| tree_agrees(m, fs, budget, *next_file)) {
                 Ok(seen) => {
                     *next_file = seen.next;
                     Ok(())

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 23] = [
+const BASE_WEIGHTS: [u32; 24] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -35,6 +35,7 @@ const BASE_WEIGHTS: [u32; 23] = [
     1,  // chattr
     4,  // append
     3,  // lseek
+    1,  // rewrite
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -77,7 +78,7 @@ impl WorkloadConfig {
 pub struct Workload {
     rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 23],
+    weights: [u32; 24],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -290,6 +291,11 @@ impl Workload {
             }
             OpKind::Fiemap => Op::Fiemap { path: self.file_path(), sync: self.rng.random_ratio(1, 4) },
             OpKind::SetJournalData => Op::SetJournalData { path: self.any_path(), enable: self.rng.random_bool(0.5) },
+            // Replacing contents in place, now and then emptying the file.
+            OpKind::Rewrite => {
+                let len = if self.rng.random_ratio(1, 8) { 0 } else { self.length() };
+                Op::Rewrite { path: self.file_path(), len, seed: self.rng.random() }
+            }
             OpKind::Lseek => {
                 // Mostly files; a directory's answer is checked too.
                 let path = if self.rng.random_ratio(1, 10) { self.dir_path() } else { self.file_path() };
@@ -389,6 +395,9 @@ impl Workload {
             }
             Op::Truncate { path, size } => {
                 self.sizes.insert(path.clone(), *size);
+            }
+            Op::Rewrite { path, len, .. } => {
+                self.sizes.insert(path.clone(), u64::from(*len));
             }
             Op::Append { path, len, .. } => {
                 if let Some(s) = self.sizes.get_mut(path) {

@@ -24,6 +24,7 @@ impl TargetFactory for Buggy {
             InjectedBug::SynthesisedBitmapSkipsReservedGdt => |fs| fs.inject_bug(InjectedBug::SynthesisedBitmapSkipsReservedGdt),
             InjectedBug::OrderedCommitsBeforeData => |fs| fs.inject_bug(InjectedBug::OrderedCommitsBeforeData),
             InjectedBug::SeekIgnoresPageCache => |fs| fs.inject_bug(InjectedBug::SeekIgnoresPageCache),
+            InjectedBug::ReleaseForgetsTruncatedFile => |fs| fs.inject_bug(InjectedBug::ReleaseForgetsTruncatedFile),
         });
         Ok(t)
     }
@@ -275,6 +276,23 @@ fn a_seek_that_ignores_dirty_pages_over_unwritten_blocks_is_caught() {
         .find(|r| r.failure.is_some())
         .expect("some seed seeks over dirty unwritten blocks");
     assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Lseek { .. })), "{:?}", failing.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.replays && shrunk.trace.steps.len() <= 6, "{:?}", shrunk.trace.steps);
+    let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
+    assert!(clean.failure.is_none(), "{:?}", clean.failure);
+}
+
+/// auto_da_alloc at close: after a truncate to 0, the next close writes the
+/// delayed blocks back, so FIEMAP can no longer show them delayed. An engine
+/// that forgets it is caught in generated runs and shrinks to a few steps.
+#[test]
+fn a_close_that_forgets_auto_da_alloc_is_caught() {
+    let bug = Buggy(InjectedBug::ReleaseForgetsTruncatedFile);
+    let failing = (0..60)
+        .map(|s| run_seed(&bug, &RunSpec { swarm: false, ..RunSpec::new(s, 1500, MountConfig::default()) }).unwrap())
+        .find(|r| r.failure.is_some())
+        .expect("some seed rewrites a file and maps it");
+    assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Fiemap { .. })), "{:?}", failing.failure);
     let shrunk = shrink_failure(&bug, &failing).unwrap();
     assert!(shrunk.replays && shrunk.trace.steps.len() <= 6, "{:?}", shrunk.trace.steps);
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();

@@ -52,6 +52,7 @@ impl FileSystem for Buggy {
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.inner.set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.inner.chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.inner.append(p, d) }
+    fn rewrite(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.inner.rewrite(p, d) }
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.inner.lseek(p, o, w) }
 }
 
@@ -61,7 +62,7 @@ impl Target for Buggy {
     type SecondHalf = ();
     fn fsck(&mut self, read_back: ext4_sim::target::ReadBack<'_>) -> Result<(), String> {
         self.inner.check_invariants()?;
-        read_back(&mut self.inner)
+        self.inner.looking(|m| read_back(m))
     }
     fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
     fn image_hash(&mut self) -> u64 { self.inner.seq() }

@@ -49,6 +49,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => (path(), path()).prop_map(|(from, to)| Op::Rename { from, to }),
         1 => (path(), prop_oneof![Just(ext4_model::ChattrFlag::Immutable), Just(ext4_model::ChattrFlag::Append)], any::<bool>()).prop_map(|(path, flag, enable)| Op::Chattr { path, flag, enable }),
         2 => (path(), 0u32..20_000, any::<u64>()).prop_map(|(path, len, seed)| Op::Append { path, len, seed }),
+        2 => (path(), 0u32..20_000, any::<u64>()).prop_map(|(path, len, seed)| Op::Rewrite { path, len, seed }),
         2 => (path(), offset(), any::<bool>()).prop_map(|(path, offset, data)| Op::Lseek { path, offset, whence: if data { ext4_model::SeekWhence::Data } else { ext4_model::SeekWhence::Hole } }),
         2 => (path(), path(), prop_oneof![Just(ext4_model::RenameFlags::NoReplace), Just(ext4_model::RenameFlags::Exchange)]).prop_map(|(from, to, flags)| Op::Renameat2 { from, to, flags }),
         2 => (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
@@ -80,13 +81,15 @@ pub fn valid_mount_config() -> impl Strategy<Value = MountConfig> {
         data_mode(),
         prop_oneof![Just(None), Just(Some(false))],
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(block_size, page_size, data, delalloc, dioread)| MountConfig {
+        .prop_map(|(block_size, page_size, data, delalloc, dioread, auto_da_alloc)| MountConfig {
             block_size,
             page_size,
             data,
             delalloc: if data == Some(DataMode::Journal) { delalloc } else { delalloc.or(Some(true)) },
             dioread_nolock: Some(dioread),
+            auto_da_alloc,
             alloc: AllocPolicy::default(),
             ..MountConfig::default()
         })

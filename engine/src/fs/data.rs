@@ -140,17 +140,19 @@ impl<D: BlockDevice> Ctx<D> {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        self.write_at(ino, offset, data)
+        let written = self.write_at(ino, offset, data);
+        self.closing(ino, written)
     }
 
     /// write through an O_APPEND descriptor: at EOF, whatever the offset.
     pub(crate) fn do_append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, true)?;
         let offset = self.node(ino)?.disk.size;
-        self.write_at(ino, offset, data)
+        let written = self.write_at(ino, offset, data);
+        self.closing(ino, written)
     }
 
-    fn write_at(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+    pub(crate) fn write_at(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let count = ext4_model::vfs::write_count(offset, data.len(), self.ctx.mount.max_file_size())?;
         if count == 0 {
             return Ok(0);
@@ -239,6 +241,11 @@ impl<D: BlockDevice> Ext4<D> {
         if size > self.ctx.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
+        self.truncate_inode(ino, size)
+    }
+
+    /// ext4_setattr's size change, once the caller's checks passed.
+    pub(crate) fn truncate_inode(&mut self, ino: InodeNumber, size: u64) -> Result<(), Errno> {
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
         let old = node.disk.size;
@@ -247,6 +254,7 @@ impl<D: BlockDevice> Ext4<D> {
             let keep = size.div_ceil(bs);
             ctx.discard_blocks(ino, node, keep..u64::MAX)?;
             ctx.cache_zero(ino, node, size, keep * bs)?;
+            node.da_alloc_close |= size == 0 && ctx.mount.auto_da_alloc;
         }
         ctx.zero_past_eof(ino, node, old, size)?;
         node.disk.size = size;

@@ -25,6 +25,11 @@ use super::Ext4;
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let ino = self.open_for_write(path, false)?;
+        let done = self.fallocate_open(ino, mode, offset, len);
+        self.closing(ino, done)
+    }
+
+    fn fallocate_open(&mut self, ino: InodeNumber, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
         let kind = classify_fallocate(mode, offset, len)?;
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EISDIR);

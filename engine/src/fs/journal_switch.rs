@@ -55,6 +55,8 @@ impl<D: BlockDevice> Ext4<D> {
     pub fn begin_journal_switch(&mut self, path: &str, enable: bool) -> Result<SwitchTicket, Errno> {
         self.start_handle()?;
         let ino = self.open_path(path)?;
+        // Its close, early: the switch writes the file back anyway.
+        self.release_file(ino)?;
         self.ctx.writable()?;
         self.check_flag_change(ino, JOURNAL_DATA, enable)?;
         let no_journal = self.ctx.mount.data.is_none();

@@ -50,6 +50,7 @@
 //!   data of data=journal inodes (written like ordered), letting
 //!   data=writeback commits overtake data, commit and write-back timers.
 
+mod auto_da_alloc;
 mod buffered;
 mod data;
 mod fallocate;

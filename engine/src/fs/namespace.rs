@@ -255,6 +255,11 @@ impl<D: BlockDevice> Ext4<D> {
         if let (true, Some(n)) = (exchange, new) {
             return self.exchange((odir, oname, old), (ndir, nname, n));
         }
+        // ext4_rename, before its own checks: replacing a name writes the
+        // source's delayed blocks back (auto_da_alloc).
+        if new.is_some() && self.ctx.mount.auto_da_alloc {
+            self.alloc_da_blocks(old.ino)?;
+        }
         if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
             if !self.dir_node(n.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
                 return Err(Errno::ENOTEMPTY);
@@ -338,9 +343,12 @@ impl<D: BlockDevice> Ext4<D> {
         })
     }
 
+    /// lstat, and the flags through an O_RDONLY|O_NOFOLLOW descriptor
+    /// (which a symlink refuses), whose close is a release.
     pub(crate) fn do_stat(&mut self, path: &str) -> Result<Stat, Errno> {
         let ino = self.resolve(&split(path)?, false)?;
-        self.stat_of(ino)
+        let stat = self.stat_of(ino);
+        self.closing(ino, stat)
     }
 
     /// Resolves a path the way open(2) does (following symlinks).

@@ -35,6 +35,8 @@ pub struct Node {
     pub map_dirty: bool,
     /// Delayed extents (reserved, not allocated); see [`ExtentStatusTree`].
     pub es: ExtentStatusTree,
+    /// Truncated to 0 since its last close (EXT4_STATE_DA_ALLOC_CLOSE).
+    pub da_alloc_close: bool,
 }
 
 impl Node {
@@ -103,7 +105,7 @@ impl<D: BlockDevice> Ctx<D> {
         if disk.has_flag(FL_INLINE_DATA) {
             return Err(Unsupported::Construct(format!("inode {ino} has inline data")).into());
         }
-        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new() };
+        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false };
         let fast_link = node.is_fast_symlink();
         if node.disk.has_flag(FL_EXTENTS) {
             let seed = self.ino_seed(ino, node.disk.generation);

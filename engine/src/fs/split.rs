@@ -69,6 +69,9 @@ impl<D: BlockDevice> Ext4<D> {
     pub fn begin_fsync(&mut self, path: &str) -> Result<SyncTicket, Errno> {
         self.start_handle()?;
         let ino = self.open_path(path)?;
+        // Its close, early: the write-back below leaves it nothing to do
+        // but clear the truncate's flag (auto_da_alloc).
+        self.release_file(ino)?;
         if self.ctx.mount.read_only {
             return Ok(SyncTicket::Done);
         }

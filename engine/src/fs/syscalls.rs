@@ -14,6 +14,14 @@ use super::Ext4;
 impl<D: BlockDevice> Ext4<D> {
     /// Room for the few minimum-order folios an op zeroes edges in (a
     /// truncated tail, punched or zeroed edges, the block of an old EOF).
+    /// The close at the end of an op that opened `path` read-only; the
+    /// op's own error is the one reported.
+    fn closed<T>(&mut self, path: &str, result: Result<T, Errno>) -> Result<T, Errno> {
+        let closed = self.close_path(path);
+        let value = result?;
+        closed.map(|()| value)
+    }
+
     fn make_room_for_edges(&mut self) -> Result<(), Errno> {
         if self.ctx.mount.read_only {
             return Ok(());
@@ -71,7 +79,8 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_write(path, offset, data)
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        self.do_read(path, offset, len)
+        let read = self.do_read(path, offset, len);
+        self.closed(path, read)
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
         self.prepare_change(0)?;
@@ -80,11 +89,13 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
     }
     fn fsync(&mut self, path: &str) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
-        self.sync_file(ino)
+        let synced = self.sync_file(ino);
+        self.closing(ino, synced)
     }
     fn fdatasync(&mut self, path: &str) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
-        self.sync_file(ino)
+        let synced = self.sync_file(ino);
+        self.closing(ino, synced)
     }
     fn sync(&mut self) -> Result<(), Errno> {
         self.sync_all()
@@ -104,20 +115,28 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
                 self.write_back_data(ino, 0).map_err(Errno::from)?;
             }
         }
-        self.do_fiemap(path)
+        let map = self.do_fiemap(path);
+        self.closed(path, map)
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         self.set_journal_data_whole(path, enable)
     }
     fn chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         self.prepare_change(0)?;
-        self.do_chattr(path, flag, enable)
+        let changed = self.do_chattr(path, flag, enable);
+        self.closed(path, changed)
     }
     fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
         self.do_append(path, data)
     }
     fn lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno> {
-        self.do_lseek(path, offset, whence).map(SeekChoices::exactly)
+        let found = self.do_lseek(path, offset, whence);
+        self.closed(path, found).map(SeekChoices::exactly)
+    }
+    fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
+        self.make_room_for_edges()?;
+        self.do_rewrite(path, data)
     }
 }

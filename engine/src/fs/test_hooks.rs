@@ -33,6 +33,9 @@ pub enum InjectedBug {
     /// SEEK_DATA/SEEK_HOLE take every unwritten block for a hole, dirty
     /// pages over it or not (the page cache is not asked).
     SeekIgnoresPageCache,
+    /// The close after a truncate to 0 clears the flag but writes nothing
+    /// back (auto_da_alloc forgotten at close; renames still flush).
+    ReleaseForgetsTruncatedFile,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,6 +57,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_releases_every_hold(&self) -> bool {
         self.bug.bug == Some(InjectedBug::CommitReleasesEveryHold)
+    }
+
+    pub(crate) fn bug_release_forgets(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::ReleaseForgetsTruncatedFile)
     }
 
     pub(crate) fn bug_seek_ignores_page_cache(&self) -> bool {

@@ -72,6 +72,10 @@ pub struct MountConfig {
     pub dioread_nolock: Option<bool>,
     /// `journal_async_commit`. Default: false.
     pub journal_async_commit: bool,
+    /// `auto_da_alloc` / `noauto_da_alloc`: a file truncated to 0 and
+    /// rewritten, or renamed over another, has its delayed blocks written
+    /// back (at its close, at the rename). Default: true.
+    pub auto_da_alloc: bool,
     /// Cap on page-cache folio order. Default (None): ext4's own maximum.
     pub max_folio_order: Option<u8>,
     /// `ro`. Default: false.
@@ -100,6 +104,7 @@ impl Default for MountConfig {
             delalloc: None,
             dioread_nolock: None,
             journal_async_commit: false,
+            auto_da_alloc: true,
             max_folio_order: None,
             read_only: false,
             alloc: AllocPolicy::default(),
@@ -159,6 +164,7 @@ pub struct EffectiveMount {
     pub delalloc: bool,
     pub dioread_nolock: bool,
     pub journal_async_commit: bool,
+    pub auto_da_alloc: bool,
     /// Every page-cache folio has at least this order: log2(bs/ps) when bs > ps.
     pub min_folio_order: u8,
     /// Largest folio order for inodes not in data journaling.
@@ -242,6 +248,7 @@ impl MountConfig {
             delalloc,
             dioread_nolock,
             journal_async_commit: self.journal_async_commit,
+            auto_da_alloc: self.auto_da_alloc,
             min_folio_order,
             max_folio_order,
             read_only: self.read_only,

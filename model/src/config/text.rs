@@ -54,6 +54,8 @@ impl FromStr for MountConfig {
                 ("dioread_nolock", None) => c.dioread_nolock = Some(true),
                 ("dioread_lock", None) => c.dioread_nolock = Some(false),
                 ("journal_async_commit", None) => c.journal_async_commit = true,
+                ("auto_da_alloc", None | Some("1")) => c.auto_da_alloc = true,
+                ("auto_da_alloc", Some("0")) | ("noauto_da_alloc", None) => c.auto_da_alloc = false,
                 ("ro", None) => c.read_only = true,
                 ("rw", None) => c.read_only = false,
                 ("nojournal", None) => c.has_journal = false,
@@ -103,6 +105,9 @@ impl fmt::Display for MountConfig {
         if self.journal_async_commit {
             out.push("journal_async_commit".into());
         }
+        if !self.auto_da_alloc {
+            out.push("noauto_da_alloc".into());
+        }
         if self.read_only {
             out.push("ro".into());
         }
@@ -134,7 +139,10 @@ mod tests {
 
     #[test]
     fn options_round_trip_and_bad_ones_are_named() {
-        let c: MountConfig = "data=journal,nodelalloc,bs=16k,ps=4K,skip_block_uninit,max_folio_order=3,mb_stream_req=32".parse().unwrap();
+        let c: MountConfig = "data=journal,nodelalloc,bs=16k,ps=4K,skip_block_uninit,max_folio_order=3,mb_stream_req=32,noauto_da_alloc".parse().unwrap();
+        assert!(!c.auto_da_alloc);
+        assert_eq!("auto_da_alloc=0".parse::<MountConfig>().map(|c| c.auto_da_alloc), Ok(false));
+        assert_eq!("noauto_da_alloc,auto_da_alloc".parse::<MountConfig>().map(|c| c.auto_da_alloc), Ok(true));
         assert_eq!((c.block_size, c.page_size, c.delalloc, c.data), (16384, 4096, Some(false), Some(DataMode::Journal)));
         assert_eq!(c.to_string().parse::<MountConfig>(), Ok(c));
         assert_eq!(MountConfig::default().to_string(), "");

@@ -129,7 +129,8 @@ pub enum Op {
     Readlink { path: String },
     /// Names in a directory, without "." and "..".
     Readdir { path: String },
-    /// lstat(2).
+    /// lstat(2), and FS_IOC_GETFLAGS through an O_RDONLY|O_NOFOLLOW
+    /// descriptor (closed, so a release like any other close).
     Stat { path: String },
     /// pwrite of `len` bytes of [`pattern`]`(seed, len)` at `offset`.
     Write { path: String, offset: u64, len: u32, seed: u64 },
@@ -152,6 +153,10 @@ pub enum Op {
     Append { path: String, len: u32, seed: u64 },
     /// open(O_RDONLY) + lseek(SEEK_DATA or SEEK_HOLE) + close.
     Lseek { path: String, offset: u64, whence: SeekWhence },
+    /// open(O_WRONLY|O_TRUNC) of an existing file + write of `len` bytes of
+    /// [`pattern`]`(seed, len)` at 0 + close: replacing a file's contents
+    /// in place, which ext4's auto_da_alloc writes back at the close.
+    Rewrite { path: String, len: u32, seed: u64 },
 }
 
 impl Op {
@@ -178,7 +183,8 @@ impl Op {
             | Op::SetJournalData { path, .. }
             | Op::Chattr { path, .. }
             | Op::Append { path, .. }
-            | Op::Lseek { path, .. } => vec![path],
+            | Op::Lseek { path, .. }
+            | Op::Rewrite { path, .. } => vec![path],
         }
     }
 
@@ -220,6 +226,7 @@ impl Op {
             Op::Chattr { .. } => OpKind::Chattr,
             Op::Append { .. } => OpKind::Append,
             Op::Lseek { .. } => OpKind::Lseek,
+            Op::Rewrite { .. } => OpKind::Rewrite,
         }
     }
 }
@@ -250,10 +257,11 @@ pub enum OpKind {
     Chattr,
     Append,
     Lseek,
+    Rewrite,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 23] = [
+    pub const ALL: [OpKind; 24] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -277,6 +285,7 @@ impl OpKind {
         OpKind::Chattr,
         OpKind::Append,
         OpKind::Lseek,
+        OpKind::Rewrite,
     ];
 }
 
@@ -389,7 +398,7 @@ mod tests {
 
     #[test]
     fn kinds_cover_every_op() {
-        assert_eq!(OpKind::ALL.len(), 23);
+        assert_eq!(OpKind::ALL.len(), 24);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
     }
 

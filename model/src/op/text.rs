@@ -55,6 +55,7 @@ impl fmt::Display for Op {
             Op::Chattr { path, flag, enable } => write!(f, "chattr path={} flag={} enable={enable}", q(path), chattr_text(*flag)),
             Op::Append { path, len, seed } => write!(f, "append path={} len={len} seed={seed}", q(path)),
             Op::Lseek { path, offset, whence } => write!(f, "lseek path={} offset={offset} whence={}", q(path), whence.text()),
+            Op::Rewrite { path, len, seed } => write!(f, "rewrite path={} len={len} seed={seed}", q(path)),
         }
     }
 }
@@ -105,6 +106,7 @@ impl FromStr for Op {
                 enable: f.flag("enable")?,
             },
             "append" => Op::Append { path: path()?, len: f.num("len")?, seed: f.num("seed")? },
+            "rewrite" => Op::Rewrite { path: path()?, len: f.num("len")?, seed: f.num("seed")? },
             "lseek" => Op::Lseek {
                 path: path()?,
                 offset: f.num("offset")?,
@@ -138,6 +140,7 @@ mod tests {
             Op::Append { path: "/a".into(), len: 9, seed: 4 },
             Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },
             Op::Lseek { path: "/a".into(), offset: u64::MAX, whence: SeekWhence::Hole },
+            Op::Rewrite { path: "/a".into(), len: 0, seed: 5 },
         ];
         for op in ops {
             assert_eq!(op.to_string().parse::<Op>(), Ok(op.clone()), "{op}");

@@ -194,7 +194,7 @@ fn check_image(tools: &Tools, mount: &MountConfig, image: &Path, model: &mut Mod
     let dev = FileDevice::open(image, false).map_err(|e| Finding::Image(format!("open {}: {e}", image.display())))?;
     let ro = MountConfig { read_only: true, ..*mount };
     let mut engine = Ext4::mount(dev, &ro).map_err(|e| Finding::Image(format!("the engine cannot mount it: {e}")))?;
-    let want = view_tree(model).map_err(|e| Finding::Image(format!("model view: {e}")))?;
+    let want = model.looking(|m| view_tree(m)).map_err(|e| Finding::Image(format!("model view: {e}")))?;
     let got = view_tree(&mut engine).map_err(|e| Finding::Image(format!("engine view: {e}")))?;
     let shape = |v: &ext4_model::durability::TreeView| -> Vec<(String, ext4_model::FileKind, u32, u32, Option<String>)> {
         v.nodes.iter().map(|(p, n)| (p.clone(), n.kind, n.mode, n.nlink, n.target.clone())).collect()

@@ -420,6 +420,16 @@ impl FileSystem for SyscallFs {
         Ok(n as u64)
     }
 
+    fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
+        let fd = self.open(path, libc::O_WRONLY | libc::O_TRUNC, 0)?;
+        // SAFETY: data is readable for its length; the descriptor is at 0.
+        let n = unsafe { libc::write(fd.0, data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            return Err(errno());
+        }
+        Ok(n as u64)
+    }
+
     fn lseek(&mut self, path: &str, offset: u64, whence: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> {
         let fd = self.open(path, libc::O_RDONLY, 0)?;
         // SAFETY: fd is open; offsets past off_t come out negative, as the

@@ -112,6 +112,7 @@ impl FileSystem for Plain {
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.view().set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.view().chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().append(p, d) }
+    fn rewrite(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().rewrite(p, d) }
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.view().lseek(p, o, w) }
 
     // The runner sends every op but a write through here.
@@ -143,7 +144,10 @@ impl Target for Plain {
         }
         self.read_back.push(Vec::new());
         self.reading_back = true;
+        // A check looks; the closes of its reads must not write anything back.
+        let was = self.fs.set_looking(true);
         let agreed = read_back(self);
+        self.fs.set_looking(was);
         self.reading_back = false;
         agreed
     }

@@ -109,7 +109,8 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
         | Op::SetJournalData { path, .. }
         | Op::Chattr { path, .. }
         | Op::Append { path, .. }
-        | Op::Lseek { path, .. } => vec![path],
+        | Op::Lseek { path, .. }
+        | Op::Rewrite { path, .. } => vec![path],
     }
 }
 

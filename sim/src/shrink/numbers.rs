@@ -48,7 +48,7 @@ fn get(op: &Op, number: Number) -> Option<u64> {
     match (op, number) {
         (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => Some(*offset),
         (Op::Truncate { size, .. }, Number::Position) => Some(*size),
-        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. }, Number::Length) => Some(u64::from(*len)),
+        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. }, Number::Length) => Some(u64::from(*len)),
         (Op::Fallocate { len, .. }, Number::Length) => Some(*len),
         _ => None,
     }
@@ -60,7 +60,7 @@ fn set(op: &mut Op, number: Number, value: u64) {
     match (op, number) {
         (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => *offset = value,
         (Op::Truncate { size, .. }, Number::Position) => *size = value,
-        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
+        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
         (Op::Fallocate { len, .. }, Number::Length) => *len = value,
         _ => {}
     }
@@ -133,7 +133,7 @@ fn renumber_seeds(current: &mut Trace, trial: &mut Trial) {
     let mut renumbered: BTreeMap<u64, u64> = BTreeMap::new();
     let mut candidate = current.clone();
     for op in candidate.steps.iter_mut().filter_map(op_mut) {
-        if let Op::Write { seed, .. } | Op::Append { seed, .. } = op {
+        if let Op::Write { seed, .. } | Op::Append { seed, .. } | Op::Rewrite { seed, .. } = op {
             let next = renumbered.len() as u64 + 1;
             *seed = *renumbered.entry(*seed).or_insert(next);
         }
