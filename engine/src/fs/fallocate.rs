@@ -105,6 +105,7 @@ impl<D: BlockDevice> Ext4<D> {
             // Whole blocks become unwritten whatever they held: written
             // extents convert, cached data (dirty or not) is dropped.
             ctx.map_range(ino, node, first_full..last_full, true)?;
+            node.es.forget_mapped(first_full..last_full);
             node.map.set_state(first_full..last_full, true);
             node.map_dirty = true;
             ctx.pages.invalidate(ino, first_full..last_full);
