@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ext4_model::{ChattrFlag, Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags};
+use ext4_model::{ChattrFlag, Errno, FallocFlags, FiemapRequest, Op, OpKind, Outcome, RenameFlags};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -75,6 +75,9 @@ impl WorkloadConfig {
 
 pub struct Workload {
     rng: ChaCha8Rng,
+    /// FIEMAP's range, flags and count-only: a stream of their own, so
+    /// shaping FIEMAP requests moved no other op of any seed.
+    fiemap_rng: ChaCha8Rng,
     cfg: WorkloadConfig,
     weights: [u32; 22],
     total_weight: u32,
@@ -110,7 +113,9 @@ impl Workload {
             }
         }
         let total_weight = weights.iter().sum();
-        Workload { rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded }
+        let mut fiemap_rng = ChaCha8Rng::seed_from_u64(seed);
+        fiemap_rng.set_stream(0x6669_656d + (u64::from(task) << 32)); // "fiem"
+        Workload { rng, fiemap_rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded }
     }
 
     /// Op kinds this seed generates.
@@ -216,6 +221,38 @@ impl Workload {
         FallocFlags(bits)
     }
 
+    /// FIEMAP: the path and SYNC drawn as they always were; the rest of
+    /// the request from its own stream. Mostly a whole file; else a range
+    /// near the file's size, block aligned or not, and now and then a
+    /// directory. A fifth count only; rarely XATTR, CACHE or an unknown bit,
+    /// a zero length, or a start at the largest file (EINVAL) or past it
+    /// (EFBIG).
+    fn fiemap(&mut self) -> Op {
+        let mut path = self.file_path();
+        let mut flags = if self.rng.random_ratio(1, 4) { FiemapRequest::SYNC } else { 0 };
+        let r = &mut self.fiemap_rng;
+        if r.random_ratio(1, 10) && !self.dirs.is_empty() {
+            path = self.dirs[r.random_range(0..self.dirs.len())].clone();
+        }
+        let bs = u64::from(self.cfg.block_size);
+        let size = self.sizes.get(&path).copied().unwrap_or(0);
+        let (start, len) = match r.random_range(0..40) {
+            0..=23 => (0, u64::MAX),
+            24..=29 => (size.saturating_sub(r.random_range(0..=8) * bs) / bs * bs, r.random_range(1..=8) * bs),
+            30..=35 => (size.saturating_sub(r.random_range(0..=2 * bs)), r.random_range(1..=4 * bs)),
+            36 => (r.random_range(0..=self.cfg.max_offset), u64::MAX),
+            37 => (r.random_range(0..=size), 0),
+            _ => (max_file_size(bs) - 1 + r.random_range(0..=2), r.random_range(1..=bs)),
+        };
+        match r.random_range(0..60) {
+            0..=1 => flags |= FiemapRequest::XATTR,
+            2..=3 => flags |= FiemapRequest::CACHE,
+            4 => flags |= 1 << r.random_range(3..32),
+            _ => {}
+        }
+        Op::Fiemap { path, start, len, flags, count_only: r.random_ratio(1, 5) }
+    }
+
     pub fn next_op(&mut self) -> Op {
         let bs = self.cfg.block_size as u64;
         match self.pick_kind() {
@@ -273,7 +310,7 @@ impl Workload {
                 }
                 Op::Fallocate { path, mode, offset, len }
             }
-            OpKind::Fiemap => Op::Fiemap { path: self.file_path(), sync: self.rng.random_ratio(1, 4) },
+            OpKind::Fiemap => self.fiemap(),
             OpKind::SetJournalData => Op::SetJournalData { path: self.any_path(), enable: self.rng.random_bool(0.5) },
         }
     }

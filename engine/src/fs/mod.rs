@@ -53,6 +53,7 @@
 mod buffered;
 mod data;
 mod fallocate;
+mod fiemap;
 mod inode_flags;
 mod journal_switch;
 mod journaling;
