@@ -235,6 +235,7 @@ fn kernel_verified_traces_replay_on_the_engine() {
         include_str!("traces/renameat2_kernel_verified.trace"),
         include_str!("traces/immutable_writes_back_kernel_verified.trace"),
         include_str!("traces/symlink_slash_kernel_verified.trace"),
+        include_str!("traces/fiemap_range_kernel_verified.trace"),
     ] {
         let r = replay_passes(text);
         assert!(r.stats.ops >= 7, "{} ops", r.stats.ops);
