@@ -492,6 +492,41 @@ mod tests {
     }
 
     #[test]
+    fn fiemap_asks_mostly_whole_files_and_sometimes_every_other_shape() {
+        let ok: Outcome = Ok(ext4_model::Reply::Done);
+        let max = max_file_size(4096);
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for seed in 0..10 {
+            let mut w = Workload::new(seed, WorkloadConfig::new(4096));
+            for _ in 0..5000 {
+                let op = w.next_op();
+                if let Op::Fiemap { path, start, len, flags, count_only } = &op {
+                    let shapes = [
+                        ("all", true),
+                        ("whole", *start == 0 && *len == u64::MAX),
+                        ("range", *len != u64::MAX && *len > 0 && *start < max),
+                        ("dir", w.dirs.contains(path)),
+                        ("count", *count_only),
+                        ("sync", flags & FiemapRequest::SYNC != 0),
+                        ("xattr", flags & FiemapRequest::XATTR != 0),
+                        ("cache", flags & FiemapRequest::CACHE != 0),
+                        ("unknown", flags & !0x7 != 0),
+                        ("len 0", *len == 0),
+                        ("at or past the limit", *start >= max),
+                    ];
+                    for (name, _) in shapes.iter().filter(|(_, hit)| *hit) {
+                        *seen.entry(name).or_default() += 1;
+                    }
+                }
+                w.observe(&op, &ok);
+            }
+        }
+        let all = seen["all"];
+        assert!(seen["whole"] * 2 > all && seen["range"] * 5 > all, "{seen:?}");
+        assert!(["dir", "count", "sync", "xattr", "cache", "unknown", "len 0", "at or past the limit"].iter().all(|k| seen.get(k).is_some_and(|n| *n > 0)), "{seen:?}");
+    }
+
+    #[test]
     fn a_task_forgets_names_it_finds_missing_and_learns_only_new_names_from_others() {
         let ok: Outcome = Ok(ext4_model::Reply::Done);
         let gone: Outcome = Err(Errno::ENOENT);
