@@ -167,6 +167,18 @@ mod tests {
         assert_eq!(map(&mut fs, "/f", 0, 6 * BS, 0), vec![(4, 1, fiemap_flags::LAST)]);
     }
 
+    /// CACHE loads before SYNC writes back, and write-back converts the
+    /// unwritten extent the cache just took in: the conversion must drop it.
+    /// Without that drop a swarm fails at once, shrunk to these four ops.
+    #[test]
+    fn write_back_after_cache_leaves_no_stale_unwritten_entry() {
+        let mut fs = fresh_mounted(64 << 20);
+        fs.create("/a", 0o644).unwrap();
+        fs.fallocate("/a", ext4_model::FallocFlags(0x10), 0, 1).unwrap();
+        fs.write("/a", 0, &[9u8]).unwrap();
+        assert_eq!(map(&mut fs, "/a", 0, u64::MAX, FiemapRequest::SYNC | FiemapRequest::CACHE), vec![(0, 1, fiemap_flags::LAST)]);
+    }
+
     #[test]
     fn a_range_is_clipped_to_its_blocks_with_its_own_last_extent() {
         let mut fs = fresh_mounted(64 << 20);
