@@ -8,7 +8,7 @@ use common::{e2fsprogs, run, Scratch};
 use ext4_engine::device_file::FileDevice;
 use ext4_engine::fs::Ext4;
 use ext4_model::op::{fiemap_flags, pattern};
-use ext4_model::{FileKind, FileSystem, MountConfig};
+use ext4_model::{FiemapRequest, FileKind, FileSystem, MountConfig};
 
 #[test]
 fn debugfs_populated_images_read_back() {
@@ -47,9 +47,9 @@ fn debugfs_populated_images_read_back() {
         assert_eq!(fs.stat("/d/e").unwrap().kind, FileKind::Directory);
         assert_eq!(fs.stat("/d").unwrap().nlink, 3);
         // The punched hole is a hole; the preallocation past EOF is unwritten.
-        let a = fs.fiemap("/a", false).unwrap();
+        let a = fs.fiemap("/a", FiemapRequest::whole(0)).unwrap();
         assert!(a.iter().all(|e| e.logical + e.length <= 2 * bs as u64 || e.logical >= 5 * bs as u64), "{a:?}");
-        let b = fs.fiemap("/d/b", false).unwrap();
+        let b = fs.fiemap("/d/b", FiemapRequest::whole(0)).unwrap();
         let unwritten: u64 = b.iter().filter(|e| e.flags & fiemap_flags::UNWRITTEN != 0).map(|e| e.length).sum();
         assert_eq!(unwritten, 10 * bs as u64, "bs {bs}: {b:?}");
         // And the engine can change it and leave it clean.

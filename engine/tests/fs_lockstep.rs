@@ -34,7 +34,7 @@ fn compare_file(model: &mut Model, fs: &mut Ext4<MemDevice>, path: &str, size: u
     } else {
         ranges.push((0, WINDOW));
         ranges.push((size - WINDOW, WINDOW));
-        if let Ok(exts) = model.fiemap(path, false) {
+        if let Ok(exts) = model.fiemap(path, ext4_model::FiemapRequest::whole(0)) {
             ranges.extend(exts.iter().map(|e| (e.logical, e.length.min(WINDOW))));
         }
     }
@@ -68,8 +68,10 @@ fn compare_tree(model: &mut Model, fs: &mut Ext4<MemDevice>, dir: &str) -> Resul
                     _ => 0,
                 };
                 compare_file(model, fs, &path, size)?;
-                let op = Op::Fiemap { path: path.clone(), sync: false };
+                let op = Op::Fiemap { path: path.clone(), start: 0, len: u64::MAX, flags: 0, count_only: false };
                 check(&format!("remount fiemap {path}"), &model.apply(&op), &fs.apply(&op))?;
+                let op = Op::Fiemap { path: path.clone(), start: 0, len: u64::MAX, flags: 0, count_only: true };
+                check(&format!("remount fiemap count {path}"), &model.apply(&op), &fs.apply(&op))?;
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::data::{Alloc, FileData};
 use crate::durability::{data_ranges, read_range, view_tree, CrashViolation, MAX_CHECKED_BYTES};
 use crate::fs::FileSystem;
 use crate::model::{inode_blocks, Limits, Model};
-use crate::op::{fiemap_flags, FileKind};
+use crate::op::{fiemap_flags, FiemapRequest, FileKind};
 use crate::state::{Ino, Inode, Marks, Node, State, FIRST_FREE_INO, LOST_FOUND_INO, ROOT_INO};
 
 fn inconsistent(path: &str, detail: String) -> CrashViolation {
@@ -90,7 +90,7 @@ impl Model {
 }
 
 fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result<FileData, CrashViolation> {
-    let extents = fs.fiemap(path, false).map_err(|errno| CrashViolation::Unreadable { call: format!("fiemap {path}"), errno })?;
+    let extents = fs.fiemap(path, FiemapRequest::whole(0)).map_err(|errno| CrashViolation::Unreadable { call: format!("fiemap {path}"), errno })?;
     let mut file = FileData { size, ..FileData::default() };
     for e in &extents {
         if e.logical % bs != 0 || e.length % bs != 0 {

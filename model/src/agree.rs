@@ -14,8 +14,17 @@
 //!   s_extent_max_zeroout_kb of it and inside EOF): whether it splits or
 //!   zeroes depends on internals (extent merges, dioread_lock), not on any
 //!   promise. Everywhere else unwritten is unwritten: ZERO_RANGE's whole
-//!   blocks included. A directory's map is layout: written blocks from 0
-//!   with no holes;
+//!   blocks included. A directory's map is layout: written blocks with no
+//!   holes from the start of the asked range, ending anywhere inside it
+//!   (none at all only when the range starts past block 0, where every
+//!   directory has one);
+//! - count-only FIEMAP (fm_mapped_extents): where extents split is layout
+//!   (on-disk extent boundaries, the extent-status cache's entries), so any
+//!   count from the number of maximal hole-separated mapped runs in the
+//!   range (a lower bound: each run is at least one extent) up to the number
+//!   of mapped blocks in it (an upper bound: each extent is at least one
+//!   block) agrees. For a directory that is from 1 (0 past block 0) up to
+//!   the blocks of the range;
 //! - lseek SEEK_DATA/SEEK_HOLE: one of the model's [`SeekChoices`]. A clean
 //!   unwritten block is data to ext4 while its page cache holds it uptodate,
 //!   which reads and readahead decide, not any promise; a directory's end is
@@ -55,6 +64,9 @@ pub fn agrees(expected: &Outcome, actual: &Outcome) -> Result<(), Disagreement> 
         }
         (Ok(Reply::Extents(a)), Ok(Reply::Extents(b))) => fiemap_agrees(a, b),
         (Ok(Reply::SeekChoices(c)), b) => seek_agrees(c, b),
+        (Ok(Reply::ExtentsToCount { extents, block_size }), Ok(Reply::MappedCount(n))) => count_agrees(extents, *block_size, *n),
+        // A model against a model (test doubles): the maps themselves.
+        (Ok(Reply::ExtentsToCount { extents: a, .. }), Ok(Reply::ExtentsToCount { extents: b, .. })) => fiemap_agrees(a, b),
         (Ok(Reply::Data(a)), Ok(Reply::Data(b))) => {
             if a == b {
                 return Ok(());
@@ -124,11 +136,25 @@ fn state_at(pieces: &[(u64, u64, u32, bool)], pos: u64) -> Option<(u32, bool)> {
     pieces.iter().find(|p| p.0 <= pos && pos < p.1).map(|p| (p.2, p.3))
 }
 
+/// The model's answer for a directory, if that is what `model` is.
+fn directory(model: &[FiemapExtent]) -> Option<&FiemapExtent> {
+    match model {
+        [d] if d.directory => Some(d),
+        _ => None,
+    }
+}
+
 pub fn fiemap_agrees(model: &[FiemapExtent], actual: &[FiemapExtent]) -> Result<(), Disagreement> {
     let a = pieces(actual, "reported")?;
-    if model == [FiemapExtent::DIRECTORY_BLOCKS] {
-        let gapless = a.first().is_some_and(|p| p.0 == 0) && a.windows(2).all(|w| w[0].1 == w[1].0);
-        return if gapless && a.iter().all(|p| p.2 == 0) { Ok(()) } else { differ(format!("directory fiemap: written blocks from 0 without holes expected, got {actual:?}")) };
+    if let Some(d) = directory(model) {
+        let (from, to) = (d.logical, d.logical.saturating_add(d.length));
+        let gapless = a.first().is_none_or(|p| p.0 == from) && a.windows(2).all(|w| w[0].1 == w[1].0);
+        let fits = a.last().is_none_or(|p| p.1 <= to) && (from > 0 || !a.is_empty());
+        return if gapless && fits && a.iter().all(|p| p.2 == 0) {
+            Ok(())
+        } else {
+            differ(format!("directory fiemap: written blocks without holes from {from}, ending by {to}, expected; got {actual:?}"))
+        };
     }
     let m = pieces(model, "model")?;
     let mut cuts: Vec<u64> = m.iter().chain(a.iter()).flat_map(|p| [p.0, p.1]).collect();
@@ -151,13 +177,33 @@ pub fn fiemap_agrees(model: &[FiemapExtent], actual: &[FiemapExtent]) -> Result<
     Ok(())
 }
 
+/// Counts of extents the model's map allows (see the module doc).
+pub fn count_bounds(model: &[FiemapExtent], block_size: u32) -> (u64, u64) {
+    let bs = u64::from(block_size.max(1));
+    if let Some(d) = directory(model) {
+        return (u64::from(d.logical == 0), d.length / bs);
+    }
+    let runs = model.iter().enumerate().filter(|(i, e)| *i == 0 || model[i - 1].logical.saturating_add(model[i - 1].length) != e.logical).count();
+    let blocks = model.iter().map(|e| e.length / bs).sum();
+    (runs as u64, blocks)
+}
+
+fn count_agrees(model: &[FiemapExtent], block_size: u32, count: u32) -> Result<(), Disagreement> {
+    let (least, most) = count_bounds(model, block_size);
+    if (least..=most).contains(&u64::from(count)) {
+        Ok(())
+    } else {
+        differ(format!("fiemap count: model allows {least}..={most} (map {model:?}), got {count}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Errno;
 
     fn ext(logical: u64, length: u64, flags: u32, pending: bool) -> FiemapExtent {
-        FiemapExtent { logical, length, flags, writeback_pending: pending }
+        FiemapExtent { writeback_pending: pending, ..FiemapExtent::new(logical, length, flags) }
     }
 
     #[test]
@@ -174,14 +220,38 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_map_is_written_from_zero_without_holes() {
-        let dir = [FiemapExtent::DIRECTORY_BLOCKS];
+    fn a_directory_map_is_written_from_the_range_start_without_holes() {
+        let dir = [FiemapExtent::directory_blocks(0..1 << 40)];
         assert!(fiemap_agrees(&dir, &[ext(0, 4096, fiemap_flags::LAST, false)]).is_ok());
         assert!(fiemap_agrees(&dir, &[ext(0, 4096, 0, false), ext(4096, 8192, fiemap_flags::LAST, false)]).is_ok());
-        assert!(fiemap_agrees(&dir, &[]).is_err());
+        assert!(fiemap_agrees(&dir, &[]).is_err(), "every directory has block 0");
         assert!(fiemap_agrees(&dir, &[ext(4096, 4096, fiemap_flags::LAST, false)]).is_err());
         assert!(fiemap_agrees(&dir, &[ext(0, 4096, 0, false), ext(8192, 4096, fiemap_flags::LAST, false)]).is_err());
         assert!(fiemap_agrees(&dir, &[ext(0, 4096, fiemap_flags::UNWRITTEN | fiemap_flags::LAST, false)]).is_err());
+        // A range past block 0 may find the directory ended; it never runs past the range.
+        let tail = [FiemapExtent::directory_blocks(8192..16384)];
+        assert!(fiemap_agrees(&tail, &[]).is_ok());
+        assert!(fiemap_agrees(&tail, &[ext(8192, 4096, fiemap_flags::LAST, false)]).is_ok());
+        assert!(fiemap_agrees(&tail, &[ext(8192, 12288, fiemap_flags::LAST, false)]).is_err());
+        assert!(fiemap_agrees(&tail, &[ext(0, 12288, fiemap_flags::LAST, false)]).is_err());
+    }
+
+    #[test]
+    fn a_count_lies_between_the_hole_separated_runs_and_the_mapped_blocks() {
+        // Blocks 0..2 written and 2..4 unwritten (one run), a hole, 6..7 delayed.
+        let model = vec![ext(0, 8192, 0, false), ext(8192, 8192, fiemap_flags::UNWRITTEN, false), ext(24576, 4096, fiemap_flags::DELALLOC | fiemap_flags::LAST, true)];
+        assert_eq!(count_bounds(&model, 4096), (2, 5));
+        let count = |n| agrees(&Ok(Reply::ExtentsToCount { extents: model.clone(), block_size: 4096 }), &Ok(Reply::MappedCount(n)));
+        assert!(count(1).is_err(), "the hole separates two runs");
+        assert!(count(2).is_ok() && count(3).is_ok() && count(5).is_ok());
+        assert!(count(6).is_err(), "no extent is smaller than a block");
+        assert_eq!(count_bounds(&[], 4096), (0, 0));
+        // A directory: at least its first block, at most the range's blocks.
+        assert_eq!(count_bounds(&[FiemapExtent::directory_blocks(0..40960)], 4096), (1, 10));
+        assert_eq!(count_bounds(&[FiemapExtent::directory_blocks(8192..16384)], 4096), (0, 2));
+        // A list is no answer to a count, nor the other way round.
+        assert!(agrees(&Ok(Reply::ExtentsToCount { extents: model.clone(), block_size: 4096 }), &Ok(Reply::Extents(model.clone()))).is_err());
+        assert!(agrees(&Ok(Reply::Extents(model)), &Ok(Reply::MappedCount(2))).is_err());
     }
 
     #[test]

@@ -110,7 +110,7 @@ mod tests {
     }
 
     fn delayed(m: &mut Model, path: &str) -> bool {
-        m.fiemap(path, false).unwrap().iter().any(|e| e.flags & fiemap_flags::DELALLOC != 0)
+        m.fiemap(path, crate::op::FiemapRequest::whole(0)).unwrap().iter().any(|e| e.flags & fiemap_flags::DELALLOC != 0)
     }
 
     #[test]
@@ -121,7 +121,7 @@ mod tests {
         assert!(delayed(&mut m, "/f"));
         assert_eq!(m.apply(&Op::Rewrite { path: "/f".into(), len: 3000, seed: 1 }), Ok(Reply::Written(3000)));
         assert!(!delayed(&mut m, "/f"), "the rewrite's close flushed");
-        let pending = m.fiemap("/f", false).unwrap();
+        let pending = m.fiemap("/f", crate::op::FiemapRequest::whole(0)).unwrap();
         assert!(pending[0].writeback_pending && pending[0].flags & fiemap_flags::UNWRITTEN != 0, "in flight: {pending:?}");
         // A plain write afterwards is delayed again: the flag went with the close.
         m.write("/f", 8192, &[2; 10]).unwrap();

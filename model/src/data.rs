@@ -158,12 +158,14 @@ impl FileData {
         self.content.shift_from(from * bs, delta * bs as i64);
     }
 
-    /// FIEMAP as the model sees it: one extent per run of equal state, the
-    /// last one flagged LAST. Dirty ranges carry `writeback_pending`.
-    pub fn fiemap(&self, bs: u64) -> Vec<FiemapExtent> {
+    /// FIEMAP of logical `blocks` as the model sees it: one extent per run
+    /// of equal state, clipped to `blocks`, the last one flagged LAST. Dirty
+    /// ranges carry `writeback_pending`.
+    pub fn fiemap(&self, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
         let mut out: Vec<FiemapExtent> = self
             .blocks
-            .iter()
+            .overlapping(blocks)
+            .into_iter()
             .map(|(r, a)| {
                 let (flags, pending) = match a {
                     Alloc::Written => (0, false),
@@ -172,7 +174,7 @@ impl FileData {
                     Alloc::Delayed => (fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN, true),
                     Alloc::Zeroed => (fiemap_flags::UNWRITTEN, true),
                 };
-                FiemapExtent { logical: r.start * bs, length: (r.end - r.start) * bs, flags, writeback_pending: pending }
+                FiemapExtent { writeback_pending: pending, ..FiemapExtent::new(r.start * bs, (r.end - r.start) * bs, flags) }
             })
             .collect();
         if let Some(last) = out.last_mut() {
@@ -241,11 +243,23 @@ mod tests {
         let mut f = FileData::default();
         f.write(0, 4096, Source::Pattern { seed: 2, at: 0 }, 4096, Alloc::Delayed);
         f.blocks.insert(1..3, Alloc::Unwritten);
-        let m = f.fiemap(4096);
+        let m = f.fiemap(0..u64::MAX, 4096);
         assert_eq!(m.len(), 2);
         assert!(m[0].writeback_pending);
         assert_eq!(m[0].flags, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN);
         assert_eq!(m[1].flags, fiemap_flags::UNWRITTEN | fiemap_flags::LAST);
         assert_eq!(m[1].length, 8192);
+    }
+
+    #[test]
+    fn fiemap_of_a_range_clips_to_it_and_flags_its_own_last_extent() {
+        let mut f = FileData::default();
+        f.blocks.insert(0..4, Alloc::Written);
+        f.blocks.insert(6..10, Alloc::Unwritten);
+        let ext = |blocks| f.fiemap(blocks, 1024).into_iter().map(|e| (e.logical, e.length, e.flags)).collect::<Vec<_>>();
+        assert_eq!(ext(1..3), vec![(1024, 2048, fiemap_flags::LAST)], "one extent, clipped both sides");
+        assert_eq!(ext(2..8), vec![(2048, 2048, 0), (6144, 2048, fiemap_flags::UNWRITTEN | fiemap_flags::LAST)], "the hole never counts");
+        assert_eq!(ext(4..6), vec![], "a range in a hole maps nothing");
+        assert_eq!(ext(9..u64::MAX), vec![(9216, 1024, fiemap_flags::UNWRITTEN | fiemap_flags::LAST)]);
     }
 }

@@ -33,7 +33,7 @@ use crate::data::FileData;
 use crate::fs::FileSystem;
 use crate::crash_log::{Call, CrashLog};
 use crate::model::{Limits, Model};
-use crate::op::{fiemap_flags, FileKind, Op, MAX_IO_LEN};
+use crate::op::{fiemap_flags, FiemapRequest, FileKind, Op, MAX_IO_LEN};
 use crate::state::{Ino, Node, State};
 use crate::Errno;
 
@@ -223,7 +223,7 @@ pub const MAX_CHECKED_BYTES: u64 = 1 << 30;
 /// Byte ranges FIEMAP reports as holding data (written or delayed), clipped to
 /// `size`. Holes and unwritten extents read as zeros and are taken on trust.
 pub fn data_ranges(fs: &mut dyn FileSystem, path: &str, size: u64) -> Result<Vec<Range<u64>>, CrashViolation> {
-    let extents = fs.fiemap(path, false).map_err(unreadable(format!("fiemap {path}")))?;
+    let extents = fs.fiemap(path, FiemapRequest::whole(0)).map_err(unreadable(format!("fiemap {path}")))?;
     Ok(extents
         .iter()
         // Unwritten reads as zeros, unless dirty pages sit over it: only a

@@ -2,9 +2,9 @@
 //! per-inode journaling flag.
 
 use crate::content::Source;
-use crate::vfs::{block_span, LOFF_MAX};
+use crate::vfs::{block_span, check_fiemap, LOFF_MAX};
 use crate::model::Model;
-use crate::op::{inode_flags, ChattrFlag, FiemapExtent};
+use crate::op::{inode_flags, ChattrFlag, FiemapExtent, FiemapRequest};
 use crate::state::{Ino, Node};
 use crate::Errno;
 
@@ -133,19 +133,31 @@ impl Model {
         }
     }
 
-    pub(crate) fn do_fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
+    /// FS_IOC_FIEMAP: the open, the request's checks (vfs::check_fiemap),
+    /// write-back for SYNC, then the map of the asked blocks.
+    pub(crate) fn do_fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
         let ino = self.open_path(path)?;
-        if self.file(ino).is_none() {
-            // ext4 maps a directory's blocks like a file's (the kernel says so).
-            return Ok(vec![FiemapExtent::DIRECTORY_BLOCKS]);
-        }
-        if sync {
+        let map = self.fiemap_open(ino, req);
+        self.release(ino);
+        map
+    }
+
+    fn fiemap_open(&mut self, ino: Ino, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
+        let bs = self.bs();
+        let plan = check_fiemap(req, self.mount.max_file_size(), bs)?;
+        if plan.sync {
             self.writeback(ino);
         }
-        let bs = self.bs();
-        let map = self.file(ino).map(|f| f.fiemap(bs)).unwrap_or_default();
-        self.release(ino);
-        Ok(map)
+        // No inode here has extended attributes: ext4's "none" (ENOENT) is
+        // turned into success with nothing mapped.
+        if plan.xattr {
+            return Ok(Vec::new());
+        }
+        match self.file(ino) {
+            Some(f) => Ok(f.fiemap(plan.blocks, bs)),
+            // ext4 maps a directory's blocks like a file's (the kernel says so).
+            None => Ok(vec![FiemapExtent::directory_blocks(plan.blocks.start * bs..plan.blocks.end * bs)]),
+        }
     }
 
     /// chattr +i/-i/+a/-a: FS_IOC_SETFLAGS with one bit changed. The

@@ -1,7 +1,7 @@
 //! The interface model and engine both implement, and the one place an [`Op`]
 //! is turned into calls on it.
 
-use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, Op, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat, MAX_IO_LEN};
+use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, Op, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat, MAX_IO_LEN};
 use crate::Errno;
 
 /// A mounted filesystem, seen through path-based system calls.
@@ -31,7 +31,15 @@ pub trait FileSystem {
     fn fdatasync(&mut self, path: &str) -> Result<(), Errno>;
     fn sync(&mut self) -> Result<(), Errno>;
     fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno>;
-    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno>;
+    /// FS_IOC_FIEMAP of `req`'s range with its flags: the extents there.
+    fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno>;
+    /// FS_IOC_FIEMAP with fm_extent_count = 0: [`Reply::MappedCount`], how
+    /// many extents [`FileSystem::fiemap`] would report. The model answers
+    /// [`Reply::ExtentsToCount`] instead, since that number is layout.
+    fn fiemap_count(&mut self, path: &str, req: FiemapRequest) -> Outcome {
+        let extents = self.fiemap(path, req)?;
+        Ok(Reply::MappedCount(u32::try_from(extents.len()).unwrap_or(u32::MAX)))
+    }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno>;
     /// chattr +i/-i/+a/-a.
     fn chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno>;
@@ -85,7 +93,14 @@ pub trait FileSystem {
             Op::Fdatasync { path } => done(self.fdatasync(path)),
             Op::Sync => done(self.sync()),
             Op::Fallocate { path, mode, offset, len } => done(self.fallocate(path, *mode, *offset, *len)),
-            Op::Fiemap { path, sync } => self.fiemap(path, *sync).map(Reply::Extents),
+            Op::Fiemap { path, start, len, flags, count_only } => {
+                let req = FiemapRequest { start: *start, len: *len, flags: *flags };
+                if *count_only {
+                    self.fiemap_count(path, req)
+                } else {
+                    self.fiemap(path, req).map(Reply::Extents)
+                }
+            }
             Op::SetJournalData { path, enable } => done(self.set_journal_data(path, *enable)),
             Op::Chattr { path, flag, enable } => done(self.chattr(path, *flag, *enable)),
             Op::Append { path, len, seed } => {

@@ -9,7 +9,7 @@ use crate::data::{Alloc, FileData};
 pub use crate::crash_log::Call;
 use crate::crash_log::CrashLog;
 use crate::fs::FileSystem;
-use crate::op::{inode_flags, DirEntry, FallocFlags, FiemapExtent, FileKind, Op, Stat};
+use crate::op::{inode_flags, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, FileKind, Op, Outcome, Reply, Stat};
 use crate::path::SplitPath;
 use crate::state::{Ino, Inode, Marks, Node, State, ROOT_INO};
 use crate::Errno;
@@ -446,13 +446,19 @@ impl FileSystem for Model {
         self.record(|| Call::Op(Op::Fallocate { path: path.into(), mode, offset, len }));
         self.do_fallocate(path, mode, offset, len)
     }
-    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
-        if sync {
-            self.record(|| Call::Op(Op::Fiemap { path: path.into(), sync }));
+    fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
+        let FiemapRequest { start, len, flags } = req;
+        let op = || Op::Fiemap { path: path.into(), start, len, flags, count_only: false };
+        if req.syncs() {
+            self.record(|| Call::Op(op()));
         } else {
-            self.record_close(path, || Op::Fiemap { path: path.into(), sync });
+            self.record_close(path, op);
         }
-        self.do_fiemap(path, sync)
+        self.do_fiemap(path, req)
+    }
+    fn fiemap_count(&mut self, path: &str, req: FiemapRequest) -> Outcome {
+        let extents = self.fiemap(path, req)?;
+        Ok(Reply::ExtentsToCount { extents, block_size: self.mount.block_size })
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         self.record(|| Call::Op(Op::SetJournalData { path: path.into(), enable }));

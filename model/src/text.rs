@@ -123,6 +123,15 @@ impl Fields {
         T::try_from(n).map_err(|_| TextError::OutOfRange { key: key.into(), value })
     }
 
+    /// The field as a number, or `default` when the line leaves it out.
+    pub fn num_or<T: TryFrom<u64>>(&self, key: &str, default: T) -> Result<T, TextError> {
+        if self.has(key) { self.num(key) } else { Ok(default) }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == key)
+    }
+
     /// The field as an octal permission mode.
     pub fn octal(&self, key: &str) -> Result<u16, TextError> {
         let value = self.text(key)?;
@@ -136,6 +145,11 @@ impl Fields {
             "false" => Ok(false),
             value => Err(TextError::BadValue { key: key.into(), value: value.into(), expected: "true/false" }),
         }
+    }
+
+    /// The field as `true` or `false`, or `default` when the line leaves it out.
+    pub fn flag_or(&self, key: &str, default: bool) -> Result<bool, TextError> {
+        if self.has(key) { self.flag(key) } else { Ok(default) }
     }
 }
 
@@ -152,6 +166,7 @@ mod tests {
         assert_eq!(f.octal("m"), Ok(0o644));
         assert_eq!(f.flag("t"), Ok(true));
         assert_eq!(f.text("zz"), Err(TextError::Missing("zz".into())));
+        assert_eq!((f.num_or("zz", 7u32), f.num_or("n", 7u32), f.flag_or("zz", true), f.flag_or("t", false)), (Ok(7), Ok(16), Ok(true), Ok(true)));
         assert!(matches!(f.num::<u8>("m"), Err(TextError::OutOfRange { .. })), "644 does not fit a u8");
         assert!(matches!(Fields::parse("k"), Err(TextError::NoEquals(_))));
         assert!(matches!(Fields::parse("k=\"open"), Err(TextError::Unterminated(_))));

@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use crate::op::{FallocFlags, PATH_MAX};
+use crate::op::{FallocFlags, FiemapRequest, PATH_MAX};
 use crate::Errno;
 
 /// Largest offset a signed loff_t holds; beyond it syscalls say EINVAL.
@@ -77,6 +77,46 @@ pub fn check_symlink_target(target: &str) -> Result<(), Errno> {
     Ok(())
 }
 
+/// A FIEMAP request once ext4_fiemap and fiemap_prep have accepted it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FiemapPlan {
+    /// FIEMAP_FLAG_SYNC: the inode's dirty data is written back first.
+    pub sync: bool,
+    /// FIEMAP_FLAG_XATTR: the map is of the extended attributes, not the data.
+    pub xattr: bool,
+    /// Bytes asked for, `len` cut at `max_file_size`.
+    pub bytes: Range<u64>,
+    /// The logical blocks reported: from the one holding the first byte to
+    /// the one holding the last (ext4's report ops map whole blocks).
+    pub blocks: Range<u64>,
+}
+
+/// ext4_fiemap's checks, then fiemap_prep's, in the kernel's order. CACHE
+/// is the caller's to act on (ext4 precaches before anything is checked,
+/// then clears the bit); XATTR is cleared before the generic flag check.
+pub fn check_fiemap(req: FiemapRequest, max_file_size: u64, bs: u64) -> Result<FiemapPlan, Errno> {
+    let flags = req.flags & !FiemapRequest::CACHE;
+    if req.len == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if req.start > max_file_size {
+        return Err(Errno::EFBIG);
+    }
+    let len = req.len.min(max_file_size - req.start);
+    // fiemap_prep checks the clamped length again: starting at the limit
+    // leaves nothing, which is EINVAL before its own EFBIG (start >= limit).
+    if len == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let xattr = flags & FiemapRequest::XATTR != 0;
+    let rest = flags & !FiemapRequest::XATTR;
+    if rest & !FiemapRequest::SYNC != 0 {
+        return Err(Errno::EBADR);
+    }
+    let bytes = req.start..req.start + len;
+    Ok(FiemapPlan { sync: rest & FiemapRequest::SYNC != 0, xattr, blocks: block_span(bytes.start, len, bs), bytes })
+}
+
 /// Logical blocks touched by the byte range `[offset, offset + len)`.
 pub fn block_span(offset: u64, len: u64, bs: u64) -> Range<u64> {
     if len == 0 {
@@ -106,6 +146,28 @@ mod tests {
         assert_eq!(write_count(3, 10, 5), Ok(2));
         assert_eq!(write_count(5, 1, 5), Err(Errno::EFBIG));
         assert_eq!(write_count(LOFF_MAX + 1, 1, u64::MAX), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn fiemap_requests_are_checked_in_the_kernels_order() {
+        let max = ((1u64 << 32) - 1) * 4096;
+        let check = |start, len, flags| check_fiemap(FiemapRequest { start, len, flags }, max, 4096);
+        let plan = |start, len| check(start, len, 0).map(|p| (p.bytes, p.blocks));
+        assert_eq!(plan(0, u64::MAX), Ok((0..max, 0..max / 4096)));
+        assert_eq!(plan(100, 5000), Ok((100..5100, 0..2)));
+        assert_eq!(plan(max - 1, u64::MAX), Ok((max - 1..max, max / 4096 - 1..max / 4096)));
+        // Length first, then the start, then (with nothing left) length again.
+        assert_eq!(check(0, 0, 0x80), Err(Errno::EINVAL));
+        assert_eq!(check(max + 1, 0, 0), Err(Errno::EINVAL));
+        assert_eq!(check(max + 1, 1, 0x80), Err(Errno::EFBIG));
+        assert_eq!(check(max, 5, 0x80), Err(Errno::EINVAL), "the limit itself is EINVAL, flags unread");
+        assert_eq!(check(u64::MAX, 1, 0), Err(Errno::EFBIG));
+        // CACHE and XATTR are cleared before unknown bits are looked for.
+        assert_eq!(check(0, 1, 0x8 | FiemapRequest::SYNC), Err(Errno::EBADR));
+        assert_eq!(check(0, 1, 0x8000_0000), Err(Errno::EBADR));
+        let all = check(0, 1, FiemapRequest::SYNC | FiemapRequest::XATTR | FiemapRequest::CACHE).unwrap();
+        assert!(all.sync && all.xattr);
+        assert!(!check(0, 1, FiemapRequest::CACHE).unwrap().sync);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use ext4_model::op::pattern;
 use ext4_testkit::strategy;
-use ext4_model::{CrashViolation, DataMode, FileSystem, Model, MountConfig, Op};
+use ext4_model::{CrashViolation, DataMode, FiemapRequest, FileSystem, Model, MountConfig, Op};
 use proptest::prelude::*;
 
 fn ordered() -> MountConfig {
@@ -176,7 +176,7 @@ fn adopt_rebuilds_the_same_tree() {
     let b = ext4_model::durability::view_tree(&mut m).unwrap();
     assert_eq!(a.nodes, b.nodes);
     assert_eq!(adopted.read("/h", 0, 30000).unwrap(), m.read("/h", 0, 30000).unwrap());
-    assert_eq!(adopted.fiemap("/h", false).unwrap(), m.fiemap("/h", false).unwrap());
+    assert_eq!(adopted.fiemap("/h", FiemapRequest::whole(0)).unwrap(), m.fiemap("/h", FiemapRequest::whole(0)).unwrap());
     assert_eq!(adopted.used_blocks(), m.used_blocks());
 }
 

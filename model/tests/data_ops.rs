@@ -2,7 +2,7 @@
 
 use ext4_model::op::fiemap_flags::*;
 use ext4_model::op::{pattern, MAX_IO_LEN};
-use ext4_model::{DataMode, Errno::*, FallocFlags, FileSystem, Model, MountConfig, Op};
+use ext4_model::{DataMode, Errno::*, FallocFlags, FiemapRequest, FileSystem, Model, MountConfig, Op};
 
 const KEEP: u32 = FallocFlags::KEEP_SIZE;
 const PUNCH: u32 = FallocFlags::PUNCH_HOLE;
@@ -66,7 +66,7 @@ fn write_read_truncate_errors_and_limits() {
     assert_eq!(m.truncate("/f", max + 1), Err(EFBIG));
     assert_eq!(m.truncate("/d", 0), Err(EISDIR));
     assert_eq!(m.apply(&Op::Write { path: "/f".into(), offset: 0, len: MAX_IO_LEN + 1, seed: 0 }), Err(EINVAL));
-    assert_eq!(m.fiemap("/d", false), Ok(vec![ext4_model::FiemapExtent::DIRECTORY_BLOCKS]), "the kernel maps directories too");
+    assert_eq!(m.fiemap("/d", FiemapRequest::whole(0)), Ok(vec![ext4_model::FiemapExtent::directory_blocks(0..max)]), "the kernel maps directories too");
     assert_eq!(m.stat("/f").unwrap().blocks, 8, "one data block near the limit");
 }
 
@@ -82,11 +82,11 @@ fn buffered_writes_are_backed_as_the_mount_says() {
     for (cfg, flags) in cases {
         let mut m = model_with(cfg);
         m.write("/f", 4096, &[9; 100]).unwrap();
-        let ext = m.fiemap("/f", false).unwrap();
+        let ext = m.fiemap("/f", FiemapRequest::whole(0)).unwrap();
         assert_eq!(ext.len(), 1, "{cfg:?}");
         assert_eq!((ext[0].logical, ext[0].length, ext[0].flags), (4096, 4096, flags | LAST), "{cfg:?}");
         assert_eq!(ext[0].writeback_pending, flags != 0, "{cfg:?}");
-        let synced = m.fiemap("/f", true).unwrap();
+        let synced = m.fiemap("/f", FiemapRequest::whole(FiemapRequest::SYNC)).unwrap();
         assert_eq!(synced[0].flags, LAST, "FIEMAP_FLAG_SYNC writes back");
         assert_eq!(m.stat("/f").unwrap().blocks, 8);
     }
@@ -100,7 +100,7 @@ fn punch_hole_stops_at_the_page_holding_eof() {
     assert_eq!(m.stat("/f").unwrap().blocks, 32, "16 KiB preallocated");
     fa(&mut m, PUNCH | KEEP, 1024, 1 << 20).unwrap();
     // Freed: blocks 1..4 (up to the 4 KiB page holding EOF 3000); 4..16 stay.
-    let ext = m.fiemap("/f", true).unwrap();
+    let ext = m.fiemap("/f", FiemapRequest::whole(FiemapRequest::SYNC)).unwrap();
     let cover: Vec<(u64, u64, u32)> = ext.iter().map(|e| (e.logical, e.length, e.flags)).collect();
     assert_eq!(cover, vec![(0, 1024, 0), (4096, 12288, UNWRITTEN | LAST)]);
     assert_eq!(m.read("/f", 0, 3000).unwrap()[..1024], pattern(1, 1024)[..]);
@@ -118,7 +118,7 @@ fn zero_range_makes_whole_blocks_unwritten_and_zeroes_edges() {
     assert!(data[..1000].iter().all(|&b| b == 7));
     assert!(data[1000..11000].iter().all(|&b| b == 0));
     assert!(data[11000..].iter().all(|&b| b == 7));
-    let ext = m.fiemap("/f", false).unwrap();
+    let ext = m.fiemap("/f", FiemapRequest::whole(0)).unwrap();
     let cover: Vec<(u64, u64, u32)> = ext.iter().map(|e| (e.logical, e.length, e.flags)).collect();
     assert_eq!(cover, vec![(0, 4096, 0), (4096, 4096, UNWRITTEN), (8192, 8192, LAST)]);
     // Strictly unwritten: the kernel converts the written block (both
@@ -141,33 +141,33 @@ fn zero_range_makes_whole_blocks_unwritten_and_zeroes_edges() {
 #[test]
 fn writeback_into_a_new_unwritten_extent_may_zero_its_short_rest_out() {
     let dioread_lock = MountConfig { dioread_nolock: Some(false), ..MountConfig::default() };
-    let all_written = |len: u64| vec![ext4_model::FiemapExtent { logical: 0, length: len, flags: LAST, writeback_pending: false }];
+    let all_written = |len: u64| vec![ext4_model::FiemapExtent::new(0, len, LAST)];
     // The oracle's trace (host 6.18 and qemu 7.3): 8 KiB delayed, 20 KiB fallocate.
     let mut m = model_with(dioread_lock);
     m.write("/f", 0, &[1; 8192]).unwrap();
     fa(&mut m, 0, 0, 20480).unwrap();
-    let synced = m.fiemap("/f", true).unwrap();
+    let synced = m.fiemap("/f", FiemapRequest::whole(FiemapRequest::SYNC)).unwrap();
     let kernel = all_written(20480);
     assert!(ext4_model::agree::fiemap_agrees(&synced, &kernel).is_ok(), "{synced:?}");
     let split = vec![
-        ext4_model::FiemapExtent { logical: 0, length: 8192, flags: 0, writeback_pending: false },
-        ext4_model::FiemapExtent { logical: 8192, length: 12288, flags: UNWRITTEN | LAST, writeback_pending: false },
+        ext4_model::FiemapExtent::new(0, 8192, 0),
+        ext4_model::FiemapExtent::new(8192, 12288, UNWRITTEN | LAST),
     ];
     assert!(ext4_model::agree::fiemap_agrees(&synced, &split).is_ok());
     // Beyond 32 KiB of the converted block, unwritten is a promise.
     let mut far = model_with(dioread_lock);
     far.write("/f", 0, &[1; 4096]).unwrap();
     fa(&mut far, 0, 0, 1 << 20).unwrap();
-    let synced = far.fiemap("/f", true).unwrap();
+    let synced = far.fiemap("/f", FiemapRequest::whole(FiemapRequest::SYNC)).unwrap();
     assert!(ext4_model::agree::fiemap_agrees(&synced, &all_written(1 << 20)).is_err(), "{synced:?}");
     // A delayed ZERO_RANGE edge (seed 3037 on the host): the whole blocks after it may be zeroed out.
     let mut z = model_with(dioread_lock);
     z.write("/f", 0, &[2; 40458]).unwrap();
     fa(&mut z, ZERO, 38695, 20480).unwrap();
-    let synced = z.fiemap("/f", true).unwrap();
+    let synced = z.fiemap("/f", FiemapRequest::whole(FiemapRequest::SYNC)).unwrap();
     let kernel = vec![
-        ext4_model::FiemapExtent { logical: 0, length: 36864, flags: 0, writeback_pending: false },
-        ext4_model::FiemapExtent { logical: 36864, length: 24576, flags: LAST, writeback_pending: false },
+        ext4_model::FiemapExtent::new(0, 36864, 0),
+        ext4_model::FiemapExtent::new(36864, 24576, LAST),
     ];
     assert!(ext4_model::agree::fiemap_agrees(&synced, &kernel).is_ok(), "{synced:?}");
     z.check_invariants().unwrap();
@@ -197,9 +197,9 @@ fn journal_flag_switch() {
     let before = m.read("/f", 0, 5000).unwrap();
     m.set_journal_data("/f", true).unwrap();
     assert_eq!(m.read("/f", 0, 5000).unwrap(), before, "contents never change across a switch");
-    assert_eq!(m.fiemap("/f", false).unwrap()[0].flags & UNWRITTEN, 0, "the switch wrote back");
+    assert_eq!(m.fiemap("/f", FiemapRequest::whole(0)).unwrap()[0].flags & UNWRITTEN, 0, "the switch wrote back");
     m.write("/f", 8192, &[1; 10]).unwrap();
-    let ext = m.fiemap("/f", false).unwrap();
+    let ext = m.fiemap("/f", FiemapRequest::whole(0)).unwrap();
     assert_eq!((ext.len(), ext[0].length, ext[0].flags), (1, 12288, LAST), "journaled data is written, not unwritten");
     let mut ro = Model::new(&MountConfig { read_only: true, ..MountConfig::default() }).unwrap();
     assert_eq!(ro.set_journal_data("/lost+found", true), Err(EROFS));

@@ -2,7 +2,7 @@
 
 use ext4_model::op::{fiemap_flags, pattern};
 use ext4_testkit::strategy;
-use ext4_model::{FallocFlags, FileKind, FileSystem, Model, MountConfig, Op};
+use ext4_model::{FallocFlags, FiemapRequest, FileKind, FileSystem, Model, MountConfig, Op};
 use proptest::prelude::*;
 
 /// Random data-op history on one file, so laws start from odd states.
@@ -81,7 +81,7 @@ proptest! {
         prop_assert_eq!(&after[end as usize..], &before[end as usize..]);
         let bs = bs(&m);
         let (first_full, last_full) = (off.div_ceil(bs) * bs, end / bs * bs);
-        for e in m.fiemap("/f", false).unwrap() {
+        for e in m.fiemap("/f", FiemapRequest::whole(0)).unwrap() {
             prop_assert!(first_full >= last_full || !(e.logical < last_full && e.logical + e.length > first_full),
                 "extent {:?} covers punched blocks {}..{}", e, first_full, last_full);
         }
@@ -106,7 +106,7 @@ proptest! {
         want.extend_from_slice(&before[off as usize..]);
         prop_assert_eq!(content(&mut m), want.clone());
         // The inserted range is a hole.
-        for e in m.fiemap("/f", false).unwrap() {
+        for e in m.fiemap("/f", FiemapRequest::whole(0)).unwrap() {
             prop_assert!(e.logical + e.length <= off || e.logical >= off + len);
         }
         m.fallocate("/f", FallocFlags(FallocFlags::COLLAPSE_RANGE), off, len).unwrap();
@@ -129,14 +129,14 @@ proptest! {
         prop_assert!(after[small as usize..].iter().all(|&x| x == 0));
         // Blocks past the new EOF were freed.
         let bs = bs(&m);
-        let past = m.fiemap("/f", false).unwrap().into_iter().filter(|e| e.logical + e.length > small.div_ceil(bs) * bs).count();
+        let past = m.fiemap("/f", FiemapRequest::whole(0)).unwrap().into_iter().filter(|e| e.logical + e.length > small.div_ceil(bs) * bs).count();
         prop_assert_eq!(past, 0);
     }
 
     #[test]
     fn fiemap_and_blocks_agree(cfg in strategy::valid_mount_config(), h in file_history()) {
         let mut m = setup(&cfg, &h);
-        let ext = m.fiemap("/f", false).unwrap();
+        let ext = m.fiemap("/f", FiemapRequest::whole(0)).unwrap();
         let mapped: u64 = ext.iter().map(|e| e.length).sum();
         prop_assert_eq!(m.stat("/f").unwrap().blocks * 512, mapped);
         prop_assert!(ext.iter().all(|e| e.flags & fiemap_flags::DELALLOC == 0 || cfg.delalloc != Some(false)));

@@ -20,7 +20,7 @@ use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
 use ext4_engine::memory::BoundedFolios;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
-use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, MountConfig, Op, Stat};
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FiemapRequest, FileSystem, MountConfig, Op, Outcome, Stat};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -202,7 +202,8 @@ impl FileSystem for EngineTarget {
     fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.fs()?.fdatasync(p) }
     fn sync(&mut self) -> Result<(), Errno> { self.fs()?.sync() }
     fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.fs()?.fallocate(p, m, o, l) }
-    fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.fs()?.fiemap(p, s) }
+    fn fiemap(&mut self, p: &str, r: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> { self.fs()?.fiemap(p, r) }
+    fn fiemap_count(&mut self, p: &str, r: FiemapRequest) -> Outcome { self.fs()?.fiemap_count(p, r) }
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.fs()?.set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.fs()?.chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.fs()?.append(p, d) }

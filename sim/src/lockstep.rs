@@ -48,7 +48,7 @@ fn hash_outcome(h: &mut Fnv64, o: &Outcome) {
             }
         }
         Ok(Reply::Target(t)) => h.write(t.as_bytes()),
-        Ok(Reply::Extents(xs)) => {
+        Ok(Reply::Extents(xs)) | Ok(Reply::ExtentsToCount { extents: xs, .. }) => {
             for x in xs {
                 for v in [x.logical, x.length, x.flags as u64, x.writeback_pending as u64] {
                     h.write(&v.to_le_bytes());
@@ -62,6 +62,7 @@ fn hash_outcome(h: &mut Fnv64, o: &Outcome) {
             }
             h.write(&[u8::from(c.enxio)]);
         }
+        Ok(Reply::MappedCount(n)) => h.write(&n.to_le_bytes()),
     }
 }
 

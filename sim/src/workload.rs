@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ext4_model::{ChattrFlag, Errno, FallocFlags, Op, OpKind, Outcome, RenameFlags, SeekWhence};
+use ext4_model::{ChattrFlag, Errno, FallocFlags, FiemapRequest, Op, OpKind, Outcome, RenameFlags, SeekWhence};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -77,6 +77,9 @@ impl WorkloadConfig {
 
 pub struct Workload {
     rng: ChaCha8Rng,
+    /// FIEMAP's range, flags and count-only: a stream of their own, so
+    /// shaping FIEMAP requests moved no other op of any seed.
+    fiemap_rng: ChaCha8Rng,
     cfg: WorkloadConfig,
     weights: [u32; 24],
     total_weight: u32,
@@ -112,7 +115,9 @@ impl Workload {
             }
         }
         let total_weight = weights.iter().sum();
-        Workload { rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded }
+        let mut fiemap_rng = ChaCha8Rng::seed_from_u64(seed);
+        fiemap_rng.set_stream(0x6669_656d + (u64::from(task) << 32)); // "fiem"
+        Workload { rng, fiemap_rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded }
     }
 
     /// Op kinds this seed generates.
@@ -232,6 +237,38 @@ impl Workload {
         FallocFlags(bits)
     }
 
+    /// FIEMAP: the path and SYNC drawn as they always were; the rest of
+    /// the request from its own stream. Mostly a whole file; else a range
+    /// near the file's size, block aligned or not, and now and then a
+    /// directory. A fifth count only; rarely XATTR, CACHE or an unknown bit,
+    /// a zero length, or a start at the largest file (EINVAL) or past it
+    /// (EFBIG).
+    fn fiemap(&mut self) -> Op {
+        let mut path = self.file_path();
+        let mut flags = if self.rng.random_ratio(1, 4) { FiemapRequest::SYNC } else { 0 };
+        let r = &mut self.fiemap_rng;
+        if r.random_ratio(1, 10) && !self.dirs.is_empty() {
+            path = self.dirs[r.random_range(0..self.dirs.len())].clone();
+        }
+        let bs = u64::from(self.cfg.block_size);
+        let size = self.sizes.get(&path).copied().unwrap_or(0);
+        let (start, len) = match r.random_range(0..40) {
+            0..=23 => (0, u64::MAX),
+            24..=29 => (size.saturating_sub(r.random_range(0..=8) * bs) / bs * bs, r.random_range(1..=8) * bs),
+            30..=35 => (size.saturating_sub(r.random_range(0..=2 * bs)), r.random_range(1..=4 * bs)),
+            36 => (r.random_range(0..=self.cfg.max_offset), u64::MAX),
+            37 => (r.random_range(0..=size), 0),
+            _ => (max_file_size(bs) - 1 + r.random_range(0..=2), r.random_range(1..=bs)),
+        };
+        match r.random_range(0..60) {
+            0..=1 => flags |= FiemapRequest::XATTR,
+            2..=3 => flags |= FiemapRequest::CACHE,
+            4 => flags |= 1 << r.random_range(3..32),
+            _ => {}
+        }
+        Op::Fiemap { path, start, len, flags, count_only: r.random_ratio(1, 5) }
+    }
+
     pub fn next_op(&mut self) -> Op {
         let bs = self.cfg.block_size as u64;
         match self.pick_kind() {
@@ -289,7 +326,7 @@ impl Workload {
                 }
                 Op::Fallocate { path, mode, offset, len }
             }
-            OpKind::Fiemap => Op::Fiemap { path: self.file_path(), sync: self.rng.random_ratio(1, 4) },
+            OpKind::Fiemap => self.fiemap(),
             OpKind::SetJournalData => Op::SetJournalData { path: self.any_path(), enable: self.rng.random_bool(0.5) },
             // Replacing contents in place, now and then emptying the file.
             OpKind::Rewrite => {
@@ -482,6 +519,41 @@ mod tests {
         assert!(seen.iter().any(|(crowd, _)| *crowd == 0), "{seen:?}");
         assert!(seen.iter().all(|(_, edge)| *edge > 0), "{seen:?}");
         assert!(is_crowd_name("/w123") && !is_crowd_name("/w") && !is_crowd_name("/d/w1") && !is_crowd_name("/wx"));
+    }
+
+    #[test]
+    fn fiemap_asks_mostly_whole_files_and_sometimes_every_other_shape() {
+        let ok: Outcome = Ok(ext4_model::Reply::Done);
+        let max = max_file_size(4096);
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for seed in 0..10 {
+            let mut w = Workload::new(seed, WorkloadConfig::new(4096));
+            for _ in 0..5000 {
+                let op = w.next_op();
+                if let Op::Fiemap { path, start, len, flags, count_only } = &op {
+                    let shapes = [
+                        ("all", true),
+                        ("whole", *start == 0 && *len == u64::MAX),
+                        ("range", *len != u64::MAX && *len > 0 && *start < max),
+                        ("dir", w.dirs.contains(path)),
+                        ("count", *count_only),
+                        ("sync", flags & FiemapRequest::SYNC != 0),
+                        ("xattr", flags & FiemapRequest::XATTR != 0),
+                        ("cache", flags & FiemapRequest::CACHE != 0),
+                        ("unknown", flags & !0x7 != 0),
+                        ("len 0", *len == 0),
+                        ("at or past the limit", *start >= max),
+                    ];
+                    for (name, _) in shapes.iter().filter(|(_, hit)| *hit) {
+                        *seen.entry(name).or_default() += 1;
+                    }
+                }
+                w.observe(&op, &ok);
+            }
+        }
+        let all = seen["all"];
+        assert!(seen["whole"] * 2 > all && seen["range"] * 5 > all, "{seen:?}");
+        assert!(["dir", "count", "sync", "xattr", "cache", "unknown", "len 0", "at or past the limit"].iter().all(|k| seen.get(k).is_some_and(|n| *n > 0)), "{seen:?}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The runner's own machinery, against a test double: a model with one
 //! deliberate bug. It must be caught, shrunk to a few ops, and replay.
 
-use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, Stat};
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FiemapRequest, FileSystem, Model, MountConfig, Op, Stat};
 use ext4_sim::run::{run_seed, run_steps, shrink_failure, RunSpec};
 use ext4_sim::target::TargetFactory;
 use ext4_sim::failure::Failure;
@@ -48,7 +48,7 @@ impl FileSystem for Buggy {
     fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.inner.fdatasync(p) }
     fn sync(&mut self) -> Result<(), Errno> { self.inner.sync() }
     fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.inner.fallocate(p, m, o, l) }
-    fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.inner.fiemap(p, s) }
+    fn fiemap(&mut self, p: &str, r: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> { self.inner.fiemap(p, r) }
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.inner.set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.inner.chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.inner.append(p, d) }

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use ext4_model::{AllocPolicy, DataMode, MountConfig};
-use ext4_model::{FallocFlags, Op};
+use ext4_model::{FallocFlags, FiemapRequest, Op};
 
 /// Names ops draw from; short, so trees stay small and collisions common.
 pub const NAMES: [&str; 4] = ["a", "b", "c", "d"];
@@ -39,6 +39,27 @@ pub fn falloc_mode() -> impl Strategy<Value = FallocFlags> {
     ]
 }
 
+/// FIEMAP's (start, len): mostly the whole file, else a range over the
+/// offsets writes use, sometimes the edges (len 0, past the largest file).
+pub fn fiemap_range() -> impl Strategy<Value = (u64, u64)> {
+    prop_oneof![
+        4 => Just((0u64, u64::MAX)),
+        4 => (offset(), 1u64..70_000),
+        1 => (offset(), Just(u64::MAX)),
+        1 => (offset(), Just(0u64)),
+        1 => (prop_oneof![Just(1u64 << 44), Just(u64::MAX)], 1u64..10),
+    ]
+}
+
+/// fm_flags: mostly none or SYNC, sometimes XATTR or CACHE, rarely unknown bits.
+pub fn fiemap_flags() -> impl Strategy<Value = u32> {
+    prop_oneof![
+        6 => prop_oneof![Just(0u32), Just(FiemapRequest::SYNC)],
+        2 => 0u32..8,
+        1 => any::<u32>(),
+    ]
+}
+
 /// Any op, weighted toward the ones that change state.
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -64,7 +85,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => path().prop_map(|path| Op::Fdatasync { path }),
         1 => Just(Op::Sync),
         3 => (path(), falloc_mode(), offset(), 1u64..40_000).prop_map(|(path, mode, offset, len)| Op::Fallocate { path, mode, offset, len }),
-        1 => (path(), any::<bool>()).prop_map(|(path, sync)| Op::Fiemap { path, sync }),
+        2 => (path(), fiemap_range(), fiemap_flags(), prop::bool::weighted(0.25)).prop_map(|(path, (start, len), flags, count_only)| Op::Fiemap { path, start, len, flags, count_only }),
         1 => (path(), any::<bool>()).prop_map(|(path, enable)| Op::SetJournalData { path, enable }),
     ]
 }

@@ -1,25 +1,32 @@
 //! The extent status tree of one inode (ext4's extents_status.c): what each
 //! logical block is — written, unwritten, delayed or a hole.
 //!
-//! This first slice keeps only what nothing else knows: the **delayed
-//! extents**, ranges a buffered write under delalloc has reserved space for
-//! but not allocated (their data is dirty in the page cache). Written and
-//! unwritten come from the inode's extent map ([`ExtentMap`]), which is
-//! authoritative; [`ExtentStatusTree::status`] answers for both, as
-//! `ext4_es_lookup_extent` does, so callers ask one place. A later slice
-//! grows this into the full cache (written/unwritten/hole entries with
-//! physical blocks, a shrinker).
+//! It keeps what nothing else knows: the **delayed extents**, ranges a
+//! buffered write under delalloc has reserved space for but not allocated
+//! (their data is dirty in the page cache). Written and unwritten come from
+//! the inode's extent map ([`ExtentMap`]), which is authoritative;
+//! [`ExtentStatusTree::status`] answers for both, as `ext4_es_lookup_extent`
+//! does, so callers ask one place. Beside them sit **mapped entries**
+//! ([`mapped`]): a cache of the map's runs that FIEMAP_FLAG_CACHE fills and
+//! FIEMAP reads through. A later slice fills it on every lookup and adds
+//! hole entries and a shrinker.
 //!
 //! Invariants:
 //! - a delayed block is never mapped in the extent map (allocation removes
 //!   it from here first);
 //! - the count of delayed blocks is the inode's share of the filesystem's
-//!   reservation (i_reserved_data_blocks); the caller keeps the sum.
+//!   reservation (i_reserved_data_blocks); the caller keeps the sum;
+//! - a mapped entry says what the map says: whoever changes the map drops
+//!   the entries there ([`ExtentStatusTree::forget_mapped`]).
 
 use std::ops::Range;
 
-use crate::extent_tree::ExtentMap;
+use crate::extent_tree::{ExtentMap, Piece};
 use crate::range_set::RangeSet;
+
+pub mod mapped;
+
+use mapped::MappedCache;
 
 /// What a logical block is backed by (ext4's EXTENT_STATUS_* bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +44,7 @@ pub struct ExtentStatusTree {
     delayed: RangeSet,
     /// Blocks in `delayed`, kept so the reservation is O(1) to read.
     delayed_blocks: u64,
+    mapped: MappedCache,
 }
 
 impl ExtentStatusTree {
@@ -87,9 +95,36 @@ impl ExtentStatusTree {
     }
 
     /// Moves delayed extents at or after `from` by `delta` blocks
-    /// (collapse and insert range); `None` if one would leave u64.
+    /// (collapse and insert range); `None` if one would leave u64. Mapped
+    /// entries from `from` on are dropped, as ext4 drops its cache there.
     pub fn shift_from(&mut self, from: u64, delta: i64) -> Option<()> {
+        self.mapped.forget(from..u64::MAX);
         self.delayed.shift_from(from, delta)
+    }
+
+    /// ext4_ext_precache: every run of `map` into the cache; returns how many.
+    pub fn precache(&mut self, map: &ExtentMap) -> usize {
+        self.mapped.load(map)
+    }
+
+    /// Cached mapped extents.
+    pub fn cached_extents(&self) -> usize {
+        self.mapped.len()
+    }
+
+    /// The map is about to change in `range`: its cached entries go.
+    pub fn forget_mapped(&mut self, range: Range<u64>) {
+        self.mapped.forget(range);
+    }
+
+    /// The mapped pieces of `range`, looked up through the cache.
+    pub fn mapped_in(&self, map: &ExtentMap, range: Range<u64>) -> Vec<Piece> {
+        self.mapped.lookup(map, range)
+    }
+
+    /// Whether every cached entry still says what `map` says.
+    pub fn cache_agrees(&self, map: &ExtentMap) -> bool {
+        self.mapped.agrees_with(map)
     }
 
     /// Blocks of `range` neither mapped in `map` nor delayed: what a new
@@ -140,11 +175,16 @@ mod tests {
     }
 
     #[test]
-    fn shifting_moves_delayed_extents_with_their_blocks() {
+    fn shifting_moves_delayed_extents_with_their_blocks_and_drops_cached_ones() {
         let mut es = ExtentStatusTree::new();
         es.insert_delayed(10..12);
+        let mut map = ExtentMap::new();
+        map.insert(0, 2, 1000, false);
+        map.insert(20, 2, 2000, false);
+        assert_eq!(es.precache(&map), 2);
         es.shift_from(5, -5).unwrap();
         assert_eq!(es.delayed_in(0..100).collect::<Vec<_>>(), vec![5..7]);
         assert_eq!(es.delayed_blocks(), 2);
+        assert_eq!(es.cached_extents(), 1, "the entry before the shift stays");
     }
 }

@@ -43,6 +43,9 @@ pub const FL_EXTENTS: u32 = 0x80000;
 pub const FL_EA_INODE: u32 = 0x200000;
 pub const FL_INLINE_DATA: u32 = 0x10000000;
 
+/// h_magic of extended attributes kept in the inode, just past its extra
+/// fields (EXT4_XATTR_MAGIC).
+pub const IN_INODE_XATTR_MAGIC: u32 = 0xEA02_0000;
 /// The `i_extra_isize` mkfs writes: every extra field up to `i_projid`.
 pub const EXTRA_ISIZE: u16 = 32;
 /// Bytes of `i_block`.
@@ -340,6 +343,14 @@ impl Inode {
     }
     pub fn has_flag(&self, flag: u32) -> bool {
         self.flags & flag != 0
+    }
+
+    /// Bytes of the slot that hold extended attributes, when the magic sits
+    /// just past the extra fields (where ext4_iget looks for them).
+    pub fn in_inode_xattr_bytes(&self) -> Option<u64> {
+        let at = usize::from(GOOD_OLD_INODE_SIZE) + usize::from(self.extra_isize);
+        let magic = self.raw.get(at..at + 4)?;
+        (le32(magic, 0) == IN_INODE_XATTR_MAGIC).then(|| u64_from_usize(self.raw.len() - at))
     }
 
     /// Space charged to the inode in bytes, decoding `i_blocks` units.

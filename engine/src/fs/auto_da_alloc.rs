@@ -76,7 +76,7 @@ mod tests {
     }
 
     fn delayed(fs: &mut Ext4<MemDevice>, path: &str) -> bool {
-        fs.do_fiemap(path).unwrap().iter().any(|e| e.flags & fiemap_flags::DELALLOC != 0)
+        fs.fiemap(path, ext4_model::FiemapRequest::whole(0)).unwrap().iter().any(|e| e.flags & fiemap_flags::DELALLOC != 0)
     }
 
     #[test]

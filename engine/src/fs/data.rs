@@ -78,6 +78,7 @@ impl<D: BlockDevice> Ctx<D> {
                 };
                 debug_assert!(got > 0 && got <= hole.end - l);
                 self.cache.forget(p, got);
+                node.es.forget_mapped(l..l + got);
                 node.map.insert(l, got, p, unwritten);
                 mapped.push((l, got));
                 l += got;
@@ -93,6 +94,7 @@ impl<D: BlockDevice> Ctx<D> {
 
     /// Frees every mapped block of `range`; returns how many.
     pub fn unmap_range(&mut self, node: &mut Node, range: Range<u64>) -> Result<u64, Errno> {
+        node.es.forget_mapped(range.clone());
         let freed = node.map.remove(range);
         let mut n = 0;
         for (p, l) in freed {

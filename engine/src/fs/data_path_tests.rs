@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use ext4_model::op::fiemap_flags;
-use ext4_model::{FileSystem, MountConfig};
+use ext4_model::{FiemapRequest, FileSystem, MountConfig};
 
 use crate::device::{BlockDevice, DeviceError, IoClass, WriteFlags};
 use crate::device_mem::MemDevice;
@@ -211,7 +211,7 @@ fn delalloc_reserves_at_write_time_and_allocates_at_write_back_one_request_per_r
     let (free_now, _) = fs.free_space();
     assert_eq!(free_before - free_now, 48, "the reservation counts against free space at once");
     assert_eq!(fs.stat("/f").unwrap().blocks, 48 * BS / 512, "stat counts delayed blocks");
-    let map = fs.fiemap("/f", false).unwrap();
+    let map = fs.fiemap("/f", FiemapRequest::whole(0)).unwrap();
     assert_eq!(map.len(), 3);
     assert!(map.iter().all(|e| e.flags & (fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN) == fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN), "{map:?}");
     assert!(log.borrow().writes.is_empty(), "nothing reached the device");
@@ -223,7 +223,7 @@ fn delalloc_reserves_at_write_time_and_allocates_at_write_back_one_request_per_r
     assert_eq!(stats.writeback.delalloc_blocks, 48);
     assert_eq!(stats.reserved_blocks, 0);
     assert_eq!(log.borrow().writes.len(), 3, "each run written in one command: {:?}", log.borrow().writes);
-    let map = fs.fiemap("/f", false).unwrap();
+    let map = fs.fiemap("/f", FiemapRequest::whole(0)).unwrap();
     assert_eq!(map.iter().map(|e| (e.logical / BS, e.length / BS, e.flags & !fiemap_flags::LAST)).collect::<Vec<_>>(), vec![(0, 5, 0), (20, 3, 0), (100, 40, 0)]);
     assert_eq!(fs.free_space().0, free_now, "allocation turned the reservation into blocks");
 }
@@ -252,13 +252,13 @@ fn nodelalloc_allocates_at_write_time_but_writes_back_later() {
     let (mut fs, log) = mounted(64 << 20, "nodelalloc");
     fs.create("/f", 0o644).unwrap();
     fs.write("/f", 0, &pattern(5, 8 * BS as usize)).unwrap();
-    let map = fs.fiemap("/f", false).unwrap();
+    let map = fs.fiemap("/f", FiemapRequest::whole(0)).unwrap();
     assert_eq!(map.len(), 1);
     assert_eq!(map[0].flags & fiemap_flags::DELALLOC, 0, "allocated: {map:?}");
     assert_eq!(map[0].flags & fiemap_flags::UNWRITTEN, fiemap_flags::UNWRITTEN, "unwritten until write-back (dioread_nolock)");
     assert!(log.borrow().writes.is_empty(), "the data waits in the cache");
     fs.fsync("/f").unwrap();
-    assert_eq!(fs.fiemap("/f", false).unwrap()[0].flags & fiemap_flags::UNWRITTEN, 0, "converted at write-back");
+    assert_eq!(fs.fiemap("/f", FiemapRequest::whole(0)).unwrap()[0].flags & fiemap_flags::UNWRITTEN, 0, "converted at write-back");
     assert_eq!(log.borrow().writes.len(), 1);
 }
 
@@ -295,12 +295,12 @@ fn a_shadow_unmount_writes_back_the_cache_without_touching_the_real_mount() {
     assert!(!written.log.borrow().writes.is_empty(), "the shadow wrote the dirty folios back");
     let mut cold = Ext4::mount(written, &MountConfig::default()).unwrap();
     assert_eq!(cold.read("/f", 0, 6 * BS as u32).unwrap(), pattern(7, 6 * BS as usize));
-    assert_eq!(cold.fiemap("/f", false).unwrap()[0].flags & fiemap_flags::DELALLOC, 0);
+    assert_eq!(cold.fiemap("/f", FiemapRequest::whole(0)).unwrap()[0].flags & fiemap_flags::DELALLOC, 0);
 
     assert_eq!(fs.device().inner, image_before, "the real device is untouched");
     assert_eq!(log.borrow().writes.len(), writes_before);
     assert_eq!(fs.data_path_stats(), stats_before, "the real cache and reservations are as they were");
-    let map = fs.fiemap("/f", false).unwrap();
+    let map = fs.fiemap("/f", FiemapRequest::whole(0)).unwrap();
     assert_ne!(map[0].flags & fiemap_flags::DELALLOC, 0, "still delayed on the real mount");
     assert_eq!(fs.read("/f", 0, 6 * BS as u32).unwrap(), pattern(7, 6 * BS as usize));
 }

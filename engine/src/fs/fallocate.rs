@@ -110,6 +110,7 @@ impl<D: BlockDevice> Ext4<D> {
             // Whole blocks become unwritten whatever they held: written
             // extents convert, cached data (dirty or not) is dropped.
             ctx.map_range(ino, node, first_full..last_full, true)?;
+            node.es.forget_mapped(first_full..last_full);
             node.map.set_state(first_full..last_full, true);
             node.map_dirty = true;
             ctx.pages.invalidate(ino, first_full..last_full);
@@ -184,31 +185,6 @@ impl<D: BlockDevice> Ext4<D> {
         node.map_dirty = true;
         node.disk.size = size + len;
         Ok(())
-    }
-
-    pub(crate) fn do_fiemap(&mut self, path: &str) -> Result<Vec<ext4_model::FiemapExtent>, Errno> {
-        use ext4_model::op::fiemap_flags;
-        // Directories map their blocks too; open_path followed any symlink.
-        let ino = self.open_path(path)?;
-        let bs = self.ctx.bs();
-        let node = self.node(ino)?;
-        // Mapped extents and delayed ones (never overlapping), in order.
-        let extent = |logical: u64, len: u64, flags: u32| ext4_model::FiemapExtent { logical: logical * bs, length: len * bs, flags, writeback_pending: false };
-        let mut out: Vec<ext4_model::FiemapExtent> = Vec::new();
-        let mut delayed = node.es.delayed_in(0..u64::MAX).peekable();
-        for p in node.map.iter() {
-            while let Some(d) = delayed.next_if(|d| d.start < p.logical) {
-                out.push(extent(d.start, d.end - d.start, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN));
-            }
-            out.push(extent(p.logical, p.len, if p.unwritten { fiemap_flags::UNWRITTEN } else { 0 }));
-        }
-        for d in delayed {
-            out.push(extent(d.start, d.end - d.start, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN));
-        }
-        if let Some(last) = out.last_mut() {
-            last.flags |= fiemap_flags::LAST;
-        }
-        Ok(out)
     }
 }
 

@@ -83,6 +83,7 @@ impl<D: BlockDevice> Ext4<D> {
             let (block, _) = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?.ok_or(Errno::ENOSPC)?;
             ctx.cache.forget(block, 1);
             d.append_block(&mut ctx.cache, block)?;
+            node.es.forget_mapped(lblk..lblk + 1);
             node.map.insert(lblk, 1, block, false);
             node.map_dirty = true;
             node.disk.size = (lblk + 1) * ctx.bs();

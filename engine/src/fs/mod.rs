@@ -54,6 +54,7 @@ mod auto_da_alloc;
 mod buffered;
 mod data;
 mod fallocate;
+mod fiemap;
 mod inode_flags;
 mod journal_switch;
 mod journaling;

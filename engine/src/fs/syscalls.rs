@@ -4,7 +4,7 @@
 //! may put folios in the page cache make room first (`make_room`), where
 //! writing back is safe: before the op has changed anything.
 
-use ext4_model::op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, RenameFlags, SeekChoices, SeekWhence, Stat};
+use ext4_model::op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, RenameFlags, SeekChoices, SeekWhence, Stat};
 use ext4_model::{Errno, FileSystem};
 
 use crate::device::BlockDevice;
@@ -105,17 +105,8 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.make_room_for_edges()?;
         self.do_fallocate(path, mode, offset, len)
     }
-    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
-        // FIEMAP_FLAG_SYNC writes the file's dirty data back first
-        // (filemap_write_and_wait), waiting where ext4's write-back would.
-        if sync {
-            self.start_handle()?;
-            let ino = self.open_path(path)?;
-            if !self.ctx.mount.read_only {
-                self.write_back_data(ino, 0).map_err(Errno::from)?;
-            }
-        }
-        let map = self.do_fiemap(path);
+    fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
+        let map = self.fiemap_request(path, req);
         self.closed(path, map)
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {

@@ -87,6 +87,7 @@ impl<D: BlockDevice> Ctx<D> {
             let released = node.es.remove_delayed(l..l + got);
             debug_assert_eq!(released, got, "allocating blocks that were not delayed");
             self.reserved_blocks = self.reserved_blocks.saturating_sub(released);
+            node.es.forget_mapped(l..l + got);
             node.map.insert(l, got, p, false);
             node.map_dirty = true;
             self.wb_stats.delalloc_blocks += got;
@@ -135,6 +136,7 @@ impl<D: BlockDevice> Ctx<D> {
                     l += n;
                 }
                 if p.unwritten {
+                    node.es.forget_mapped(p.logical..p.logical + p.len);
                     node.map.set_state(p.logical..p.logical + p.len, false);
                     node.map_dirty = true;
                     self.wb_stats.converted_blocks += p.len;

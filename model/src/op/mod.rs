@@ -140,8 +140,11 @@ pub enum Op {
     Fdatasync { path: String },
     Sync,
     Fallocate { path: String, mode: FallocFlags, offset: u64, len: u64 },
-    /// FS_IOC_FIEMAP over the whole file; `sync` is FIEMAP_FLAG_SYNC.
-    Fiemap { path: String, sync: bool },
+    /// FS_IOC_FIEMAP of bytes `start..start + len` (`len` u64::MAX: to the
+    /// end), `flags` the raw fm_flags word ([`FiemapRequest`]). With
+    /// `count_only` fm_extent_count is 0 and the answer is how many extents
+    /// there are ([`Reply::MappedCount`]).
+    Fiemap { path: String, start: u64, len: u64, flags: u32, count_only: bool },
     /// chattr +j / -j (FS_IOC_SETFLAGS toggling JOURNAL_DATA_FL).
     SetJournalData { path: String, enable: bool },
     /// renameat2(2) with RENAME_NOREPLACE or RENAME_EXCHANGE.
@@ -189,9 +192,14 @@ impl Op {
     }
 
     /// Ops that only look: they change nothing a later op sees and start no
-    /// journal handle (a FIEMAP with sync writes back, so it is not one).
+    /// journal handle (a FIEMAP with FIEMAP_FLAG_SYNC writes back, so it is
+    /// not one).
     pub fn only_looks(&self) -> bool {
-        matches!(self, Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Fiemap { sync: false, .. } | Op::Lseek { .. })
+        match self {
+            Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Lseek { .. } => true,
+            Op::Fiemap { flags, .. } => flags & FiemapRequest::SYNC == 0,
+            _ => false,
+        }
     }
 
     /// Ops that can run in two halves, between which other tasks' ops run
@@ -350,8 +358,37 @@ pub mod fiemap_flags {
     pub const LAST: u32 = 0x1;
     pub const UNKNOWN: u32 = 0x2;
     pub const DELALLOC: u32 = 0x4;
+    pub const NOT_ALIGNED: u32 = 0x100;
+    pub const DATA_INLINE: u32 = 0x200;
     pub const UNWRITTEN: u32 = 0x800;
     pub const MERGED: u32 = 0x1000;
+}
+
+/// What FS_IOC_FIEMAP asks besides the file: fm_start, fm_length and the
+/// raw fm_flags word, unknown bits included (they are EBADR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FiemapRequest {
+    pub start: u64,
+    pub len: u64,
+    pub flags: u32,
+}
+
+impl FiemapRequest {
+    /// FIEMAP_FLAG_SYNC: write the file's dirty data back first.
+    pub const SYNC: u32 = 0x1;
+    /// FIEMAP_FLAG_XATTR: map where the inode's extended attributes live.
+    pub const XATTR: u32 = 0x2;
+    /// FIEMAP_FLAG_CACHE: load the extent tree into the extent status cache.
+    pub const CACHE: u32 = 0x4;
+
+    /// The whole file, as `sync=` traces ask: start 0, length u64::MAX.
+    pub fn whole(flags: u32) -> FiemapRequest {
+        FiemapRequest { start: 0, len: u64::MAX, flags }
+    }
+
+    pub fn syncs(&self) -> bool {
+        self.flags & Self::SYNC != 0
+    }
 }
 
 /// One FIEMAP extent in logical terms (byte offsets in the file).
@@ -363,13 +400,25 @@ pub struct FiemapExtent {
     /// Model only: dirty data whose writeback may already have happened, so the
     /// range may also be reported as plain written. Implementations set false.
     pub writeback_pending: bool,
+    /// Model only: a directory's blocks in the asked range, of which there
+    /// may be fewer (see [`FiemapExtent::directory_blocks`]). Implementations
+    /// set false.
+    pub directory: bool,
 }
 
 impl FiemapExtent {
-    /// The model's FIEMAP answer for a directory: its blocks are written from
-    /// offset 0 with no holes, but how many there are is layout (entry
-    /// packing), so only that shape is checked ([`crate::agree`]).
-    pub const DIRECTORY_BLOCKS: FiemapExtent = FiemapExtent { logical: 0, length: u64::MAX, flags: fiemap_flags::LAST, writeback_pending: false };
+    /// An extent as an implementation reports it.
+    pub fn new(logical: u64, length: u64, flags: u32) -> FiemapExtent {
+        FiemapExtent { logical, length, flags, writeback_pending: false, directory: false }
+    }
+
+    /// The model's FIEMAP answer for a directory asked about bytes `range`
+    /// (block aligned): its blocks are written from offset 0 with no holes,
+    /// but how many there are is layout (entry packing, htree index blocks),
+    /// so only that shape is checked ([`crate::agree`]).
+    pub fn directory_blocks(range: std::ops::Range<u64>) -> FiemapExtent {
+        FiemapExtent { logical: range.start, length: range.end - range.start, flags: fiemap_flags::LAST, writeback_pending: false, directory: true }
+    }
 }
 
 /// The successful result of an op.
@@ -387,6 +436,12 @@ pub enum Reply {
     /// Model only: the answers lseek(SEEK_DATA/SEEK_HOLE) may give, where
     /// ext4's answer depends on its page cache (see [`SeekChoices`]).
     SeekChoices(SeekChoices),
+    /// fm_mapped_extents of a count-only FIEMAP (fm_extent_count = 0).
+    MappedCount(u32),
+    /// Model only: its answer to a count-only FIEMAP. Where extents split is
+    /// layout, so the model gives the map it would report and the block
+    /// size, and [`crate::agree`] allows a range of counts.
+    ExtentsToCount { extents: Vec<FiemapExtent>, block_size: u32 },
 }
 
 /// What an op returns: its reply or the errno a user would see.
@@ -400,6 +455,14 @@ mod tests {
     fn kinds_cover_every_op() {
         assert_eq!(OpKind::ALL.len(), 24);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
+    }
+
+    #[test]
+    fn a_fiemap_only_looks_unless_it_may_write_back() {
+        let fiemap = |flags| Op::Fiemap { path: "/f".into(), start: 0, len: 1, flags, count_only: true };
+        assert!(fiemap(0).only_looks() && fiemap(FiemapRequest::CACHE | FiemapRequest::XATTR).only_looks());
+        assert!(!fiemap(FiemapRequest::SYNC).only_looks());
+        assert!(!fiemap(FiemapRequest::SYNC | 0x80).only_looks(), "refused, but said so only once it runs");
     }
 
     #[test]

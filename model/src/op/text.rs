@@ -6,12 +6,18 @@
 //! write path="/a/b" offset=4096 len=100 seed=7
 //! rename from="/a" to="/c"
 //! fallocate path="/f" mode=0x3 offset=0 len=8192
+//! fiemap path="/f" sync=false start=4096 len=100 flags=0x4 count_only=true
 //! ```
+//!
+//! A FIEMAP writes only what differs from the whole-file request older
+//! traces made (`fiemap path="/f" sync=true`): `start=` when not 0, `len=`
+//! when not u64::MAX, `flags=` with the bits other than SYNC (that is
+//! `sync=`), `count_only=true`. So those traces read and print unchanged.
 
 use std::fmt;
 use std::str::FromStr;
 
-use super::{ChattrFlag, FallocFlags, Op, RenameFlags, SeekWhence};
+use super::{ChattrFlag, FallocFlags, FiemapRequest, Op, RenameFlags, SeekWhence};
 
 fn chattr_text(flag: ChattrFlag) -> &'static str {
     match flag {
@@ -27,6 +33,32 @@ fn flags_text(flags: RenameFlags) -> &'static str {
     }
 }
 use crate::text::{quote, Fields, TextError};
+
+fn fiemap_text(f: &mut fmt::Formatter<'_>, start: u64, len: u64, flags: u32, count_only: bool) -> fmt::Result {
+    write!(f, " sync={}", flags & FiemapRequest::SYNC != 0)?;
+    if start != 0 {
+        write!(f, " start={start}")?;
+    }
+    if len != u64::MAX {
+        write!(f, " len={len}")?;
+    }
+    if flags & !FiemapRequest::SYNC != 0 {
+        write!(f, " flags={:#x}", flags & !FiemapRequest::SYNC)?;
+    }
+    if count_only {
+        write!(f, " count_only=true")?;
+    }
+    Ok(())
+}
+
+fn fiemap_from(f: &Fields, path: String) -> Result<Op, TextError> {
+    let other: u32 = f.num_or("flags", 0)?;
+    if other & FiemapRequest::SYNC != 0 {
+        return Err(TextError::BadValue { key: "flags".into(), value: format!("{other:#x}"), expected: "bits other than SYNC (that is sync=)" });
+    }
+    let sync = if f.flag("sync")? { FiemapRequest::SYNC } else { 0 };
+    Ok(Op::Fiemap { path, start: f.num_or("start", 0)?, len: f.num_or("len", u64::MAX)?, flags: sync | other, count_only: f.flag_or("count_only", false)? })
+}
 
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -49,7 +81,10 @@ impl fmt::Display for Op {
             Op::Fdatasync { path } => write!(f, "fdatasync path={}", q(path)),
             Op::Sync => write!(f, "sync"),
             Op::Fallocate { path, mode, offset, len } => write!(f, "fallocate path={} mode={:#x} offset={offset} len={len}", q(path), mode.0),
-            Op::Fiemap { path, sync } => write!(f, "fiemap path={} sync={sync}", q(path)),
+            Op::Fiemap { path, start, len, flags, count_only } => {
+                write!(f, "fiemap path={}", q(path))?;
+                fiemap_text(f, *start, *len, *flags, *count_only)
+            }
             Op::SetJournalData { path, enable } => write!(f, "set_journal_data path={} enable={enable}", q(path)),
             Op::Renameat2 { from, to, flags } => write!(f, "renameat2 from={} to={} flags={}", q(from), q(to), flags_text(*flags)),
             Op::Chattr { path, flag, enable } => write!(f, "chattr path={} flag={} enable={enable}", q(path), chattr_text(*flag)),
@@ -85,7 +120,7 @@ impl FromStr for Op {
             "fdatasync" => Op::Fdatasync { path: path()? },
             "sync" => Op::Sync,
             "fallocate" => Op::Fallocate { path: path()?, mode: FallocFlags(f.num("mode")?), offset: f.num("offset")?, len: f.num("len")? },
-            "fiemap" => Op::Fiemap { path: path()?, sync: f.flag("sync")? },
+            "fiemap" => fiemap_from(&f, path()?)?,
             "set_journal_data" => Op::SetJournalData { path: path()?, enable: f.flag("enable")? },
             "renameat2" => Op::Renameat2 {
                 from: f.text("from")?,
@@ -141,6 +176,9 @@ mod tests {
             Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },
             Op::Lseek { path: "/a".into(), offset: u64::MAX, whence: SeekWhence::Hole },
             Op::Rewrite { path: "/a".into(), len: 0, seed: 5 },
+            Op::Fiemap { path: "/a".into(), start: 0, len: u64::MAX, flags: 0, count_only: false },
+            Op::Fiemap { path: "/a".into(), start: 7, len: 0, flags: 0xffff_ffff, count_only: true },
+            Op::Fiemap { path: "/a".into(), start: u64::MAX, len: 4096, flags: FiemapRequest::CACHE, count_only: false },
         ];
         for op in ops {
             assert_eq!(op.to_string().parse::<Op>(), Ok(op.clone()), "{op}");
@@ -149,5 +187,22 @@ mod tests {
         assert!(matches!("renameat2 from=\"/a\" to=\"/b\" flags=whiteout".parse::<Op>(), Err(TextError::BadValue { .. })));
         assert!(matches!("write path=\"/a\" offset=x len=1 seed=1".parse::<Op>(), Err(TextError::BadValue { .. })));
         assert!(matches!("read path=\"/a\" offset=0".parse::<Op>(), Err(TextError::Missing(k)) if k == "len"));
+    }
+
+    #[test]
+    fn whole_file_fiemaps_keep_the_old_text_and_the_rest_say_only_what_differs() {
+        let whole = |flags| Op::Fiemap { path: "/f".into(), start: 0, len: u64::MAX, flags, count_only: false };
+        for (op, text) in [
+            (whole(FiemapRequest::SYNC), "fiemap path=\"/f\" sync=true"),
+            (whole(0), "fiemap path=\"/f\" sync=false"),
+            (whole(FiemapRequest::XATTR | FiemapRequest::SYNC), "fiemap path=\"/f\" sync=true flags=0x2"),
+            (Op::Fiemap { path: "/f".into(), start: 4096, len: 10, flags: 0, count_only: true }, "fiemap path=\"/f\" sync=false start=4096 len=10 count_only=true"),
+        ] {
+            assert_eq!(op.to_string(), text);
+            assert_eq!(text.parse::<Op>(), Ok(op));
+        }
+        // SYNC has one spelling, and sync= is still required.
+        assert!(matches!("fiemap path=\"/f\" sync=false flags=0x1".parse::<Op>(), Err(TextError::BadValue { .. })));
+        assert!(matches!("fiemap path=\"/f\" start=1".parse::<Op>(), Err(TextError::Missing(k)) if k == "sync"));
     }
 }

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use ext4_model::op::fiemap_flags;
-use ext4_model::{DirEntry, Errno, FallocFlags, FileKind, FileSystem, FiemapExtent, Stat};
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FiemapRequest, FileKind, FileSystem, Outcome, Reply, Stat};
 
 /// `Stat::flags` when the kernel cannot say: a symlink cannot be opened for
 /// FS_IOC_GETFLAGS.
@@ -21,7 +21,6 @@ const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
 const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
 const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
 const FS_JOURNAL_DATA_FL: libc::c_int = 0x4000;
-const FIEMAP_FLAG_SYNC: u32 = 0x1;
 /// Extents asked for per FIEMAP call.
 const FIEMAP_BATCH: usize = 64;
 
@@ -51,7 +50,7 @@ struct FiemapRecord {
 }
 
 #[repr(C)]
-struct FiemapRequest {
+struct FiemapCall {
     header: FiemapHeader,
     extents: [FiemapRecord; FIEMAP_BATCH],
 }
@@ -360,32 +359,43 @@ impl FileSystem for SyscallFs {
         check(unsafe { libc::fallocate(fd.0, mode.0 as libc::c_int, offset as libc::off_t, len as libc::off_t) }).map(drop)
     }
 
-    fn fiemap(&mut self, path: &str, sync: bool) -> Result<Vec<FiemapExtent>, Errno> {
+    fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
         let fd = self.open(path, libc::O_RDONLY, 0)?;
         let mut out: Vec<FiemapExtent> = Vec::new();
-        let mut start = 0u64;
-        let mut flags = if sync { FIEMAP_FLAG_SYNC } else { 0 };
+        // Where the asked range ends; a long map is fetched in batches, each
+        // from where the last one stopped (the kernel cuts the end itself).
+        let end = req.start.saturating_add(req.len);
+        let (mut start, mut length, mut flags) = (req.start, req.len, req.flags);
         loop {
-            let mut req = FiemapRequest {
-                header: FiemapHeader { start, length: u64::MAX - start, flags, mapped_extents: 0, extent_count: FIEMAP_BATCH as u32, reserved: 0 },
+            let mut call = FiemapCall {
+                header: FiemapHeader { start, length, flags, mapped_extents: 0, extent_count: FIEMAP_BATCH as u32, reserved: 0 },
                 extents: [FiemapRecord::default(); FIEMAP_BATCH],
             };
-            // SAFETY: req is a struct fiemap with room for extent_count extents.
-            check(unsafe { libc::ioctl(fd.0, FS_IOC_FIEMAP, &mut req) })?;
-            let mapped = (req.header.mapped_extents as usize).min(FIEMAP_BATCH);
-            for e in &req.extents[..mapped] {
-                out.push(FiemapExtent { logical: e.logical, length: e.length, flags: e.flags & !fiemap_flags::MERGED, writeback_pending: false });
+            // SAFETY: call is a struct fiemap with room for extent_count extents.
+            check(unsafe { libc::ioctl(fd.0, FS_IOC_FIEMAP, &mut call) })?;
+            let mapped = (call.header.mapped_extents as usize).min(FIEMAP_BATCH);
+            for e in &call.extents[..mapped] {
+                out.push(FiemapExtent::new(e.logical, e.length, e.flags & !fiemap_flags::MERGED));
             }
-            let last = req.extents[..mapped].last();
-            match last {
-                Some(e) if e.flags & fiemap_flags::LAST == 0 && mapped == FIEMAP_BATCH => {
+            match call.extents[..mapped].last() {
+                Some(e) if e.flags & fiemap_flags::LAST == 0 && mapped == FIEMAP_BATCH && e.logical + e.length < end => {
                     start = e.logical + e.length;
-                    flags &= !FIEMAP_FLAG_SYNC;
+                    length = end - start;
+                    // Written back once is enough.
+                    flags &= !FiemapRequest::SYNC;
                 }
                 _ => break,
             }
         }
         Ok(out)
+    }
+
+    fn fiemap_count(&mut self, path: &str, req: FiemapRequest) -> Outcome {
+        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        let mut header = FiemapHeader { start: req.start, length: req.len, flags: req.flags, mapped_extents: 0, extent_count: 0, reserved: 0 };
+        // SAFETY: with extent_count 0 the kernel reads and writes the header only.
+        check(unsafe { libc::ioctl(fd.0, FS_IOC_FIEMAP, &mut header) })?;
+        Ok(Reply::MappedCount(header.mapped_extents))
     }
 
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {

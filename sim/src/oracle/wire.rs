@@ -160,20 +160,26 @@ impl Encoder {
             }
             Ok(Reply::Extents(xs)) => {
                 self.u8(7);
-                self.u32(xs.len() as u32);
-                for x in xs {
-                    self.u64(x.logical);
-                    self.u64(x.length);
-                    self.u32(x.flags);
-                }
+                self.extents(xs);
+            }
+            Ok(Reply::MappedCount(n)) => {
+                self.u8(8);
+                self.u32(*n);
+            }
+            // The model's own answer never comes from a guest; it is carried
+            // whole all the same, so no reply is ever lost on the way.
+            Ok(Reply::ExtentsToCount { extents, block_size }) => {
+                self.u8(9);
+                self.u32(*block_size);
+                self.extents(extents);
             }
             Ok(Reply::Offset(x)) => {
-                self.u8(9);
+                self.u8(10);
                 self.u64(*x);
             }
             // The model's, never a kernel's; carried whole all the same.
             Ok(Reply::SeekChoices(c)) => {
-                self.u8(10);
+                self.u8(11);
                 self.u32(c.exact.len() as u32);
                 for x in &c.exact {
                     self.u64(*x);
@@ -186,6 +192,15 @@ impl Encoder {
                 self.u64(c.block_size);
                 self.u8(u8::from(c.enxio));
             }
+        }
+    }
+
+    fn extents(&mut self, xs: &[FiemapExtent]) {
+        self.u32(xs.len() as u32);
+        for x in xs {
+            self.u64(x.logical);
+            self.u64(x.length);
+            self.u32(x.flags);
         }
     }
 }
@@ -243,6 +258,16 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    fn extents(&mut self) -> Result<Vec<FiemapExtent>, String> {
+        let n = self.u32()?;
+        let mut xs = Vec::new();
+        for _ in 0..n {
+            let (logical, length) = (self.u64()?, self.u64()?);
+            xs.push(FiemapExtent::new(logical, length, self.u32()?));
+        }
+        Ok(xs)
+    }
+
     pub fn results(buf: &'a [u8]) -> Result<(String, Vec<GuestResult>), String> {
         let mut d = Decoder::new(buf);
         let release = d.string()?;
@@ -289,17 +314,14 @@ impl<'a> Decoder<'a> {
                 Ok(Reply::Entries(es))
             }
             6 => Ok(Reply::Target(self.string()?)),
-            7 => {
-                let n = self.u32()?;
-                let mut xs = Vec::new();
-                for _ in 0..n {
-                    let (logical, length) = (self.u64()?, self.u64()?);
-                    xs.push(FiemapExtent { logical, length, flags: self.u32()?, writeback_pending: false });
-                }
-                Ok(Reply::Extents(xs))
+            7 => Ok(Reply::Extents(self.extents()?)),
+            8 => Ok(Reply::MappedCount(self.u32()?)),
+            9 => {
+                let block_size = self.u32()?;
+                Ok(Reply::ExtentsToCount { extents: self.extents()?, block_size })
             }
-            9 => Ok(Reply::Offset(self.u64()?)),
-            10 => {
+            10 => Ok(Reply::Offset(self.u64()?)),
+            11 => {
                 let mut c = ext4_model::SeekChoices::default();
                 for _ in 0..self.u32()? {
                     c.exact.push(self.u64()?);
@@ -324,7 +346,12 @@ mod tests {
     #[test]
     fn manifests_and_results_round_trip_and_truncation_is_an_error() {
         let cases = vec![
-            GuestCase { disk: "/dev/vdb".into(), read_only: false, opts: "data=journal".into(), ops: vec![Op::Sync, Op::Mkdir { path: "/a b".into(), perm: 0o755 }] },
+            GuestCase {
+                disk: "/dev/vdb".into(),
+                read_only: false,
+                opts: "data=journal".into(),
+                ops: vec![Op::Sync, Op::Mkdir { path: "/a b".into(), perm: 0o755 }, Op::Fiemap { path: "/f".into(), start: 5, len: 0, flags: 0x8000_0006, count_only: true }],
+            },
             GuestCase { disk: "/dev/vdc".into(), read_only: true, opts: String::new(), ops: vec![] },
         ];
         assert_eq!(decode_manifest(&encode_manifest(&cases)).unwrap(), cases);
@@ -338,7 +365,9 @@ mod tests {
             Ok(Reply::Stat(Stat { ino: 12, kind: FileKind::Symlink, mode: 0o120777, nlink: 1, size: 3, blocks: 0, flags: u32::MAX, blocks_slack: 0 })),
             Ok(Reply::Entries(vec![DirEntry { name: "x".into(), kind: FileKind::Directory }])),
             Ok(Reply::Target("/t".into())),
-            Ok(Reply::Extents(vec![FiemapExtent { logical: 0, length: 4096, flags: 0x801, writeback_pending: false }])),
+            Ok(Reply::Extents(vec![FiemapExtent::new(0, 4096, 0x801)])),
+            Ok(Reply::MappedCount(u32::MAX)),
+            Ok(Reply::ExtentsToCount { extents: vec![FiemapExtent::new(8192, 4096, 0x1)], block_size: 1024 }),
             Ok(Reply::Offset(1 << 40)),
             Ok(Reply::SeekChoices(ext4_model::SeekChoices { exact: vec![3, 9], block_starts: std::iter::once(4096..8192).collect(), block_size: 4096, enxio: true })),
         ];

@@ -5,7 +5,7 @@
 //! run in two halves. It records what the runner asked of it so a test can
 //! say when a check ran and what it read.
 
-use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pending, Stat};
+use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FiemapRequest, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pending, Stat};
 
 use super::spec::RunSpec;
 use super::state::RunState;
@@ -108,7 +108,7 @@ impl FileSystem for Plain {
     fn fdatasync(&mut self, p: &str) -> Result<(), Errno> { self.view().fdatasync(p) }
     fn sync(&mut self) -> Result<(), Errno> { self.view().sync() }
     fn fallocate(&mut self, p: &str, m: FallocFlags, o: u64, l: u64) -> Result<(), Errno> { self.view().fallocate(p, m, o, l) }
-    fn fiemap(&mut self, p: &str, s: bool) -> Result<Vec<FiemapExtent>, Errno> { self.view().fiemap(p, s) }
+    fn fiemap(&mut self, p: &str, r: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> { self.view().fiemap(p, r) }
     fn set_journal_data(&mut self, p: &str, e: bool) -> Result<(), Errno> { self.view().set_journal_data(p, e) }
     fn chattr(&mut self, p: &str, f: ext4_model::ChattrFlag, e: bool) -> Result<(), Errno> { self.view().chattr(p, f, e) }
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().append(p, d) }

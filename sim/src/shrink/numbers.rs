@@ -1,5 +1,6 @@
-//! Smaller numbers: the positions (offsets, and the size a truncate leaves)
-//! and lengths of data ops made small. First for the whole trace at once,
+//! Smaller numbers: the positions (offsets, the size a truncate leaves, a
+//! FIEMAP's start) and lengths of data ops made small (a FIEMAP of the
+//! whole file, length u64::MAX, is already as plain as it gets). First for the whole trace at once,
 //! which keeps how numbers relate (a read reaching the end a write left):
 //! write seeds renumbered 1, 2, ...; positions moved down together; every
 //! number halved together. Then one number at a time: the least value, half
@@ -48,8 +49,10 @@ fn get(op: &Op, number: Number) -> Option<u64> {
     match (op, number) {
         (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => Some(*offset),
         (Op::Truncate { size, .. }, Number::Position) => Some(*size),
+        (Op::Fiemap { start, .. }, Number::Position) => Some(*start),
         (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. }, Number::Length) => Some(u64::from(*len)),
         (Op::Fallocate { len, .. }, Number::Length) => Some(*len),
+        (Op::Fiemap { len, .. }, Number::Length) => (*len != u64::MAX).then_some(*len),
         _ => None,
     }
 }
@@ -59,9 +62,9 @@ fn get(op: &Op, number: Number) -> Option<u64> {
 fn set(op: &mut Op, number: Number, value: u64) {
     match (op, number) {
         (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => *offset = value,
-        (Op::Truncate { size, .. }, Number::Position) => *size = value,
+        (Op::Truncate { size, .. } | Op::Fiemap { start: size, .. }, Number::Position) => *size = value,
         (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
-        (Op::Fallocate { len, .. }, Number::Length) => *len = value,
+        (Op::Fallocate { len, .. } | Op::Fiemap { len, .. }, Number::Length) => *len = value,
         _ => {}
     }
 }
@@ -289,6 +292,16 @@ mod tests {
         let numbers: Vec<u64> = ops[1..].iter().flat_map(|op| [get(op, Number::Position), get(op, Number::Length)]).flatten().collect();
         assert!(numbers.iter().all(|n| *n < 4096), "{ops:?}");
         assert!(runs < 200, "{runs} runs");
+    }
+
+    #[test]
+    fn a_fiemap_range_shrinks_and_a_whole_file_one_stays_whole() {
+        let fiemap = |start, len| Op::Fiemap { path: "/f".into(), start, len, flags: 0, count_only: true };
+        let t = trace("", vec![fiemap(1_234_567, 70_000), fiemap(0, u64::MAX)]);
+        let (ops, _) = smaller(&t, |t| matches!(t.steps[0].op(), Some(Op::Fiemap { start, len, .. }) if start + len > 8192));
+        let Op::Fiemap { start, len, .. } = ops[0] else { panic!("{:?}", ops[0]) };
+        assert!(start + len > 8192 && start + len <= 16384, "{:?}", ops[0]);
+        assert_eq!(ops[1], fiemap(0, u64::MAX));
     }
 
     #[test]

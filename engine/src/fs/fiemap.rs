@@ -1,0 +1,223 @@
+//! FS_IOC_FIEMAP as ext4_fiemap answers it:
+//! - FIEMAP_FLAG_CACHE first: the inode's extent tree is read back through
+//!   the buffer cache and its runs go into the extent status cache
+//!   (ext4_ext_precache), whatever the rest of the request turns out to be;
+//! - the request's checks, shared with the model (`vfs::check_fiemap`);
+//! - SYNC writes the file's dirty data back;
+//! - XATTR maps where the extended attributes live (ext4_iomap_xattr_fiemap);
+//! - otherwise the asked blocks are reported as ext4's report ops map them:
+//!   mapped pieces looked up through the extent status cache, delayed
+//!   ranges between them, each clipped to the blocks, the last one LAST.
+//!   Directories are mapped like files.
+
+use std::ops::Range;
+
+use ext4_model::op::fiemap_flags;
+use ext4_model::vfs::check_fiemap;
+use ext4_model::{Errno, FiemapExtent, FiemapRequest};
+
+use crate::device::BlockDevice;
+use crate::error::{Corrupt, Error};
+use crate::extent_tree::{self, ExtentMap};
+use crate::format::inode::{Inode, FL_EXTENTS};
+use crate::format::InodeNumber;
+
+use super::node::Node;
+use super::Ext4;
+
+impl<D: BlockDevice> Ext4<D> {
+    pub(crate) fn fiemap_request(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
+        // Write-back waits where a handle would (see `locks`).
+        if req.syncs() {
+            self.start_handle()?;
+        }
+        let ino = self.open_path(path)?;
+        if req.flags & FiemapRequest::CACHE != 0 {
+            self.precache_extents(ino)?;
+        }
+        let bs = self.ctx.bs();
+        let plan = check_fiemap(req, self.ctx.mount.max_file_size(), bs)?;
+        if plan.sync && !self.ctx.mount.read_only {
+            self.write_back_data(ino, 0).map_err(Errno::from)?;
+        }
+        let node = self.node(ino)?;
+        if plan.xattr {
+            return Ok(xattr_map(&node.disk, bs, plan.bytes.start));
+        }
+        Ok(report(node, plan.blocks, bs))
+    }
+
+    /// ext4_ext_precache: the tree's blocks read (the reads CACHE costs),
+    /// checked against the mapping they were written from, and every run
+    /// loaded into the extent status cache. Returns how many it holds.
+    pub(crate) fn precache_extents(&mut self, ino: InodeNumber) -> Result<usize, Errno> {
+        let (ctx, node) = self.split(ino)?;
+        if !node.disk.has_flag(FL_EXTENTS) {
+            return Ok(0);
+        }
+        // A mapping changed since its tree was last written has no tree
+        // on disk yet to read: it is all in memory.
+        if !node.map_dirty && !node.tree_blocks.is_empty() {
+            let seed = ctx.ino_seed(ino, node.disk.generation);
+            let tree = extent_tree::load(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, seed, ctx.geo.blocks_count)?;
+            if !same_runs(&tree.map, &node.map) {
+                return Err(Error::Corrupt(Corrupt::Inode { ino, what: "the extent tree reads back other than the mapping it was written from".into() }).into());
+            }
+        }
+        Ok(node.es.precache(&node.map))
+    }
+}
+
+/// Whether two maps cover the same blocks the same way, however their
+/// runs are cut.
+fn same_runs(a: &ExtentMap, b: &ExtentMap) -> bool {
+    let merged = |m: &ExtentMap| {
+        let mut out = ExtentMap::new();
+        for p in m.iter() {
+            out.insert(p.logical, p.len, p.physical, p.unwritten);
+        }
+        out
+    };
+    merged(a) == merged(b)
+}
+
+/// ext4_iomap_begin_report over `blocks`: the mapped pieces and the delayed
+/// ranges, in order.
+fn report(node: &Node, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
+    debug_assert!(node.es.cache_agrees(&node.map), "the extent status cache says other than the map");
+    let extent = |logical: u64, len: u64, flags: u32| FiemapExtent::new(logical * bs, len * bs, flags);
+    let delayed_flags = fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN;
+    let mut out: Vec<FiemapExtent> = Vec::new();
+    let mut delayed = node.es.delayed_in(blocks.clone()).peekable();
+    for p in node.es.mapped_in(&node.map, blocks) {
+        while let Some(d) = delayed.next_if(|d| d.start < p.logical) {
+            out.push(extent(d.start, d.end - d.start, delayed_flags));
+        }
+        out.push(extent(p.logical, p.len, if p.unwritten { fiemap_flags::UNWRITTEN } else { 0 }));
+    }
+    for d in delayed {
+        out.push(extent(d.start, d.end - d.start, delayed_flags));
+    }
+    if let Some(last) = out.last_mut() {
+        last.flags |= fiemap_flags::LAST;
+    }
+    out
+}
+
+/// ext4_iomap_xattr_fiemap: one extent at 0 where the attributes live (in
+/// the inode past its extra fields, else the block i_file_acl names), none
+/// when there are none or the walk starts at `start` past them.
+fn xattr_map(disk: &Inode, bs: u64, start: u64) -> Vec<FiemapExtent> {
+    let (length, flags) = match disk.in_inode_xattr_bytes() {
+        Some(bytes) => (bytes, fiemap_flags::DATA_INLINE | fiemap_flags::NOT_ALIGNED),
+        None if disk.file_acl != 0 => (bs, 0),
+        None => return Vec::new(),
+    };
+    if start >= length {
+        return Vec::new();
+    }
+    vec![FiemapExtent::new(0, length, flags | fiemap_flags::LAST)]
+}
+
+#[cfg(test)]
+mod tests {
+    use ext4_model::{FileSystem, Op, Reply};
+
+    use super::*;
+    use crate::fixtures::fresh_mounted;
+
+    const BS: u64 = 4096;
+
+    fn map(fs: &mut Ext4<crate::device_mem::MemDevice>, path: &str, start: u64, len: u64, flags: u32) -> Vec<(u64, u64, u32)> {
+        let req = FiemapRequest { start, len, flags };
+        fs.fiemap(path, req).unwrap().into_iter().map(|e| (e.logical / BS, e.length / BS, e.flags)).collect()
+    }
+
+    /// A file of eight separate written extents (every other block of 16)
+    /// after a sync, so its tree has a leaf block below the inode.
+    fn fragmented(fs: &mut Ext4<crate::device_mem::MemDevice>) -> InodeNumber {
+        fs.create("/f", 0o644).unwrap();
+        for b in (0..16).step_by(2) {
+            fs.write("/f", b * BS, &[7u8; 4096]).unwrap();
+        }
+        fs.sync().unwrap();
+        let ino = fs.open_path("/f").unwrap();
+        assert!(!fs.node(ino).unwrap().tree_blocks.is_empty(), "eight extents leave the inode");
+        ino
+    }
+
+    #[test]
+    fn cache_loads_the_tree_into_the_extent_status_cache_and_changes_no_answer() {
+        let mut fs = fresh_mounted(64 << 20);
+        let ino = fragmented(&mut fs);
+        let before = map(&mut fs, "/f", 0, u64::MAX, 0);
+        assert_eq!(fs.node(ino).unwrap().es.cached_extents(), 0);
+        assert_eq!(map(&mut fs, "/f", 0, u64::MAX, FiemapRequest::CACHE), before);
+        assert_eq!(fs.node(ino).unwrap().es.cached_extents(), 8);
+        // Even a request refused afterwards has loaded it, as ext4 does.
+        fs.write("/f", 0, &[1u8; 4096]).unwrap();
+        fs.sync().unwrap();
+        assert_eq!(fs.fiemap("/f", FiemapRequest { start: 0, len: 0, flags: FiemapRequest::CACHE }), Err(Errno::EINVAL));
+        assert_eq!(fs.node(ino).unwrap().es.cached_extents(), 8);
+        // Punching drops what it touched; the answers still follow the map.
+        fs.fallocate("/f", ext4_model::FallocFlags(0x3), 0, 3 * BS).unwrap();
+        let node = fs.node(ino).unwrap();
+        assert_eq!(node.es.cached_extents(), 6);
+        assert!(node.es.cache_agrees(&node.map));
+        assert_eq!(map(&mut fs, "/f", 0, 6 * BS, 0), vec![(4, 1, fiemap_flags::LAST)]);
+    }
+
+    /// CACHE loads before SYNC writes back, and write-back converts the
+    /// unwritten extent the cache just took in: the conversion must drop it.
+    /// Without that drop a swarm fails at once, shrunk to these four ops.
+    #[test]
+    fn write_back_after_cache_leaves_no_stale_unwritten_entry() {
+        let mut fs = fresh_mounted(64 << 20);
+        fs.create("/a", 0o644).unwrap();
+        fs.fallocate("/a", ext4_model::FallocFlags(0x10), 0, 1).unwrap();
+        fs.write("/a", 0, &[9u8]).unwrap();
+        assert_eq!(map(&mut fs, "/a", 0, u64::MAX, FiemapRequest::SYNC | FiemapRequest::CACHE), vec![(0, 1, fiemap_flags::LAST)]);
+    }
+
+    #[test]
+    fn a_range_is_clipped_to_its_blocks_with_its_own_last_extent() {
+        let mut fs = fresh_mounted(64 << 20);
+        fragmented(&mut fs);
+        // Bytes 4097..4 blocks + 1: blocks 1..5, holding extents at 2 and 4.
+        assert_eq!(map(&mut fs, "/f", BS + 1, 3 * BS + 1, 0), vec![(2, 1, 0), (4, 1, fiemap_flags::LAST)]);
+        assert_eq!(map(&mut fs, "/f", 3 * BS, BS, 0), vec![], "a hole maps nothing");
+        fs.write("/f", 40 * BS, &[2u8; 3 * 4096]).unwrap();
+        assert_eq!(map(&mut fs, "/f", 41 * BS + 7, 1, 0), vec![(41, 1, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST)]);
+        assert_eq!(map(&mut fs, "/f", 41 * BS, BS, FiemapRequest::SYNC), vec![(41, 1, fiemap_flags::LAST)], "SYNC wrote it back");
+    }
+
+    #[test]
+    fn the_count_is_the_length_of_the_engines_own_list() {
+        let mut fs = fresh_mounted(64 << 20);
+        fragmented(&mut fs);
+        fs.write("/f", 30 * BS, &[2u8; 4096]).unwrap();
+        fs.mkdir("/d", 0o755).unwrap();
+        for (path, start, len, flags) in [("/f", 0, u64::MAX, 0), ("/f", 3 * BS, 20 * BS, 0), ("/f", 5, 1, FiemapRequest::CACHE), ("/f", 0, u64::MAX, FiemapRequest::XATTR), ("/d", 0, u64::MAX, 0), ("/f", 29 * BS, 4 * BS, FiemapRequest::SYNC)] {
+            let list = fs.apply(&Op::Fiemap { path: path.into(), start, len, flags, count_only: false });
+            let count = fs.apply(&Op::Fiemap { path: path.into(), start, len, flags, count_only: true });
+            let Ok(Reply::Extents(list)) = list else { panic!("{list:?}") };
+            assert_eq!(count, Ok(Reply::MappedCount(list.len() as u32)), "{path} {start} {len} {flags:#x}");
+        }
+    }
+
+    #[test]
+    fn bad_requests_get_the_kernels_errors_and_xattrs_map_nothing() {
+        let mut fs = fresh_mounted(64 << 20);
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[3u8; 4096]).unwrap();
+        let max = fs.ctx.mount.max_file_size();
+        let ask = |fs: &mut Ext4<_>, start, len, flags| fs.fiemap("/f", FiemapRequest { start, len, flags }).map(|m| m.len());
+        assert_eq!(ask(&mut fs, 0, 0, 0), Err(Errno::EINVAL));
+        assert_eq!(ask(&mut fs, max, 1, 0), Err(Errno::EINVAL));
+        assert_eq!(ask(&mut fs, max + 1, 1, 0), Err(Errno::EFBIG));
+        assert_eq!(ask(&mut fs, 0, 1, FiemapRequest::SYNC | 0x10), Err(Errno::EBADR));
+        assert_eq!(map(&mut fs, "/f", 0, 1, 0), vec![(0, 1, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST)], "EBADR wrote nothing back");
+        assert_eq!(ask(&mut fs, 0, u64::MAX, FiemapRequest::XATTR | FiemapRequest::SYNC), Ok(0));
+        assert_eq!(map(&mut fs, "/f", 0, 1, 0), vec![(0, 1, fiemap_flags::LAST)], "XATTR|SYNC wrote it back");
+    }
+}
