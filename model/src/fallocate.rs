@@ -52,6 +52,7 @@ impl Model {
             Mode::Zero { keep_size } => self.zero_range(ino, offset, end, keep_size),
             Mode::Collapse => self.collapse(ino, offset, len),
             Mode::Insert => self.insert(ino, offset, len),
+            Mode::RefusedByExt4 => Err(Errno::EOPNOTSUPP),
         }
     }
 

@@ -18,10 +18,14 @@ pub enum FallocateMode {
     Zero { keep_size: bool },
     Collapse,
     Insert,
+    /// UNSHARE, and WRITE_ZEROES without KEEP_SIZE: the VFS lets them
+    /// through, ext4 refuses them (EOPNOTSUPP) once the range checks passed.
+    RefusedByExt4,
 }
 
-/// vfs_fallocate's checks of the mode bits and range, then ext4's refusal of
-/// UNSHARE and WRITE_ZEROES (no shared extents; a loop device does not unmap).
+/// vfs_fallocate's checks of the mode bits and range. UNSHARE and
+/// WRITE_ZEROES pass them, for ext4 to refuse later (no shared extents; a
+/// loop device does not unmap), after the EISDIR and EFBIG checks.
 pub fn classify_fallocate(mode: FallocFlags, offset: u64, len: u64) -> Result<FallocateMode, Errno> {
     if offset > LOFF_MAX || len == 0 || len > LOFF_MAX {
         return Err(Errno::EINVAL);
@@ -37,6 +41,8 @@ pub fn classify_fallocate(mode: FallocFlags, offset: u64, len: u64) -> Result<Fa
         FallocFlags::PUNCH_HOLE if keep_size => Ok(FallocateMode::Punch),
         FallocFlags::COLLAPSE_RANGE if !keep_size => Ok(FallocateMode::Collapse),
         FallocFlags::INSERT_RANGE if !keep_size => Ok(FallocateMode::Insert),
+        FallocFlags::UNSHARE_RANGE => Ok(FallocateMode::RefusedByExt4),
+        FallocFlags::WRITE_ZEROES if !keep_size => Ok(FallocateMode::RefusedByExt4),
         _ => Err(Errno::EOPNOTSUPP),
     }
 }
@@ -137,7 +143,11 @@ mod tests {
         assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), Ok(FallocateMode::Punch));
         assert_eq!(f(FallocFlags::COLLAPSE_RANGE | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
         assert_eq!(f(FallocFlags::PUNCH_HOLE | FallocFlags::ZERO_RANGE | 1), Err(Errno::EOPNOTSUPP));
-        assert_eq!(f(FallocFlags::UNSHARE_RANGE), Err(Errno::EOPNOTSUPP));
+        // The VFS lets these through; ext4 refuses them after EISDIR and EFBIG.
+        assert_eq!(f(FallocFlags::UNSHARE_RANGE), Ok(FallocateMode::RefusedByExt4));
+        assert_eq!(f(FallocFlags::UNSHARE_RANGE | FallocFlags::KEEP_SIZE), Ok(FallocateMode::RefusedByExt4));
+        assert_eq!(f(FallocFlags::WRITE_ZEROES), Ok(FallocateMode::RefusedByExt4));
+        assert_eq!(f(FallocFlags::WRITE_ZEROES | FallocFlags::KEEP_SIZE), Err(Errno::EOPNOTSUPP));
         assert_eq!(f(0x100), Err(Errno::EOPNOTSUPP));
         assert_eq!(classify_fallocate(FallocFlags(0), 0, 0), Err(Errno::EINVAL));
         assert_eq!(classify_fallocate(FallocFlags(0), u64::MAX, 1), Err(Errno::EINVAL));

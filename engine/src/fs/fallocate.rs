@@ -44,6 +44,7 @@ impl<D: BlockDevice> Ext4<D> {
             Mode::Zero { keep_size } => self.zero_range(ino, offset, end, keep_size),
             Mode::Collapse => self.collapse(ino, offset, len),
             Mode::Insert => self.insert(ino, offset, len),
+            Mode::RefusedByExt4 => Err(Errno::EOPNOTSUPP),
         };
         // A mode that failed part way may have mapped blocks already: the
         // inode must still be written, or those blocks leak.
