@@ -12,6 +12,7 @@ use crate::fs::FileSystem;
 use crate::op::{inode_flags, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, FileKind, Op, Outcome, Reply, Stat};
 use crate::path::SplitPath;
 use crate::state::{Ino, Inode, Marks, Node, State, ROOT_INO};
+use crate::vfs::VfsVersion;
 use crate::Errno;
 
 /// Space the model may use, so ENOSPC is deterministic. `None` is unbounded.
@@ -33,6 +34,8 @@ pub struct Model {
     /// A harness is looking (see [`Model::looking`]): the closes of the
     /// opens its reads and stats stand for change nothing.
     pub(crate) harness_looking: bool,
+    /// Whose VFS checks the model answers with (Linux 6 unless told).
+    pub(crate) vfs: VfsVersion,
 }
 
 impl Model {
@@ -44,12 +47,12 @@ impl Model {
         let mount = config.validate()?;
         let st = State::new();
         let log = Some(CrashLog::new(st.clone()));
-        Ok(Model { mount, limits, st, log, harness_looking: false })
+        Ok(Model { mount, limits, st, log, harness_looking: false, vfs: VfsVersion::default() })
     }
 
     pub(crate) fn from_state(mount: EffectiveMount, limits: Limits, st: State, logged: bool) -> Model {
         let log = logged.then(|| CrashLog::new(st.clone()));
-        Model { mount, limits, st, log, harness_looking: false }
+        Model { mount, limits, st, log, harness_looking: false, vfs: VfsVersion::default() }
     }
 
     /// Runs `f` with the model as a harness's view of it: reads and stats
@@ -66,6 +69,12 @@ impl Model {
     /// double whose checks go through itself). Returns the previous setting.
     pub fn set_looking(&mut self, on: bool) -> bool {
         std::mem::replace(&mut self.harness_looking, on)
+    }
+
+    /// Answers as Linux `vfs` does where VFS versions differ.
+    pub fn with_vfs(mut self, vfs: VfsVersion) -> Model {
+        self.vfs = vfs;
+        self
     }
 
     pub fn mount(&self) -> &EffectiveMount {

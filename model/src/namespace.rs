@@ -9,6 +9,7 @@ use crate::model::{split, Model};
 use crate::op::{inode_flags, DirEntry, RenameFlags, LINK_MAX};
 use crate::path::{check_name, Last};
 use crate::state::{Ino, Node};
+use crate::vfs::VfsVersion;
 use crate::Errno;
 
 impl Model {
@@ -160,24 +161,24 @@ impl Model {
         match (flags, new) {
             (Some(RenameFlags::NoReplace), Some(_)) => return Err(Errno::EEXIST),
             (Some(RenameFlags::Exchange), None) => return Err(Errno::ENOENT),
-            (Some(RenameFlags::Exchange), Some(n)) if !self.st.is_dir(n) && nsp.trailing_slash => return Err(Errno::ENOTDIR),
             _ => {}
+        }
+        // Linux 7 checks the ancestor traps before the trailing slashes.
+        let traps_first = self.vfs == VfsVersion::Linux7;
+        if traps_first {
+            self.rename_traps(old, (odir, ndir), new, exchange)?;
+        }
+        if let (true, Some(n)) = (exchange, new) {
+            if !self.st.is_dir(n) && nsp.trailing_slash {
+                return Err(Errno::ENOTDIR);
+            }
         }
         let old_is_dir = self.st.is_dir(old);
         if !old_is_dir && (osp.trailing_slash || (!exchange && nsp.trailing_slash)) {
             return Err(Errno::ENOTDIR);
         }
-        if odir != ndir {
-            // A directory cannot move into its own subtree...
-            if old_is_dir && self.st.is_ancestor(old, ndir) {
-                return Err(Errno::EINVAL);
-            }
-            // ...nor replace (or swap with) one of its own ancestors.
-            if let Some(n) = new.filter(|n| self.st.is_dir(*n)) {
-                if self.st.is_ancestor(n, odir) {
-                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
-                }
-            }
+        if !traps_first {
+            self.rename_traps(old, (odir, ndir), new, exchange)?;
         }
         if new == Some(old) {
             return Ok(());
@@ -229,6 +230,23 @@ impl Model {
         self.touch_meta(odir);
         self.touch_meta(ndir);
         self.touch_meta(old);
+        Ok(())
+    }
+
+    /// lock_rename's traps: a directory cannot move into its own subtree,
+    /// nor replace (or swap with) one of its own ancestors.
+    fn rename_traps(&self, old: Ino, (odir, ndir): (Ino, Ino), new: Option<Ino>, exchange: bool) -> Result<(), Errno> {
+        if odir == ndir {
+            return Ok(());
+        }
+        if self.st.is_dir(old) && self.st.is_ancestor(old, ndir) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(n) = new.filter(|n| self.st.is_dir(*n)) {
+            if self.st.is_ancestor(n, odir) {
+                return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
+            }
+        }
         Ok(())
     }
 
@@ -310,5 +328,42 @@ impl Model {
             return Err(Errno::EPERM);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fs::FileSystem;
+    use crate::op::RenameFlags;
+    use crate::vfs::VfsVersion;
+    use crate::{Errno, Model, MountConfig};
+
+    /// A file under /d, and /d/e/g: sources with trailing slashes, renamed
+    /// into their own ancestors.
+    fn tree(vfs: VfsVersion) -> Model {
+        let mut m = Model::new(&MountConfig::default()).unwrap().with_vfs(vfs);
+        m.mkdir("/d", 0o755).unwrap();
+        m.create("/d/f", 0o644).unwrap();
+        m.mkdir("/d/e", 0o755).unwrap();
+        m.mkdir("/d/e/g", 0o755).unwrap();
+        m
+    }
+
+    #[test]
+    fn linux_7_checks_rename_traps_before_trailing_slashes() {
+        let (mut six, mut seven) = (tree(VfsVersion::Linux6), tree(VfsVersion::Linux7));
+        for m in [&mut six, &mut seven] {
+            assert_eq!(m.rename("/d/f", "/d"), Err(Errno::ENOTEMPTY), "no slash: the trap either way");
+            assert_eq!(m.renameat2("/d/f", "/d/", RenameFlags::NoReplace), Err(Errno::EEXIST), "before both");
+        }
+        assert_eq!(six.rename("/d/f", "/d/"), Err(Errno::ENOTDIR));
+        assert_eq!(seven.rename("/d/f", "/d/"), Err(Errno::ENOTEMPTY));
+        assert_eq!(six.renameat2("/d/f/", "/d", RenameFlags::Exchange), Err(Errno::ENOTDIR));
+        assert_eq!(seven.renameat2("/d/f/", "/d", RenameFlags::Exchange), Err(Errno::EINVAL));
+        assert_eq!(six.renameat2("/d", "/d/f/", RenameFlags::Exchange), Err(Errno::ENOTDIR));
+        assert_eq!(seven.renameat2("/d", "/d/f/", RenameFlags::Exchange), Err(Errno::EINVAL));
+        assert_eq!(VfsVersion::of_release("7.3.4+deb13-cloud-amd64"), VfsVersion::Linux7);
+        assert_eq!(VfsVersion::of_release("6.18.44-fc-v1252"), VfsVersion::Linux6);
+        assert_eq!(VfsVersion::of_release("garbage"), VfsVersion::Linux6);
     }
 }

@@ -7,6 +7,30 @@ use std::ops::Range;
 use crate::op::{FallocFlags, FiemapRequest, PATH_MAX};
 use crate::Errno;
 
+/// The Linux VFS whose answers the model gives, where versions order their
+/// checks differently (what ext4 does is the same in both).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VfsVersion {
+    /// Linux 6.x (6.18 checked).
+    #[default]
+    Linux6,
+    /// Linux 7.x (7.3 checked): rename's ancestor traps come before its
+    /// trailing-slash ENOTDIR, RENAME_EXCHANGE's included.
+    Linux7,
+}
+
+impl VfsVersion {
+    /// The version a kernel release string names ("7.3.4+deb13-cloud-amd64").
+    pub fn of_release(release: &str) -> VfsVersion {
+        let major: u32 = release.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(6);
+        if major >= 7 {
+            VfsVersion::Linux7
+        } else {
+            VfsVersion::Linux6
+        }
+    }
+}
+
 /// Largest offset a signed loff_t holds; beyond it syscalls say EINVAL.
 pub const LOFF_MAX: u64 = i64::MAX as u64;
 

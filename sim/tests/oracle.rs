@@ -147,7 +147,7 @@ fn host_kernel(name: &str) -> Option<(Scratch, HostKernel)> {
 
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers.
-const KERNEL_VERIFIED: [&str; 8] = [
+const KERNEL_VERIFIED: [&str; 9] = [
     include_str!("traces/chattr_append_kernel_verified.trace"),
     include_str!("traces/renameat2_kernel_verified.trace"),
     include_str!("traces/immutable_writes_back_kernel_verified.trace"),
@@ -156,6 +156,7 @@ const KERNEL_VERIFIED: [&str; 8] = [
     include_str!("traces/auto_da_alloc_kernel_verified.trace"),
     include_str!("traces/fiemap_range_kernel_verified.trace"),
     include_str!("traces/fallocate_refused_modes_kernel_verified.trace"),
+    include_str!("traces/rename_traps_kernel_verified.trace"),
 ];
 
 #[test]

@@ -9,6 +9,7 @@ use ext4_testkit::e2fsprogs::{e2fsck_clean_allowing, tool};
 use ext4_engine::fs::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::durability::{data_ranges, merge_ranges, read_range, view_tree};
+use ext4_model::vfs::VfsVersion;
 use ext4_model::{FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
 
 use super::error::{warn, OracleError};
@@ -151,8 +152,8 @@ fn generate(spec: &OracleSpec, refused: &[OpKind]) -> Result<Vec<Op>, String> {
 
 /// Holds the kernel's answers to the model's, op by op.
 #[allow(clippy::result_large_err)] // once per case
-fn compare(mount: &MountConfig, ops: &[Op], run: &CaseRun) -> Result<Model, Finding> {
-    let mut model = Model::new(mount).map_err(|e| Finding::Mount(format!("model refused the config: {e}")))?;
+fn compare(mount: &MountConfig, vfs: VfsVersion, ops: &[Op], run: &CaseRun) -> Result<Model, Finding> {
+    let mut model = Model::new(mount).map_err(|e| Finding::Mount(format!("model refused the config: {e}")))?.with_vfs(vfs);
     if let Some(e) = &run.error {
         if run.outcomes.is_empty() {
             return Err(Finding::Mount(e.clone()));
@@ -287,8 +288,10 @@ fn evaluate(kernel: &mut dyn Kernel, g: &Group, lists: &[(u64, Vec<Op>)], stop_e
             return Err(OracleError::Kernel(format!("the {} kernel answered {} of {} cases", kernel.name(), runs.len(), cases.len())));
         }
         let mut any = false;
+        // The kernel's own release, known once it ran (a qemu guest says it).
+        let vfs = VfsVersion::of_release(&kernel.release());
         for (case, run) in cases.iter().zip(&runs) {
-            let finding = match compare(&g.spec.mount, &case.ops, run) {
+            let finding = match compare(&g.spec.mount, vfs, &case.ops, run) {
                 Err(f) => Some(f),
                 Ok(mut model) => check_image(g.tools, &g.spec.mount, &case.image, &mut model).err(),
             };
