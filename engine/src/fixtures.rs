@@ -17,3 +17,12 @@ pub(crate) fn fresh_mounted(bytes: u64) -> Ext4<MemDevice> {
     mkfs(&mut dev, &MkfsOptions::new(bytes, *b"engine-unit-test", [3; 16], EPOCH_SECS)).expect("mkfs of a unit-test image");
     Ext4::mount(dev, &MountConfig::default()).expect("mount of a fresh unit-test image")
 }
+
+/// A 64 MiB filesystem made for and mounted with `options`.
+pub(crate) fn mounted_with(options: &str) -> Ext4<MemDevice> {
+    let config: MountConfig = options.parse().expect("mount options");
+    let bytes = 64 << 20;
+    let mut dev = MemDevice::new(bytes);
+    mkfs(&mut dev, &MkfsOptions::for_mount(&config, bytes, *b"engine-unit-test", [3; 16], EPOCH_SECS)).expect("mkfs of a unit-test image");
+    Ext4::mount(dev, &config).expect("mount of a fresh unit-test image")
+}

@@ -264,37 +264,33 @@ op write path=\"/c\" offset=0 len=100 seed=3\nop fsync path=\"/c\"\ncrash seed=1
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
 }
 
-/// SEEK_DATA must see dirty pages over an unwritten extent (the kernel asks
-/// the page cache there); an engine that takes unwritten for a hole passes
-/// every other op. Found in generated runs, shrunk to a few steps; the real
-/// engine passes the shrunk trace.
-#[test]
-fn a_seek_that_ignores_dirty_pages_over_unwritten_blocks_is_caught() {
-    let bug = Buggy(InjectedBug::SeekIgnoresPageCache);
+/// A bug generated runs of the plain mount (no swarm) must catch: the first
+/// failing seed of 60 diverges on an op `diverges_on` accepts, shrinks to at
+/// most 6 steps that replay, and the real engine passes them.
+fn caught_in_generated_runs(bug: InjectedBug, diverges_on: fn(&ext4_model::Op) -> bool, expect: &str) {
+    let bug = Buggy(bug);
     let failing = (0..60)
         .map(|s| run_seed(&bug, &RunSpec { swarm: false, ..RunSpec::new(s, 1500, MountConfig::default()) }).unwrap())
         .find(|r| r.failure.is_some())
-        .expect("some seed seeks over dirty unwritten blocks");
-    assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Lseek { .. })), "{:?}", failing.failure);
+        .expect(expect);
+    assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if diverges_on(&d.op)), "{:?}", failing.failure);
     let shrunk = shrink_failure(&bug, &failing).unwrap();
     assert!(shrunk.replays && shrunk.trace.steps.len() <= 6, "{:?}", shrunk.trace.steps);
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
 }
 
+/// SEEK_DATA must see dirty pages over an unwritten extent (the kernel asks
+/// the page cache there); an engine that takes unwritten for a hole passes
+/// every other op.
+#[test]
+fn a_seek_that_ignores_dirty_pages_over_unwritten_blocks_is_caught() {
+    caught_in_generated_runs(InjectedBug::SeekIgnoresPageCache, |op| matches!(op, ext4_model::Op::Lseek { .. }), "some seed seeks over dirty unwritten blocks");
+}
+
 /// auto_da_alloc at close: after a truncate to 0, the next close writes the
-/// delayed blocks back, so FIEMAP can no longer show them delayed. An engine
-/// that forgets it is caught in generated runs and shrinks to a few steps.
+/// delayed blocks back, so FIEMAP can no longer show them delayed.
 #[test]
 fn a_close_that_forgets_auto_da_alloc_is_caught() {
-    let bug = Buggy(InjectedBug::ReleaseForgetsTruncatedFile);
-    let failing = (0..60)
-        .map(|s| run_seed(&bug, &RunSpec { swarm: false, ..RunSpec::new(s, 1500, MountConfig::default()) }).unwrap())
-        .find(|r| r.failure.is_some())
-        .expect("some seed rewrites a file and maps it");
-    assert!(matches!(&failing.failure, Some(Failure::Divergence(d)) if matches!(d.op, ext4_model::Op::Fiemap { .. })), "{:?}", failing.failure);
-    let shrunk = shrink_failure(&bug, &failing).unwrap();
-    assert!(shrunk.replays && shrunk.trace.steps.len() <= 6, "{:?}", shrunk.trace.steps);
-    let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
-    assert!(clean.failure.is_none(), "{:?}", clean.failure);
+    caught_in_generated_runs(InjectedBug::ReleaseForgetsTruncatedFile, |op| matches!(op, ext4_model::Op::Fiemap { .. }), "some seed rewrites a file and maps it");
 }

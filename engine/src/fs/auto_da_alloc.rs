@@ -61,19 +61,12 @@ impl<D: BlockDevice> Ext4<D> {
 #[cfg(test)]
 mod tests {
     use ext4_model::op::fiemap_flags;
-    use ext4_model::{FileSystem, MountConfig};
+    use ext4_model::FileSystem;
 
     use crate::device_mem::MemDevice;
     use crate::fs::Ext4;
-    use crate::mkfs::{mkfs, MkfsOptions};
 
-    fn mounted(options: &str) -> Ext4<MemDevice> {
-        let config: MountConfig = options.parse().expect("mount options");
-        let bytes = 64 << 20;
-        let mut dev = MemDevice::new(bytes);
-        mkfs(&mut dev, &MkfsOptions::for_mount(&config, bytes, *b"engine-unit-test", [3; 16], crate::fixtures::EPOCH_SECS)).expect("mkfs");
-        Ext4::mount(dev, &config).expect("mount")
-    }
+    use crate::fixtures::mounted_with as mounted;
 
     fn delayed(fs: &mut Ext4<MemDevice>, path: &str) -> bool {
         fs.fiemap(path, ext4_model::FiemapRequest::whole(0)).unwrap().iter().any(|e| e.flags & fiemap_flags::DELALLOC != 0)

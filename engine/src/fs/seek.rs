@@ -108,21 +108,14 @@ impl<D: BlockDevice> Ext4<D> {
 #[cfg(test)]
 mod tests {
     use ext4_model::op::SeekWhence::{Data, Hole};
-    use ext4_model::{Errno, FallocFlags, FileSystem, MountConfig};
+    use ext4_model::{Errno, FallocFlags, FileSystem};
 
     use crate::device_mem::MemDevice;
     use crate::fs::Ext4;
-    use crate::mkfs::{mkfs, MkfsOptions};
+
+    use crate::fixtures::mounted_with as mounted;
 
     const BS: u64 = 4096;
-
-    fn mounted(options: &str) -> Ext4<MemDevice> {
-        let config: MountConfig = options.parse().expect("mount options");
-        let bytes = 64 << 20;
-        let mut dev = MemDevice::new(bytes);
-        mkfs(&mut dev, &MkfsOptions::for_mount(&config, bytes, *b"engine-unit-test", [3; 16], crate::fixtures::EPOCH_SECS)).expect("mkfs");
-        Ext4::mount(dev, &config).expect("mount")
-    }
 
     fn seek(fs: &mut Ext4<MemDevice>, offset: u64, whence: ext4_model::SeekWhence) -> Result<u64, Errno> {
         fs.do_lseek("/f", offset, whence)

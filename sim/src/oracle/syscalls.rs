@@ -181,6 +181,17 @@ impl SyscallFs {
         CString::new(bytes).map_err(|_| Errno::EINVAL)
     }
 
+    /// open(flags) + write(2) at the descriptor's own position + close.
+    fn open_and_write(&self, path: &str, flags: libc::c_int, data: &[u8]) -> Result<u64, Errno> {
+        let fd = self.open(path, flags, 0)?;
+        // SAFETY: data is readable for its length.
+        let n = unsafe { libc::write(fd.0, data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            return Err(errno());
+        }
+        Ok(n as u64)
+    }
+
     fn open(&self, path: &str, flags: libc::c_int, mode: libc::mode_t) -> Result<Fd, Errno> {
         let p = self.c_path(path)?;
         // SAFETY: p is a valid NUL-terminated string.
@@ -421,23 +432,11 @@ impl FileSystem for SyscallFs {
     }
 
     fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
-        let fd = self.open(path, libc::O_WRONLY | libc::O_APPEND, 0)?;
-        // SAFETY: data is readable for its length.
-        let n = unsafe { libc::write(fd.0, data.as_ptr().cast(), data.len()) };
-        if n < 0 {
-            return Err(errno());
-        }
-        Ok(n as u64)
+        self.open_and_write(path, libc::O_WRONLY | libc::O_APPEND, data)
     }
 
     fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
-        let fd = self.open(path, libc::O_WRONLY | libc::O_TRUNC, 0)?;
-        // SAFETY: data is readable for its length; the descriptor is at 0.
-        let n = unsafe { libc::write(fd.0, data.as_ptr().cast(), data.len()) };
-        if n < 0 {
-            return Err(errno());
-        }
-        Ok(n as u64)
+        self.open_and_write(path, libc::O_WRONLY | libc::O_TRUNC, data)
     }
 
     fn lseek(&mut self, path: &str, offset: u64, whence: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> {
