@@ -79,11 +79,13 @@ impl Model {
         !self.harness_looking && self.file(ino).is_some_and(|f| f.da_alloc_close)
     }
 
-    /// Logs an op that only looks at `path` when its close will change it.
-    pub(crate) fn record_close(&mut self, path: &str, op: impl FnOnce() -> Op) {
-        if self.open_path(path).is_ok_and(|ino| self.close_changes(ino)) {
+    /// The close of an op that only looks: logged as `op` when it changes
+    /// the file, then a release like any other.
+    pub(crate) fn release_looking(&mut self, ino: Ino, op: impl FnOnce() -> Op) {
+        if self.close_changes(ino) {
             self.record(|| Call::Op(op()));
         }
+        self.release(ino);
     }
 
     /// open(O_WRONLY|O_TRUNC) + write at 0 + close. The open refuses as any

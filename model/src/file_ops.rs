@@ -4,7 +4,7 @@
 use crate::content::Source;
 use crate::vfs::{block_span, check_fiemap, LOFF_MAX};
 use crate::model::Model;
-use crate::op::{inode_flags, ChattrFlag, FiemapExtent, FiemapRequest};
+use crate::op::{inode_flags, ChattrFlag, FiemapExtent, FiemapRequest, Op};
 use crate::state::{Ino, Node};
 use crate::Errno;
 
@@ -52,7 +52,7 @@ impl Model {
         let ino = self.open_path(path)?;
         let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
         let read = if offset > LOFF_MAX { Err(Errno::EINVAL) } else { Ok(file.read(offset, len as u64)) };
-        self.release(ino);
+        self.release_looking(ino, || Op::Read { path: path.into(), offset, len });
         read
     }
 
@@ -138,7 +138,13 @@ impl Model {
     pub(crate) fn do_fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
         let ino = self.open_path(path)?;
         let map = self.fiemap_open(ino, req);
-        self.release(ino);
+        if req.syncs() {
+            // Logged whole by the caller.
+            self.release(ino);
+        } else {
+            let FiemapRequest { start, len, flags } = req;
+            self.release_looking(ino, || Op::Fiemap { path: path.into(), start, len, flags, count_only: false });
+        }
         map
     }
 

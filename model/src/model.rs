@@ -417,10 +417,7 @@ impl FileSystem for Model {
         let stat = self.stat_of(ino);
         // The flags come through an O_RDONLY|O_NOFOLLOW descriptor: its
         // close is a release like any other.
-        if self.close_changes(ino) {
-            self.record(|| Call::Op(Op::Stat { path: path.into() }));
-            self.release(ino);
-        }
+        self.release_looking(ino, || Op::Stat { path: path.into() });
         Ok(stat)
     }
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
@@ -431,7 +428,6 @@ impl FileSystem for Model {
         self.do_write(path, offset, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        self.record_close(path, || Op::Read { path: path.into(), offset, len });
         self.do_read(path, offset, len)
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
@@ -456,12 +452,9 @@ impl FileSystem for Model {
         self.do_fallocate(path, mode, offset, len)
     }
     fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
-        let FiemapRequest { start, len, flags } = req;
-        let op = || Op::Fiemap { path: path.into(), start, len, flags, count_only: false };
         if req.syncs() {
-            self.record(|| Call::Op(op()));
-        } else {
-            self.record_close(path, op);
+            let FiemapRequest { start, len, flags } = req;
+            self.record(|| Call::Op(Op::Fiemap { path: path.into(), start, len, flags, count_only: false }));
         }
         self.do_fiemap(path, req)
     }
@@ -485,7 +478,6 @@ impl FileSystem for Model {
         self.do_append(path, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn lseek(&mut self, path: &str, offset: u64, whence: crate::op::SeekWhence) -> Result<crate::op::SeekChoices, Errno> {
-        self.record_close(path, || Op::Lseek { path: path.into(), offset, whence });
         self.do_lseek(path, offset, whence)
     }
     fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {

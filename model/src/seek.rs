@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::data::{Alloc, FileData};
 use crate::model::Model;
-use crate::op::{SeekChoices, SeekWhence};
+use crate::op::{Op, SeekChoices, SeekWhence};
 use crate::vfs::LOFF_MAX;
 use crate::Errno;
 
@@ -93,7 +93,7 @@ impl Model {
             Some(f) => f.seek(offset, whence, bs),
             None => directory_seek(offset, whence, bs),
         };
-        self.release(ino);
+        self.release_looking(ino, || Op::Lseek { path: path.into(), offset, whence });
         choices
     }
 }

@@ -33,15 +33,6 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(())
     }
 
-    /// The close after an op that opened `path` read-only: such an open
-    /// fails only where the path does not resolve.
-    pub(crate) fn close_path(&mut self, path: &str) -> Result<(), Errno> {
-        match self.open_path(path) {
-            Ok(ino) => self.release_file(ino),
-            Err(_) => Ok(()),
-        }
-    }
-
     /// Closes `ino` after an op that opened it returned `result`; the op's
     /// own error is the one reported.
     pub(crate) fn closing<T>(&mut self, ino: InodeNumber, result: Result<T, Errno>) -> Result<T, Errno> {

@@ -208,6 +208,11 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn do_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         let ino = self.open_path(path)?;
+        let read = self.read_open(ino, offset, len);
+        self.closing(ino, read)
+    }
+
+    fn read_open(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EISDIR);
         }

@@ -32,6 +32,11 @@ impl<D: BlockDevice> Ext4<D> {
             self.start_handle()?;
         }
         let ino = self.open_path(path)?;
+        let map = self.fiemap_open(ino, req);
+        self.closing(ino, map)
+    }
+
+    fn fiemap_open(&mut self, ino: InodeNumber, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
         if req.flags & FiemapRequest::CACHE != 0 {
             self.precache_extents(ino)?;
         }

@@ -66,6 +66,11 @@ impl<D: BlockDevice> Ext4<D> {
     /// chattr +i/-i/+a/-a: FS_IOC_SETFLAGS with one bit changed.
     pub(crate) fn do_chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
+        let changed = self.chattr_open(ino, flag, enable);
+        self.closing(ino, changed)
+    }
+
+    fn chattr_open(&mut self, ino: InodeNumber, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         self.ctx.writable()?;
         self.check_flag_change(ino, flag.bit(), enable)?;
         // ext4_ioctl_setflags: a regular file turning immutable is written

@@ -58,6 +58,11 @@ fn next_boundary(node: &Node, b: u64, end: u64) -> u64 {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<u64, Errno> {
         let ino = self.open_path(path)?;
+        let found = self.seek_open(ino, offset, whence);
+        self.closing(ino, found)
+    }
+
+    fn seek_open(&mut self, ino: InodeNumber, offset: u64, whence: SeekWhence) -> Result<u64, Errno> {
         #[cfg(feature = "test-hooks")]
         let ask_cache = !self.bug_seek_ignores_page_cache();
         #[cfg(not(feature = "test-hooks"))]

@@ -14,14 +14,6 @@ use super::Ext4;
 impl<D: BlockDevice> Ext4<D> {
     /// Room for the few minimum-order folios an op zeroes edges in (a
     /// truncated tail, punched or zeroed edges, the block of an old EOF).
-    /// The close at the end of an op that opened `path` read-only; the
-    /// op's own error is the one reported.
-    fn closed<T>(&mut self, path: &str, result: Result<T, Errno>) -> Result<T, Errno> {
-        let closed = self.close_path(path);
-        let value = result?;
-        closed.map(|()| value)
-    }
-
     fn make_room_for_edges(&mut self) -> Result<(), Errno> {
         if self.ctx.mount.read_only {
             return Ok(());
@@ -79,8 +71,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_write(path, offset, data)
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        let read = self.do_read(path, offset, len);
-        self.closed(path, read)
+        self.do_read(path, offset, len)
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
         self.prepare_change(0)?;
@@ -106,24 +97,21 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_fallocate(path, mode, offset, len)
     }
     fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
-        let map = self.fiemap_request(path, req);
-        self.closed(path, map)
+        self.fiemap_request(path, req)
     }
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
         self.set_journal_data_whole(path, enable)
     }
     fn chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         self.prepare_change(0)?;
-        let changed = self.do_chattr(path, flag, enable);
-        self.closed(path, changed)
+        self.do_chattr(path, flag, enable)
     }
     fn append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
         self.do_append(path, data)
     }
     fn lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno> {
-        let found = self.do_lseek(path, offset, whence);
-        self.closed(path, found).map(SeekChoices::exactly)
+        self.do_lseek(path, offset, whence).map(SeekChoices::exactly)
     }
     fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
