@@ -166,7 +166,16 @@ impl Model {
             Call::Op(op) => self.apply(op).map(|_| ()),
             Call::Write { path, offset, data } => self.write_literal(path, *offset, data.clone()).map(|_| ()),
             Call::Append { path, data } => self.append_literal(path, data.clone()).map(|_| ()),
+            Call::WriteFd { slot, offset, data } => self.pwrite(*slot, *offset, data).map(|_| ()),
         };
+    }
+}
+
+/// The file whose data `call` changed, looked up after it ran.
+fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
+    match call {
+        Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. }) => replay.st.slots.get(slot).copied(),
+        _ => call_path(call).and_then(|p| replay.open_path(p).ok()),
     }
 }
 
@@ -324,7 +333,7 @@ impl CrashEnvelope {
         consider(&mut replay, &mut candidates)?;
         for call in &self.calls {
             replay.replay(call);
-            if let Some(ino) = call_path(call).and_then(|p| replay.open_path(p).ok()) {
+            if let Some(ino) = call_file(&replay, call) {
                 if let Some(f) = replay.file(ino) {
                     let seq = replay.seq();
                     let durable = self.durable_at.get(&ino).copied().unwrap_or(0);

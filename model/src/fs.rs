@@ -1,7 +1,7 @@
 //! The interface model and engine both implement, and the one place an [`Op`]
 //! is turned into calls on it.
 
-use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, Op, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat, MAX_IO_LEN};
+use crate::op::{pattern, ChattrFlag, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, Op, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat, FD_SLOTS, MAX_IO_LEN};
 use crate::Errno;
 
 /// A mounted filesystem, seen through path-based system calls.
@@ -60,6 +60,35 @@ pub trait FileSystem {
     /// allow several.
     fn lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<SeekChoices, Errno>;
 
+    /// open(O_RDWR) of `path` into descriptor slot `slot` (below
+    /// [`FD_SLOTS`]); the slot's old descriptor, if any, is closed once
+    /// the open has succeeded, as dup2 onto it would.
+    fn open(&mut self, path: &str, slot: u8) -> Result<(), Errno>;
+    /// close(2) of a slot: EBADF when it is empty. The last close of an
+    /// unlinked file frees it.
+    fn close(&mut self, slot: u8) -> Result<(), Errno>;
+    /// pread(2) through a slot.
+    fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno>;
+    /// pwrite(2) through a slot; returns the bytes written.
+    fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno>;
+    /// [`FileSystem::pwrite`] of [`pattern`]`(seed, len)`.
+    fn pwrite_pattern(&mut self, slot: u8, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.pwrite(slot, offset, &pattern(seed, len as usize))
+    }
+    /// The process holding the slots exits: each open slot is closed, in
+    /// slot order. Runs end this way before an unmount, a kernel case
+    /// ends this way when its process exits.
+    fn close_all(&mut self) -> Result<(), Errno> {
+        let mut first = Ok(());
+        for slot in 0..FD_SLOTS {
+            match self.close(slot) {
+                Ok(()) | Err(Errno::EBADF) => {}
+                Err(e) => first = first.and(Err(e)),
+            }
+        }
+        first
+    }
+
     /// Runs one op. I/O lengths above [`MAX_IO_LEN`] are refused here, once for
     /// every implementation.
     fn apply(&mut self, op: &Op) -> Outcome {
@@ -114,6 +143,23 @@ pub trait FileSystem {
                     return Err(Errno::EINVAL);
                 }
                 self.rewrite_pattern(path, *len, *seed).map(Reply::Written)
+            }
+            Op::Open { slot, .. } | Op::Close { slot } | Op::ReadFd { slot, .. } | Op::WriteFd { slot, .. } if *slot >= FD_SLOTS => {
+                Err(Errno::EBADF)
+            }
+            Op::Open { path, slot } => done(self.open(path, *slot)),
+            Op::Close { slot } => done(self.close(*slot)),
+            Op::ReadFd { slot, offset, len } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.pread(*slot, *offset, *len).map(Reply::Data)
+            }
+            Op::WriteFd { slot, offset, len, seed } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.pwrite_pattern(*slot, *offset, *len, *seed).map(Reply::Written)
             }
             Op::Lseek { path, offset, whence } => match self.lseek(path, *offset, *whence) {
                 Ok(choices) => choices.only().unwrap_or(Ok(Reply::SeekChoices(choices))),

@@ -14,6 +14,7 @@ mod auto_da_alloc;
 pub mod config;
 pub mod content;
 mod crash_log;
+mod descriptors;
 pub mod data;
 pub mod durability;
 mod errno;

@@ -215,7 +215,10 @@ impl Model {
                 inode.links == 0
             }
         };
-        if gone {
+        if gone && self.st.is_open(ino) {
+            // ext4_orphan_add: the descriptor keeps it until its last close.
+            self.touch_meta(ino);
+        } else if gone {
             let removed = self.st.inodes.remove(&ino).expect("dropping a live inode");
             self.st.used_blocks -= inode_blocks(&removed);
         } else {
@@ -303,9 +306,18 @@ impl Model {
         });
         let bs = self.bs();
         let mut used = 0;
+        for (slot, ino) in &st.slots {
+            if !st.inodes.get(ino).is_some_and(|i| matches!(i.node, Node::File(_))) {
+                return Err(format!("slot {slot} holds {ino}, not a live regular file"));
+            }
+        }
         for (ino, inode) in &st.inodes {
-            if !reachable.contains(ino) {
+            let orphan = inode.links == 0 && matches!(inode.node, Node::File(_)) && st.is_open(*ino);
+            if !reachable.contains(ino) && !orphan {
                 return Err(format!("inode {ino} is unreachable"));
+            }
+            if reachable.contains(ino) && orphan {
+                return Err(format!("orphan {ino} still has a name"));
             }
             match &inode.node {
                 Node::Dir { entries, parent } => {
@@ -330,7 +342,7 @@ impl Model {
                     }
                 }
             }
-            if !matches!(inode.node, Node::Dir { .. }) && names.get(ino).copied() != Some(inode.links) {
+            if !matches!(inode.node, Node::Dir { .. }) && names.get(ino).copied().unwrap_or(0) != inode.links {
                 return Err(format!("inode {ino} has links {} but {:?} names", inode.links, names.get(ino)));
             }
             used += inode_blocks(inode);
@@ -482,6 +494,27 @@ impl FileSystem for Model {
     }
     fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         self.rewrite_literal(path, data.into())
+    }
+    fn open(&mut self, path: &str, slot: u8) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Open { path: path.into(), slot }));
+        self.do_open(path, slot)
+    }
+    fn close(&mut self, slot: u8) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::Close { slot }));
+        self.do_close(slot)
+    }
+    fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        self.do_pread(slot, offset, len)
+    }
+    fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let bytes: Arc<[u8]> = data.into();
+        let len = bytes.len();
+        self.record(|| Call::WriteFd { slot, offset, data: bytes.clone() });
+        self.do_pwrite(slot, offset, len, Source::Literal { bytes, at: 0 })
+    }
+    fn pwrite_pattern(&mut self, slot: u8, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.record(|| Call::Op(Op::WriteFd { slot, offset, len, seed }));
+        self.do_pwrite(slot, offset, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn rewrite_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
         // Logged as its two steps (see rewrite_literal).

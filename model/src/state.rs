@@ -73,6 +73,9 @@ pub struct State {
     pub namespace_floor: u64,
     /// Data blocks in use by all files (allocated, unwritten or delayed).
     pub used_blocks: u64,
+    /// Descriptor slots held across ops: slot -> the regular file it has
+    /// open. An inode here with no links is an orphan.
+    pub slots: BTreeMap<u8, Ino>,
 }
 
 impl State {
@@ -88,7 +91,7 @@ impl State {
         };
         inodes.insert(ROOT_INO, dir(BTreeMap::from([("lost+found".to_string(), LOST_FOUND_INO)]), ROOT_INO, 0o755));
         inodes.insert(LOST_FOUND_INO, dir(BTreeMap::new(), ROOT_INO, 0o700));
-        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, used_blocks: 0 }
+        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, used_blocks: 0, slots: BTreeMap::new() }
     }
 
     pub fn inode(&self, ino: Ino) -> &Inode {
@@ -118,6 +121,11 @@ impl State {
             Node::Dir { parent, .. } => *parent,
             _ => panic!("model invariant: parent_of a non-directory"),
         }
+    }
+
+    /// Whether a descriptor slot holds `ino` open.
+    pub fn is_open(&self, ino: Ino) -> bool {
+        self.slots.values().any(|i| *i == ino)
     }
 
     pub fn is_dir(&self, ino: Ino) -> bool {

@@ -15,7 +15,7 @@
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
 use ext4_engine::fs::locks::{Lock, LockHolder};
-use ext4_engine::fs::{Ext4, SecondHalf};
+use ext4_engine::fs::{Ext4, OrphanStats, SecondHalf};
 use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
 use ext4_engine::memory::BoundedFolios;
@@ -45,6 +45,8 @@ pub struct EngineTarget {
     after_mount: Option<fn(&mut Ext4<SimDisk>)>,
     /// Simulated ns the checks' shadows spent, on their own clocks.
     check_ns: u64,
+    /// The orphan list's work in mounts that have ended.
+    past_orphans: OrphanStats,
 }
 
 impl EngineTarget {
@@ -169,7 +171,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0 })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default() })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -209,6 +211,11 @@ impl FileSystem for EngineTarget {
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.fs()?.append(p, d) }
     fn rewrite(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.fs()?.rewrite(p, d) }
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.fs()?.lseek(p, o, w) }
+    fn open(&mut self, p: &str, s: u8) -> Result<(), Errno> { self.fs()?.open(p, s) }
+    fn close(&mut self, s: u8) -> Result<(), Errno> { self.fs()?.close(s) }
+    fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.pread(s, o, l) }
+    fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.pwrite(s, o, d) }
+    fn close_all(&mut self) -> Result<(), Errno> { self.fs()?.close_all() }
 }
 
 impl Target for EngineTarget {
@@ -239,6 +246,7 @@ impl Target for EngineTarget {
 
     fn crash_and_remount(&mut self, seed: u64) -> Result<(), String> {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
+        self.past_orphans += fs.orphan_stats();
         let mut dev = fs.into_device_dropping_caches();
         dev.crash_seeded(&self.crash_policy, seed);
         self.mount(dev, "mount after crash")
@@ -265,6 +273,7 @@ impl Target for EngineTarget {
 
     fn remount_after_fault(&mut self) -> Result<(), String> {
         let fs = self.fs.take().ok_or("filesystem is not mounted")?;
+        self.past_orphans += fs.orphan_stats();
         let mut dev = fs.into_device_dropping_caches();
         // The model adopts what this mount shows as durable: so it must be.
         // Flushing what the device already took is the crash in which its
@@ -374,6 +383,17 @@ impl Target for EngineTarget {
                 ("delalloc requests", Figure::Count(data.writeback.delalloc_requests)),
                 ("delalloc blocks", Figure::Count(data.writeback.delalloc_blocks)),
                 ("converted blocks", Figure::Count(data.writeback.converted_blocks)),
+            ]),
+        ));
+        let mut orphans = self.past_orphans;
+        orphans += fs.orphan_stats();
+        out.push((
+            "orphans".to_string(),
+            group(vec![
+                ("added", Figure::Count(orphans.added)),
+                ("freed at close", Figure::Count(orphans.freed_at_close)),
+                ("freed at mount", Figure::Count(orphans.freed_at_mount)),
+                ("truncated at mount", Figure::Count(orphans.truncated_at_mount)),
             ]),
         ));
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);

@@ -344,6 +344,9 @@ impl<T: Target> Lockstep<T> {
         // durable on the target too: commit what is running first.
         let limits = self.model.limits();
         let adopted = self.harness(|ls| {
+            // The adopted model holds no descriptors, so neither may the
+            // target: its slots close (their orphans are freed) first.
+            ls.target.close_all().map_err(|e| Failure::Crash { index, what: format!("closing descriptors before adopting state after ENOSPC: {e}") })?;
             ls.target.sync().map_err(|e| Failure::Crash { index, what: format!("sync before adopting state after ENOSPC: {e}") })?;
             Model::adopt(&ls.config, limits, &mut ls.target).map_err(|v| Failure::Crash { index, what: format!("adopting state after ENOSPC: {v}") })
         });

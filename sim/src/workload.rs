@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use ext4_model::op::FD_SLOTS;
 use ext4_model::{ChattrFlag, Errno, FallocFlags, FiemapRequest, Op, OpKind, Outcome, RenameFlags, SeekWhence};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -11,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 24] = [
+const BASE_WEIGHTS: [u32; 28] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -36,6 +37,10 @@ const BASE_WEIGHTS: [u32; 24] = [
     4,  // append
     3,  // lseek
     1,  // rewrite
+    3,  // open
+    2,  // close
+    3,  // pread
+    4,  // pwrite
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -81,7 +86,7 @@ pub struct Workload {
     /// shaping FIEMAP requests moved no other op of any seed.
     fiemap_rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 24],
+    weights: [u32; 28],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -89,6 +94,9 @@ pub struct Workload {
     sizes: BTreeMap<String, u64>,
     /// Swarm testing chose to put half the new names in [`CROWD_DIR`].
     crowded: bool,
+    /// The name each descriptor slot was opened by, as this task saw it
+    /// (to aim offsets; the file may since have lost the name).
+    slot_paths: [Option<String>; FD_SLOTS as usize],
 }
 
 impl Workload {
@@ -117,7 +125,7 @@ impl Workload {
         let total_weight = weights.iter().sum();
         let mut fiemap_rng = ChaCha8Rng::seed_from_u64(seed);
         fiemap_rng.set_stream(0x6669_656d + (u64::from(task) << 32)); // "fiem"
-        Workload { rng, fiemap_rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded }
+        Workload { rng, fiemap_rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded, slot_paths: Default::default() }
     }
 
     /// Op kinds this seed generates.
@@ -212,6 +220,46 @@ impl Workload {
         }
     }
 
+    /// A descriptor slot; rarely one past the table (EBADF).
+    fn slot(&mut self) -> u8 {
+        if self.rng.random_ratio(1, 50) {
+            self.rng.random_range(FD_SLOTS..=u8::MAX)
+        } else {
+            self.rng.random_range(0..FD_SLOTS)
+        }
+    }
+
+    /// A name a slot holds open, a third of the times there is one, so
+    /// unlinks and renames over it make orphans; else any file's.
+    fn open_or_file_path(&mut self) -> String {
+        match self.held_path() {
+            Some(p) => p,
+            None => self.file_path(),
+        }
+    }
+
+    fn open_or_any_path(&mut self) -> String {
+        match self.held_path() {
+            Some(p) => p,
+            None => self.any_path(),
+        }
+    }
+
+    fn held_path(&mut self) -> Option<String> {
+        let held: Vec<&String> = self.slot_paths.iter().flatten().collect();
+        if held.is_empty() || !self.rng.random_ratio(1, 3) {
+            return None;
+        }
+        let i = self.rng.random_range(0..held.len());
+        Some(held[i].clone())
+    }
+
+    /// Where a descriptor op lands: as a path op on the name it opened.
+    fn slot_offset(&mut self, slot: u8) -> u64 {
+        let path = self.slot_paths.get(usize::from(slot)).cloned().flatten().unwrap_or_default();
+        self.offset_for(&path)
+    }
+
     fn length(&mut self) -> u32 {
         let bs = self.cfg.block_size;
         match self.rng.random_range(0..10) {
@@ -274,9 +322,12 @@ impl Workload {
         match self.pick_kind() {
             OpKind::Create => Op::Create { path: self.new_path(), perm: 0o644 },
             OpKind::Mkdir => Op::Mkdir { path: self.new_path(), perm: 0o755 },
-            OpKind::Unlink => Op::Unlink { path: self.file_path() },
+            OpKind::Unlink => Op::Unlink { path: self.open_or_file_path() },
             OpKind::Rmdir => Op::Rmdir { path: self.dir_path() },
-            OpKind::Rename => Op::Rename { from: self.any_path(), to: self.any_path() },
+            OpKind::Rename => {
+                let from = self.any_path();
+                Op::Rename { from, to: self.open_or_any_path() }
+            }
             // Clearing as often as setting, so few names stay frozen for long.
             OpKind::Chattr => {
                 let flag = if self.rng.random_bool(0.5) { ChattrFlag::Immutable } else { ChattrFlag::Append };
@@ -333,6 +384,19 @@ impl Workload {
                 let len = if self.rng.random_ratio(1, 8) { 0 } else { self.length() };
                 Op::Rewrite { path: self.file_path(), len, seed: self.rng.random() }
             }
+            OpKind::Open => Op::Open { path: self.file_path(), slot: self.slot() },
+            OpKind::Close => Op::Close { slot: self.slot() },
+            OpKind::ReadFd => {
+                let slot = self.slot();
+                let offset = self.slot_offset(slot);
+                Op::ReadFd { slot, offset, len: self.length() }
+            }
+            OpKind::WriteFd => {
+                let slot = self.slot();
+                let offset = self.slot_offset(slot);
+                let len = self.length();
+                Op::WriteFd { slot, offset, len, seed: self.rng.random() }
+            }
             OpKind::Lseek => {
                 // Mostly files; a directory's answer is checked too.
                 let path = if self.rng.random_ratio(1, 10) { self.dir_path() } else { self.file_path() };
@@ -379,6 +443,16 @@ impl Workload {
                     forget(&mut self.files, dir);
                     self.dirs.push(dir.clone());
                     self.files.push(file.clone());
+                }
+            }
+            Op::Open { path, slot } => {
+                if let Some(p) = self.slot_paths.get_mut(usize::from(*slot)) {
+                    *p = Some(path.clone());
+                }
+            }
+            Op::Close { slot } => {
+                if let Some(p) = self.slot_paths.get_mut(usize::from(*slot)) {
+                    *p = None;
                 }
             }
             _ => self.learn_made(op, false),
@@ -435,6 +509,13 @@ impl Workload {
             }
             Op::Rewrite { path, len, .. } => {
                 self.sizes.insert(path.clone(), u64::from(*len));
+            }
+            Op::WriteFd { slot, offset, len, .. } => {
+                if let Some(Some(path)) = self.slot_paths.get(usize::from(*slot)) {
+                    let end = offset + u64::from(*len);
+                    let s = self.sizes.entry(path.clone()).or_default();
+                    *s = (*s).max(end);
+                }
             }
             Op::Append { path, len, .. } => {
                 if let Some(s) = self.sizes.get_mut(path) {

@@ -54,6 +54,10 @@ impl FileSystem for Buggy {
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.inner.append(p, d) }
     fn rewrite(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.inner.rewrite(p, d) }
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.inner.lseek(p, o, w) }
+    fn open(&mut self, p: &str, s: u8) -> Result<(), Errno> { self.inner.open(p, s) }
+    fn close(&mut self, s: u8) -> Result<(), Errno> { self.inner.close(s) }
+    fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.inner.pread(s, o, l) }
+    fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.inner.pwrite(s, o, d) }
 }
 
 impl Target for Buggy {

@@ -116,6 +116,14 @@ impl Allocator {
         Ok(())
     }
 
+    /// Whether inode `ino` is marked in use in its group's bitmap.
+    pub fn inode_in_use<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, ino: InodeNumber) -> Result<bool> {
+        let (g, idx) = self.geo.inode_location(ino).ok_or_else(|| Error::InvalidArgument(format!("inode {ino} out of range")))?;
+        self.load_inode_bitmap(dev, g)?;
+        let bm = self.inode_bitmaps[g as usize].as_ref().ok_or_else(|| Error::InvalidArgument(format!("inode bitmap {g} not loaded")))?;
+        Ok(bm.get(idx as usize))
+    }
+
     /// Whether group `g`'s inode slot `idx` lies in the initialised table area.
     pub fn slot_initialised(&self, g: GroupIndex, idx: u32) -> bool {
         if !self.lazy_groups {

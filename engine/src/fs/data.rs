@@ -212,7 +212,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.closing(ino, read)
     }
 
-    fn read_open(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+    pub(crate) fn read_open(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EISDIR);
         }

@@ -127,8 +127,16 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Drops one name's reference to `ino`, freeing it with its last name.
     pub(crate) fn drop_link(&mut self, ino: InodeNumber) -> Result<(), Errno> {
+        let open = self.is_open(ino);
         let (ctx, node) = self.split(ino)?;
-        let gone = node.disk.is_dir() || node.disk.links_count <= 1;
+        let is_dir = node.disk.is_dir();
+        let gone = is_dir || node.disk.links_count <= 1;
+        if gone && !is_dir && open {
+            node.disk.links_count = 0;
+            node.disk.ctime = ctx.now();
+            self.mark_dirty(ino);
+            return self.orphan_add(ino);
+        }
         if gone {
             return self.free_inode(ino);
         }

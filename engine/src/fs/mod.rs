@@ -63,6 +63,7 @@ pub mod locks;
 mod namespace;
 mod node;
 pub mod not_modelled;
+mod orphan;
 mod resolve;
 mod seek;
 mod split;
@@ -93,6 +94,7 @@ use crate::memory::{BoundedFolios, FolioAllocator};
 use crate::pagecache::PageCache;
 
 pub use journal_switch::SwitchTicket;
+pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket};
 pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
@@ -164,6 +166,11 @@ pub struct Ext4<D: BlockDevice> {
     committing: Option<journaling::Committing>,
     /// Locks held between the halves of split ops.
     locks: locks::Locks,
+    /// Descriptor slots held across ops: slot -> inode ([`orphan`]).
+    slots: BTreeMap<u8, InodeNumber>,
+    /// The on-disk orphan chain in order, head (`s_last_orphan`) first.
+    orphans: Vec<InodeNumber>,
+    orphan_stats: OrphanStats,
     #[cfg(feature = "test-hooks")]
     bug: test_hooks::BugState,
 }
@@ -229,6 +236,9 @@ impl<D: BlockDevice> Ext4<D> {
                 return Err(Unsupported::Construct(format!("images without {name}")).into());
             }
         }
+        if sb.feature_ro_compat & feature::RO_COMPAT_ORPHAN_PRESENT != 0 {
+            return Err(Unsupported::Construct("inodes in the orphan file (orphan_present)".into()).into());
+        }
         if sb.feature_incompat & feature::INCOMPAT_RECOVER != 0 {
             return Err(Unsupported::Construct("needs_recovery without an internal journal".into()).into());
         }
@@ -269,15 +279,23 @@ impl<D: BlockDevice> Ext4<D> {
             next_generation: 0,
             scratch: Vec::new(),
         };
-        Ok(Ext4 {
+        let mut fs = Ext4 {
             ctx,
             nodes: BTreeMap::new(),
             dirty: BTreeSet::new(),
             committing: None,
             locks: locks::Locks::default(),
+            slots: BTreeMap::new(),
+            orphans: Vec::new(),
+            orphan_stats: OrphanStats::default(),
             #[cfg(feature = "test-hooks")]
             bug: test_hooks::BugState::default(),
-        })
+        };
+        // A read-only mount leaves the chain for the next writable one.
+        if !fs.ctx.mount.read_only {
+            fs.orphan_cleanup()?;
+        }
+        Ok(fs)
     }
 
     /// Whether `sb` describes an internal jbd2 journal this engine runs.
@@ -305,6 +323,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// the log (clearing needs_recovery), flushes, and returns the device.
     pub fn unmount(mut self) -> Result<D> {
         if !self.ctx.mount.read_only {
+            // Whoever held descriptors has exited: unmount waits for that.
+            self.close_every_slot().map_err(|e| take_last_error().unwrap_or_else(|| Error::InvalidArgument(format!("closing descriptors: {e}"))))?;
             self.write_back_all_data()?;
             self.write_back_all()?;
             if let Some(j) = self.ctx.journal.as_mut() {
@@ -374,6 +394,9 @@ impl<D: BlockDevice> Ext4<D> {
             dirty: self.dirty.clone(),
             committing: self.committing.clone(),
             locks: self.locks.clone(),
+            slots: self.slots.clone(),
+            orphans: self.orphans.clone(),
+            orphan_stats: self.orphan_stats,
             #[cfg(feature = "test-hooks")]
             bug: self.bug,
         }

@@ -89,6 +89,12 @@ impl<D: BlockDevice> Ctx<D> {
 
     /// Reads inode `ino` and its extent tree.
     pub fn read_node(&mut self, ino: InodeNumber) -> Result<Node> {
+        self.read_node_linked(ino, true)
+    }
+
+    /// Reads inode `ino`; with `linked` false an inode with no links (an
+    /// orphan the orphan list names) is read too.
+    pub fn read_node_linked(&mut self, ino: InodeNumber, linked: bool) -> Result<Node> {
         let (g, idx) = self.geo.inode_location(ino).ok_or_else(|| Error::InvalidArgument(format!("inode {ino} out of range")))?;
         let isz = usize::from(self.geo.inode_size);
         let disk = if self.alloc.slot_initialised(g, idx) {
@@ -99,7 +105,7 @@ impl<D: BlockDevice> Ctx<D> {
         } else {
             Inode::zeroed(self.geo.inode_size)
         };
-        if disk.mode == 0 || disk.links_count == 0 {
+        if disk.mode == 0 || (linked && disk.links_count == 0) {
             return Err(Corrupt::entry_names_free_inode(ino));
         }
         if disk.has_flag(FL_INLINE_DATA) {

@@ -118,4 +118,33 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.make_room_for_edges()?;
         self.do_rewrite(path, data)
     }
+    fn open(&mut self, path: &str, slot: u8) -> Result<(), Errno> {
+        self.prepare_change(0)?;
+        self.do_open(path, slot)
+    }
+    fn close(&mut self, slot: u8) -> Result<(), Errno> {
+        self.prepare_change(0)?;
+        self.do_close(slot)
+    }
+    fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let ino = self.slot_file(slot)?;
+        self.read_open(ino, offset, len)
+    }
+    fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let ino = self.slot_file(slot)?;
+        if offset > ext4_model::vfs::LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        // ext4_write_checks: immutable since the open; append-only is an open-time rule.
+        if self.immutable(ino)? {
+            return Err(Errno::EPERM);
+        }
+        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
+        self.make_room_for_edges()?;
+        self.write_at(ino, offset, data)
+    }
+    fn close_all(&mut self) -> Result<(), Errno> {
+        self.prepare_change(0)?;
+        self.close_every_slot()
+    }
 }

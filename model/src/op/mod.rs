@@ -23,6 +23,9 @@ pub const PATH_MAX: usize = 4096;
 pub const MAX_IO_LEN: u32 = 16 << 20;
 /// ext4's link limit for a non-directory (EXT4_LINK_MAX).
 pub const LINK_MAX: u32 = 65000;
+/// Descriptor slots a run may hold open across ops (`open ... slot=N`);
+/// a slot number at or above this is EBADF everywhere.
+pub const FD_SLOTS: u8 = 4;
 
 /// fallocate(2) mode bits, kept raw so that invalid combinations can be asked for.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, arbitrary::Arbitrary)]
@@ -160,6 +163,17 @@ pub enum Op {
     /// [`pattern`]`(seed, len)` at 0 + close: replacing a file's contents
     /// in place, which ext4's auto_da_alloc writes back at the close.
     Rewrite { path: String, len: u32, seed: u64 },
+    /// open(O_RDWR) of an existing file, kept in descriptor slot `slot`
+    /// across ops (dup2 onto it: what the slot held is closed after the
+    /// open succeeds). With the file unlinked meanwhile, the slot keeps it
+    /// alive as an orphan until its last close.
+    Open { path: String, slot: u8 },
+    /// close(2) of a slot's descriptor (EBADF when the slot is empty).
+    Close { slot: u8 },
+    /// pread(2) through a slot's descriptor.
+    ReadFd { slot: u8, offset: u64, len: u32 },
+    /// pwrite(2) of [`pattern`]`(seed, len)` through a slot's descriptor.
+    WriteFd { slot: u8, offset: u64, len: u32, seed: u64 },
 }
 
 impl Op {
@@ -168,7 +182,7 @@ impl Op {
         match self {
             Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
             Op::Symlink { path, .. } => vec![path],
-            Op::Sync => vec![],
+            Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } => vec![],
             Op::Create { path, .. }
             | Op::Mkdir { path, .. }
             | Op::Unlink { path }
@@ -187,7 +201,8 @@ impl Op {
             | Op::Chattr { path, .. }
             | Op::Append { path, .. }
             | Op::Lseek { path, .. }
-            | Op::Rewrite { path, .. } => vec![path],
+            | Op::Rewrite { path, .. }
+            | Op::Open { path, .. } => vec![path],
         }
     }
 
@@ -196,7 +211,7 @@ impl Op {
     /// not one).
     pub fn only_looks(&self) -> bool {
         match self {
-            Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Lseek { .. } => true,
+            Op::Read { .. } | Op::Stat { .. } | Op::Readdir { .. } | Op::Readlink { .. } | Op::Lseek { .. } | Op::ReadFd { .. } => true,
             Op::Fiemap { flags, .. } => flags & FiemapRequest::SYNC == 0,
             _ => false,
         }
@@ -235,6 +250,10 @@ impl Op {
             Op::Append { .. } => OpKind::Append,
             Op::Lseek { .. } => OpKind::Lseek,
             Op::Rewrite { .. } => OpKind::Rewrite,
+            Op::Open { .. } => OpKind::Open,
+            Op::Close { .. } => OpKind::Close,
+            Op::ReadFd { .. } => OpKind::ReadFd,
+            Op::WriteFd { .. } => OpKind::WriteFd,
         }
     }
 }
@@ -266,10 +285,14 @@ pub enum OpKind {
     Append,
     Lseek,
     Rewrite,
+    Open,
+    Close,
+    ReadFd,
+    WriteFd,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 24] = [
+    pub const ALL: [OpKind; 28] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -294,6 +317,10 @@ impl OpKind {
         OpKind::Append,
         OpKind::Lseek,
         OpKind::Rewrite,
+        OpKind::Open,
+        OpKind::Close,
+        OpKind::ReadFd,
+        OpKind::WriteFd,
     ];
 }
 

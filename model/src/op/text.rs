@@ -91,6 +91,10 @@ impl fmt::Display for Op {
             Op::Append { path, len, seed } => write!(f, "append path={} len={len} seed={seed}", q(path)),
             Op::Lseek { path, offset, whence } => write!(f, "lseek path={} offset={offset} whence={}", q(path), whence.text()),
             Op::Rewrite { path, len, seed } => write!(f, "rewrite path={} len={len} seed={seed}", q(path)),
+            Op::Open { path, slot } => write!(f, "open path={} slot={slot}", q(path)),
+            Op::Close { slot } => write!(f, "close slot={slot}"),
+            Op::ReadFd { slot, offset, len } => write!(f, "pread slot={slot} offset={offset} len={len}"),
+            Op::WriteFd { slot, offset, len, seed } => write!(f, "pwrite slot={slot} offset={offset} len={len} seed={seed}"),
         }
     }
 }
@@ -142,6 +146,10 @@ impl FromStr for Op {
             },
             "append" => Op::Append { path: path()?, len: f.num("len")?, seed: f.num("seed")? },
             "rewrite" => Op::Rewrite { path: path()?, len: f.num("len")?, seed: f.num("seed")? },
+            "open" => Op::Open { path: path()?, slot: f.num("slot")? },
+            "close" => Op::Close { slot: f.num("slot")? },
+            "pread" => Op::ReadFd { slot: f.num("slot")?, offset: f.num("offset")?, len: f.num("len")? },
+            "pwrite" => Op::WriteFd { slot: f.num("slot")?, offset: f.num("offset")?, len: f.num("len")?, seed: f.num("seed")? },
             "lseek" => Op::Lseek {
                 path: path()?,
                 offset: f.num("offset")?,
@@ -173,6 +181,10 @@ mod tests {
             Op::Chattr { path: "/a".into(), flag: ChattrFlag::Immutable, enable: true },
             Op::Chattr { path: "/a".into(), flag: ChattrFlag::Append, enable: false },
             Op::Append { path: "/a".into(), len: 9, seed: 4 },
+            Op::Open { path: "/a".into(), slot: 3 },
+            Op::Close { slot: 200 },
+            Op::ReadFd { slot: 0, offset: 4096, len: 10 },
+            Op::WriteFd { slot: 1, offset: 1, len: 2, seed: 3 },
             Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },
             Op::Lseek { path: "/a".into(), offset: u64::MAX, whence: SeekWhence::Hole },
             Op::Rewrite { path: "/a".into(), len: 0, seed: 5 },

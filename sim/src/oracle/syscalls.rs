@@ -126,6 +126,9 @@ pub fn exec_main(dir: &Path) -> i32 {
 /// A mounted filesystem seen at `root`; op paths are absolute within it.
 pub struct SyscallFs {
     root: PathBuf,
+    /// Descriptors held across ops (`open ... slot=N`); dropping the
+    /// SyscallFs closes them, as the exit of the process would.
+    slots: std::collections::BTreeMap<u8, Fd>,
 }
 
 fn errno() -> Errno {
@@ -151,6 +154,27 @@ fn check(ret: libc::c_int) -> Result<libc::c_int, Errno> {
     }
 }
 
+/// pread(2) of `len` bytes at `offset`: a regular file's pread is short
+/// only at EOF; loop to be sure.
+fn pread_all(fd: &Fd, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; len as usize];
+    let mut done = 0usize;
+    loop {
+        let rest = &mut buf[done..];
+        // SAFETY: rest is writable for its length.
+        let n = unsafe { libc::pread(fd.0, rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t) };
+        if n < 0 {
+            return Err(errno());
+        }
+        done += n as usize;
+        if n == 0 || done == buf.len() {
+            break;
+        }
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
 /// An open file descriptor, closed on drop.
 struct Fd(libc::c_int);
 
@@ -163,7 +187,7 @@ impl Drop for Fd {
 
 impl SyscallFs {
     pub fn new(root: impl Into<PathBuf>) -> SyscallFs {
-        SyscallFs { root: root.into() }
+        SyscallFs { root: root.into(), slots: std::collections::BTreeMap::new() }
     }
 
     pub fn root(&self) -> &Path {
@@ -183,7 +207,7 @@ impl SyscallFs {
 
     /// open(flags) + write(2) at the descriptor's own position + close.
     fn open_and_write(&self, path: &str, flags: libc::c_int, data: &[u8]) -> Result<u64, Errno> {
-        let fd = self.open(path, flags, 0)?;
+        let fd = self.open_fd(path, flags, 0)?;
         // SAFETY: data is readable for its length.
         let n = unsafe { libc::write(fd.0, data.as_ptr().cast(), data.len()) };
         if n < 0 {
@@ -192,7 +216,7 @@ impl SyscallFs {
         Ok(n as u64)
     }
 
-    fn open(&self, path: &str, flags: libc::c_int, mode: libc::mode_t) -> Result<Fd, Errno> {
+    fn open_fd(&self, path: &str, flags: libc::c_int, mode: libc::mode_t) -> Result<Fd, Errno> {
         let p = self.c_path(path)?;
         // SAFETY: p is a valid NUL-terminated string.
         let fd = check(unsafe { libc::open(p.as_ptr(), flags | libc::O_CLOEXEC, mode as libc::c_uint) })?;
@@ -200,7 +224,7 @@ impl SyscallFs {
     }
 
     fn inode_flags(&self, path: &str) -> Result<u32, Errno> {
-        let fd = self.open(path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW, 0)?;
         let mut flags: libc::c_int = 0;
         // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer.
         check(unsafe { libc::ioctl(fd.0, FS_IOC_GETFLAGS, &mut flags) })?;
@@ -210,7 +234,7 @@ impl SyscallFs {
 
 impl FileSystem for SyscallFs {
     fn create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
-        self.open(path, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, libc::mode_t::from(perm)).map(drop)
+        self.open_fd(path, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, libc::mode_t::from(perm)).map(drop)
     }
 
     fn mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
@@ -309,7 +333,7 @@ impl FileSystem for SyscallFs {
     }
 
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        let fd = self.open(path, libc::O_WRONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_WRONLY, 0)?;
         // SAFETY: data is readable for its length.
         let n = unsafe { libc::pwrite(fd.0, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
         if n < 0 {
@@ -319,24 +343,8 @@ impl FileSystem for SyscallFs {
     }
 
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        let fd = self.open(path, libc::O_RDONLY, 0)?;
-        let mut buf = vec![0u8; len as usize];
-        let mut done = 0usize;
-        // A regular file's pread is short only at EOF; loop to be sure.
-        loop {
-            let rest = &mut buf[done..];
-            // SAFETY: rest is writable for its length.
-            let n = unsafe { libc::pread(fd.0, rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t) };
-            if n < 0 {
-                return Err(errno());
-            }
-            done += n as usize;
-            if n == 0 || done == buf.len() {
-                break;
-            }
-        }
-        buf.truncate(done);
-        Ok(buf)
+        let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
+        pread_all(&fd, offset, len)
     }
 
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
@@ -346,32 +354,32 @@ impl FileSystem for SyscallFs {
     }
 
     fn fsync(&mut self, path: &str) -> Result<(), Errno> {
-        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
         // SAFETY: fd is open.
         check(unsafe { libc::fsync(fd.0) }).map(drop)
     }
 
     fn fdatasync(&mut self, path: &str) -> Result<(), Errno> {
-        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
         // SAFETY: fd is open.
         check(unsafe { libc::fdatasync(fd.0) }).map(drop)
     }
 
     fn sync(&mut self) -> Result<(), Errno> {
         // syncfs on the root: sync(2) for this filesystem only.
-        let fd = self.open("/", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let fd = self.open_fd("/", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         // SAFETY: fd is open.
         check(unsafe { libc::syncfs(fd.0) }).map(drop)
     }
 
     fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
-        let fd = self.open(path, libc::O_WRONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_WRONLY, 0)?;
         // SAFETY: fd is open; out-of-range values are the kernel's to refuse.
         check(unsafe { libc::fallocate(fd.0, mode.0 as libc::c_int, offset as libc::off_t, len as libc::off_t) }).map(drop)
     }
 
     fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
-        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
         let mut out: Vec<FiemapExtent> = Vec::new();
         // Where the asked range ends; a long map is fetched in batches, each
         // from where the last one stopped (the kernel cuts the end itself).
@@ -402,7 +410,7 @@ impl FileSystem for SyscallFs {
     }
 
     fn fiemap_count(&mut self, path: &str, req: FiemapRequest) -> Outcome {
-        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
         let mut header = FiemapHeader { start: req.start, length: req.len, flags: req.flags, mapped_extents: 0, extent_count: 0, reserved: 0 };
         // SAFETY: with extent_count 0 the kernel reads and writes the header only.
         check(unsafe { libc::ioctl(fd.0, FS_IOC_FIEMAP, &mut header) })?;
@@ -410,7 +418,7 @@ impl FileSystem for SyscallFs {
     }
 
     fn set_journal_data(&mut self, path: &str, enable: bool) -> Result<(), Errno> {
-        let fd = self.open(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
         let mut flags: libc::c_int = 0;
         // SAFETY: FS_IOC_GETFLAGS/SETFLAGS read and write one int.
         check(unsafe { libc::ioctl(fd.0, FS_IOC_GETFLAGS, &mut flags) })?;
@@ -421,7 +429,7 @@ impl FileSystem for SyscallFs {
 
     fn chattr(&mut self, path: &str, flag: ext4_model::ChattrFlag, enable: bool) -> Result<(), Errno> {
         // As chattr(1) does: read the flags, change one bit, write them back.
-        let fd = self.open(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
         let mut flags: libc::c_int = 0;
         // SAFETY: FS_IOC_GETFLAGS/SETFLAGS read and write one int.
         check(unsafe { libc::ioctl(fd.0, FS_IOC_GETFLAGS, &mut flags) })?;
@@ -440,7 +448,7 @@ impl FileSystem for SyscallFs {
     }
 
     fn lseek(&mut self, path: &str, offset: u64, whence: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> {
-        let fd = self.open(path, libc::O_RDONLY, 0)?;
+        let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
         // SAFETY: fd is open; offsets past off_t come out negative, as the
         // model's are meant to.
         let at = unsafe { libc::lseek(fd.0, offset as libc::off_t, whence.raw()) };
@@ -448,5 +456,31 @@ impl FileSystem for SyscallFs {
             return Err(errno());
         }
         Ok(ext4_model::SeekChoices::exactly(at as u64))
+    }
+    fn open(&mut self, path: &str, slot: u8) -> Result<(), Errno> {
+        let fd = self.open_fd(path, libc::O_RDWR, 0)?;
+        // Replacing the old Fd closes it, after the open: dup2's order.
+        self.slots.insert(slot, fd);
+        Ok(())
+    }
+    fn close(&mut self, slot: u8) -> Result<(), Errno> {
+        let fd = self.slots.remove(&slot).ok_or(Errno::EBADF)?;
+        let raw = fd.0;
+        std::mem::forget(fd);
+        // SAFETY: the descriptor was ours and is closed once, here.
+        check(unsafe { libc::close(raw) }).map(drop)
+    }
+    fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let fd = self.slots.get(&slot).ok_or(Errno::EBADF)?;
+        pread_all(fd, offset, len)
+    }
+    fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let fd = self.slots.get(&slot).ok_or(Errno::EBADF)?;
+        // SAFETY: data is readable for its length.
+        let n = unsafe { libc::pwrite(fd.0, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
+        if n < 0 {
+            return Err(errno());
+        }
+        Ok(n as u64)
     }
 }

@@ -114,6 +114,11 @@ impl FileSystem for Plain {
     fn append(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().append(p, d) }
     fn rewrite(&mut self, p: &str, d: &[u8]) -> Result<u64, Errno> { self.view().rewrite(p, d) }
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.view().lseek(p, o, w) }
+    fn open(&mut self, p: &str, s: u8) -> Result<(), Errno> { self.view().open(p, s) }
+    fn close(&mut self, s: u8) -> Result<(), Errno> { self.view().close(s) }
+    fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.view().pread(s, o, l) }
+    fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.view().pwrite(s, o, d) }
+    fn close_all(&mut self) -> Result<(), Errno> { self.view().close_all() }
 
     // The runner sends every op but a write through here.
     fn apply(&mut self, op: &Op) -> Outcome {

@@ -91,7 +91,7 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
     match op {
         Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
         Op::Symlink { target, path } => vec![target, path],
-        Op::Sync => vec![],
+        Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } => vec![],
         Op::Create { path, .. }
         | Op::Mkdir { path, .. }
         | Op::Unlink { path }
@@ -110,7 +110,8 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
         | Op::Chattr { path, .. }
         | Op::Append { path, .. }
         | Op::Lseek { path, .. }
-        | Op::Rewrite { path, .. } => vec![path],
+        | Op::Rewrite { path, .. }
+        | Op::Open { path, .. } => vec![path],
     }
 }
 

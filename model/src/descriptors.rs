@@ -1,0 +1,166 @@
+//! Descriptors held across ops, and the orphans they keep alive.
+//!
+//! A run holds up to [`FD_SLOTS`](crate::op::FD_SLOTS) descriptors, each
+//! its own open file description (O_RDWR). Unlinking the last name of a
+//! file one of them holds does not free it: ext4 puts the inode on its
+//! orphan list (links 0) and the data stays readable and writable through
+//! the descriptor. The last close frees it (ext4_evict_inode) and takes it
+//! off the list; a crash in between leaves the list to mount, which frees
+//! every inode on it (ext4_orphan_cleanup), so no orphan outlives a crash.
+
+use crate::content::Source;
+use crate::model::{inode_blocks, Model};
+use crate::state::{Ino, Node};
+use crate::vfs::LOFF_MAX;
+use crate::Errno;
+
+impl Model {
+    /// open(O_RDWR), then dup2 onto `slot`: the old descriptor closes
+    /// after the new one is open.
+    pub(crate) fn do_open(&mut self, path: &str, slot: u8) -> Result<(), Errno> {
+        let ino = self.open_for_write(path, false)?;
+        if let Some(old) = self.st.slots.insert(slot, ino) {
+            self.release_slot(old);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn do_close(&mut self, slot: u8) -> Result<(), Errno> {
+        let ino = self.st.slots.remove(&slot).ok_or(Errno::EBADF)?;
+        self.release_slot(ino);
+        Ok(())
+    }
+
+    fn slot_file(&self, slot: u8) -> Result<Ino, Errno> {
+        self.st.slots.get(&slot).copied().ok_or(Errno::EBADF)
+    }
+
+    /// pread: a negative offset is EINVAL (rw_verify_area).
+    pub(crate) fn do_pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let ino = self.slot_file(slot)?;
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let file = self.file(ino).ok_or(Errno::EISDIR)?;
+        Ok(file.read(offset, len as u64))
+    }
+
+    /// pwrite: rw_verify_area's EINVAL, then ext4_write_checks' EPERM for
+    /// an inode made immutable since the open (append-only is checked at
+    /// open only), then the write as through a path.
+    pub(crate) fn do_pwrite(&mut self, slot: u8, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
+        let ino = self.slot_file(slot)?;
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        if self.immutable(ino) {
+            return Err(Errno::EPERM);
+        }
+        self.write_at(ino, offset, len, source)
+    }
+
+    /// ext4_release_file for a slot's descriptor, then the last close of
+    /// an orphan frees it.
+    fn release_slot(&mut self, ino: Ino) {
+        self.release(ino);
+        let inode = self.st.inode(ino);
+        let orphan = inode.links == 0 && !matches!(inode.node, Node::Dir { .. });
+        if orphan && !self.st.is_open(ino) {
+            self.free_orphan(ino);
+        }
+    }
+
+    pub(crate) fn free_orphan(&mut self, ino: Ino) {
+        let removed = self.st.inodes.remove(&ino).expect("an orphan is a live inode");
+        self.st.used_blocks -= inode_blocks(&removed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fs::FileSystem;
+    use crate::op::{ChattrFlag, Op, Reply};
+    use crate::{Errno, Model, MountConfig};
+
+    fn model() -> Model {
+        Model::new(&MountConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn an_unlinked_open_file_keeps_its_data_and_space_until_the_last_close() {
+        let mut m = model();
+        m.create("/f", 0o644).unwrap();
+        m.write("/f", 0, &[7; 10_000]).unwrap();
+        let used = m.used_blocks();
+        m.open("/f", 0).unwrap();
+        m.open("/f", 1).unwrap();
+        m.unlink("/f").unwrap();
+        assert_eq!(m.stat("/f"), Err(Errno::ENOENT));
+        assert_eq!(m.used_blocks(), used, "an orphan holds its blocks");
+        assert_eq!(m.pread(0, 9_990, 100).unwrap(), vec![7; 10]);
+        assert_eq!(m.pwrite(1, 20_000, &[1; 5]), Ok(5));
+        assert_eq!(m.pread(0, 20_000, 5).unwrap(), vec![1; 5], "both descriptors see one inode");
+        m.check_invariants().unwrap();
+        m.close(0).unwrap();
+        assert!(m.used_blocks() > used, "still open in slot 1");
+        m.close(1).unwrap();
+        assert_eq!(m.used_blocks(), 0);
+        assert_eq!(m.inode_count(), 2);
+        assert_eq!(m.close(1), Err(Errno::EBADF));
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn reopening_a_slot_closes_its_old_descriptor_after_the_new_open() {
+        let mut m = model();
+        m.create("/a", 0o644).unwrap();
+        m.create("/b", 0o644).unwrap();
+        m.open("/a", 2).unwrap();
+        m.unlink("/a").unwrap();
+        assert_eq!(m.open("/nope", 2), Err(Errno::ENOENT));
+        assert_eq!(m.inode_count(), 4, "a failed open leaves the slot as it was");
+        m.open("/b", 2).unwrap();
+        assert_eq!(m.inode_count(), 3, "the orphan went with the slot's old descriptor");
+        // The same file again: one description closes, the other holds it.
+        m.unlink("/b").unwrap();
+        m.create("/b", 0o644).unwrap();
+        assert_eq!(m.apply(&Op::Open { path: "/b".into(), slot: 9 }), Err(Errno::EBADF));
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn opens_refuse_as_opens_for_writing_do_and_writes_refuse_once_immutable() {
+        let mut m = model();
+        m.mkdir("/d", 0o755).unwrap();
+        assert_eq!(m.open("/d", 0), Err(Errno::EISDIR));
+        m.create("/f", 0o644).unwrap();
+        m.chattr("/f", ChattrFlag::Append, true).unwrap();
+        assert_eq!(m.open("/f", 0), Err(Errno::EPERM));
+        m.chattr("/f", ChattrFlag::Append, false).unwrap();
+        m.open("/f", 0).unwrap();
+        m.chattr("/f", ChattrFlag::Append, true).unwrap();
+        assert_eq!(m.pwrite(0, 0, &[1]), Ok(1), "append-only is an open-time rule");
+        m.chattr("/f", ChattrFlag::Immutable, true).unwrap();
+        assert_eq!(m.pwrite(0, 0, &[]), Err(Errno::EPERM));
+        assert_eq!(m.pwrite(0, u64::MAX, &[1]), Err(Errno::EINVAL), "rw_verify_area comes first");
+        assert_eq!(m.apply(&Op::ReadFd { slot: 0, offset: 0, len: 4 }), Ok(Reply::Data(vec![1])));
+        assert_eq!(m.apply(&Op::ReadFd { slot: 3, offset: 0, len: 4 }), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn a_crash_frees_orphans_and_closes_every_descriptor() {
+        let mut m = model();
+        m.create("/f", 0o644).unwrap();
+        m.sync().unwrap();
+        m.open("/f", 0).unwrap();
+        m.pwrite(0, 0, &[3; 4096]).unwrap();
+        m.unlink("/f").unwrap();
+        // A crash now recovers to a tree without /f and without the orphan
+        // (ext4_orphan_cleanup), or to one where the unlink had not committed.
+        let envelope = m.crash_envelope();
+        let mut recovered = model();
+        recovered.create("/g", 0o644).unwrap();
+        assert!(envelope.check(&mut recovered).is_err(), "a name the model never had");
+        assert!(envelope.check(&mut model()).is_ok(), "the unlink committed, the orphan freed");
+    }
+}
