@@ -25,6 +25,7 @@ impl TargetFactory for Buggy {
             InjectedBug::OrderedCommitsBeforeData => |fs| fs.inject_bug(InjectedBug::OrderedCommitsBeforeData),
             InjectedBug::SeekIgnoresPageCache => |fs| fs.inject_bug(InjectedBug::SeekIgnoresPageCache),
             InjectedBug::ReleaseForgetsTruncatedFile => |fs| fs.inject_bug(InjectedBug::ReleaseForgetsTruncatedFile),
+            InjectedBug::OrphanListForgotten => |fs| fs.inject_bug(InjectedBug::OrphanListForgotten),
         });
         Ok(t)
     }
@@ -293,4 +294,22 @@ fn a_seek_that_ignores_dirty_pages_over_unwritten_blocks_is_caught() {
 #[test]
 fn a_close_that_forgets_auto_da_alloc_is_caught() {
     caught_in_generated_runs(InjectedBug::ReleaseForgetsTruncatedFile, |op| matches!(op, ext4_model::Op::Fiemap { .. }), "some seed rewrites a file and maps it");
+}
+
+/// An unlinked open file must be on the orphan list: a crash before its
+/// last close otherwise leaks its inode and blocks, which no op can see
+/// (the file has no name) but the fsck after recovery does.
+#[test]
+fn an_orphan_left_off_the_orphan_list_is_caught_after_a_crash() {
+    let bug = Buggy(InjectedBug::OrphanListForgotten);
+    let failing = (0..40)
+        .map(|s| run_seed(&bug, &RunSpec { swarm: false, crash_every: 100, ..RunSpec::new(s, 1500, MountConfig::default()) }).unwrap())
+        .find(|r| r.failure.is_some())
+        .expect("some seed crashes while an unlinked file is open");
+    assert!(matches!(&failing.failure, Some(Failure::Crash { what, .. }) if what.contains("fsck after recovery")), "{:?}", failing.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.replays && shrunk.trace.steps.len() <= 8, "{:?}", shrunk.trace.steps);
+    assert!(shrunk.trace.steps.iter().any(|s| matches!(s.op(), Some(ext4_model::Op::Open { .. }))), "{}", shrunk.trace.to_text());
+    let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
+    assert!(clean.failure.is_none(), "{:?}", clean.failure);
 }

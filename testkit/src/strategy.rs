@@ -87,7 +87,16 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => (path(), falloc_mode(), offset(), 1u64..40_000).prop_map(|(path, mode, offset, len)| Op::Fallocate { path, mode, offset, len }),
         2 => (path(), fiemap_range(), fiemap_flags(), prop::bool::weighted(0.25)).prop_map(|(path, (start, len), flags, count_only)| Op::Fiemap { path, start, len, flags, count_only }),
         1 => (path(), any::<bool>()).prop_map(|(path, enable)| Op::SetJournalData { path, enable }),
+        3 => (path(), slot()).prop_map(|(path, slot)| Op::Open { path, slot }),
+        2 => slot().prop_map(|slot| Op::Close { slot }),
+        2 => (slot(), offset(), 0u32..20_000).prop_map(|(slot, offset, len)| Op::ReadFd { slot, offset, len }),
+        3 => (slot(), offset(), 0u32..20_000, any::<u64>()).prop_map(|(slot, offset, len, seed)| Op::WriteFd { slot, offset, len, seed }),
     ]
+}
+
+/// A descriptor slot, now and then one past the table (EBADF).
+pub fn slot() -> impl Strategy<Value = u8> {
+    prop_oneof![9 => 0..ext4_model::op::FD_SLOTS, 1 => ext4_model::op::FD_SLOTS..=u8::MAX]
 }
 
 pub fn data_mode() -> impl Strategy<Value = Option<DataMode>> {

@@ -98,6 +98,10 @@ impl<D: BlockDevice> Ext4<D> {
         if self.ctx.journal.is_none() {
             return Ok(());
         }
+        #[cfg(feature = "test-hooks")]
+        if self.bug_forgets_orphans() {
+            return Ok(());
+        }
         debug_assert!(!self.orphans.contains(&ino), "inode {ino} is on the orphan list twice");
         let head = self.ctx.sb.last_orphan;
         self.node(ino)?.disk.dtime = head;
@@ -182,4 +186,118 @@ impl<D: BlockDevice> Ext4<D> {
 /// An errno from an op used inside mount, as the error mount reports.
 fn errno_error(e: Errno) -> Error {
     crate::fs::take_last_error().unwrap_or_else(|| Error::InvalidArgument(format!("orphan cleanup: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use ext4_model::{Errno, FileSystem, MountConfig};
+
+    use crate::check::check;
+    use crate::device::{BlockDevice, IoClass, WriteFlags};
+    use crate::device_mem::MemDevice;
+    use crate::fixtures::fresh_mounted;
+    use crate::format::superblock::{Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+    use crate::fs::Ext4;
+
+    /// Three unlinked files held open, chained c -> b -> a, then b closed.
+    fn three_orphans_one_closed() -> (Ext4<MemDevice>, [u32; 3]) {
+        let mut fs = fresh_mounted(64 << 20);
+        let mut inos = [0; 3];
+        for (slot, name) in ["/a", "/b", "/c"].into_iter().enumerate() {
+            fs.create(name, 0o644).unwrap();
+            fs.write(name, 0, &[slot as u8 + 1; 20_000]).unwrap();
+            inos[slot] = fs.stat(name).unwrap().ino as u32;
+            fs.open(name, slot as u8).unwrap();
+            fs.unlink(name).unwrap();
+        }
+        let [a, b, c] = inos;
+        assert_eq!(fs.ctx.sb.last_orphan, c, "the newest orphan heads the chain");
+        assert_eq!((fs.node(c).unwrap().disk.dtime, fs.node(b).unwrap().disk.dtime, fs.node(a).unwrap().disk.dtime), (b, a, 0));
+        fs.close(1).unwrap();
+        assert_eq!(fs.node(c).unwrap().disk.dtime, a, "b's predecessor names b's successor");
+        assert_eq!(fs.orphans, vec![c, a]);
+        (fs, inos)
+    }
+
+    fn crashed(fs: Ext4<MemDevice>) -> MemDevice {
+        fs.into_device_dropping_caches()
+    }
+
+    #[test]
+    fn orphans_stay_readable_and_the_last_close_frees_them() {
+        let (mut fs, _) = three_orphans_one_closed();
+        assert_eq!(fs.pread(0, 19_990, 100).unwrap(), vec![1; 10]);
+        assert_eq!(fs.pwrite(2, 40_000, &[9; 10]), Ok(10));
+        assert_eq!(fs.pread(2, 40_000, 10).unwrap(), vec![9; 10]);
+        assert_eq!(fs.close(1), Err(Errno::EBADF));
+        let free_before = fs.free_space();
+        fs.close(0).unwrap();
+        fs.close(2).unwrap();
+        assert!(fs.free_space().0 > free_before.0 && fs.free_space().1 == free_before.1 + 2);
+        assert_eq!(fs.ctx.sb.last_orphan, 0);
+        let stats = fs.orphan_stats();
+        assert_eq!((stats.added, stats.freed_at_close), (3, 3));
+        let (_, report) = check(fs.unmount().unwrap());
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
+
+    #[test]
+    fn a_crash_leaves_the_chain_and_mount_frees_every_inode_on_it() {
+        let (mut fs, _) = three_orphans_one_closed();
+        fs.sync().unwrap();
+        let dev = crashed(fs);
+        let fs = Ext4::mount(dev, &MountConfig::default()).unwrap();
+        assert_eq!(fs.orphan_stats().freed_at_mount, 2);
+        assert_eq!(fs.ctx.sb.last_orphan, 0);
+        let (_, report) = check(fs.unmount().unwrap());
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
+
+    #[test]
+    fn unmount_closes_what_is_still_open() {
+        let (fs, _) = three_orphans_one_closed();
+        let (_, report) = check(fs.unmount().unwrap());
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
+
+    /// A crash image with its journal replayed but its orphans not yet
+    /// processed, with the superblock's chain head set to `head`.
+    fn recovered_with_head(head: impl FnOnce([u32; 3]) -> u32) -> MemDevice {
+        let (mut fs, inos) = three_orphans_one_closed();
+        fs.sync().unwrap();
+        let mut dev = crashed(fs);
+        Ext4::recover(&mut dev).unwrap();
+        let mut raw = [0u8; SUPERBLOCK_SIZE];
+        dev.read(SUPERBLOCK_OFFSET, &mut raw, IoClass::Metadata).unwrap();
+        let mut sb = Superblock::parse(&raw).unwrap();
+        sb.last_orphan = head(inos);
+        dev.write(SUPERBLOCK_OFFSET, &sb.to_bytes(), WriteFlags::METADATA).unwrap();
+        dev
+    }
+
+    #[test]
+    fn a_chain_naming_a_reserved_or_free_inode_is_dropped_as_the_kernel_drops_it() {
+        for (what, head) in [("reserved", 5u32), ("past the table", u32::MAX), ("free", 40)] {
+            let dev = recovered_with_head(|_| head);
+            let fs = Ext4::mount(dev, &MountConfig::default()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(fs.ctx.sb.last_orphan, 0, "{what}");
+            assert_eq!(fs.orphan_stats().freed_at_mount, 0, "{what}");
+            // The two orphans it no longer names are leaked, and fsck says so.
+            let (_, report) = check(fs.unmount().unwrap());
+            assert!(!report.is_clean(), "{what}: the leak went unreported");
+        }
+    }
+
+    #[test]
+    fn a_chain_that_loops_back_ends_where_it_names_a_freed_inode() {
+        // a's next is itself once the tail is rewritten to point back at the head.
+        let (mut fs, [a, _, c]) = three_orphans_one_closed();
+        fs.node(a).unwrap().disk.dtime = c;
+        fs.mark_dirty(a);
+        fs.sync().unwrap();
+        let fs = Ext4::mount(crashed(fs), &MountConfig::default()).unwrap();
+        assert_eq!(fs.orphan_stats().freed_at_mount, 2);
+        let (_, report) = check(fs.unmount().unwrap());
+        assert!(report.is_clean(), "{:?}", report.problems);
+    }
 }

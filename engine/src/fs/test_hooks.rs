@@ -36,6 +36,9 @@ pub enum InjectedBug {
     /// The close after a truncate to 0 clears the flag but writes nothing
     /// back (auto_da_alloc forgotten at close; renames still flush).
     ReleaseForgetsTruncatedFile,
+    /// An unlinked open file is kept (links 0) but never put on the
+    /// orphan list, so a crash before its last close leaks it.
+    OrphanListForgotten,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,6 +64,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_release_forgets(&self) -> bool {
         self.bug.bug == Some(InjectedBug::ReleaseForgetsTruncatedFile)
+    }
+
+    pub(crate) fn bug_forgets_orphans(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::OrphanListForgotten)
     }
 
     pub(crate) fn bug_seek_ignores_page_cache(&self) -> bool {

@@ -47,10 +47,10 @@ impl Number {
 
 fn get(op: &Op, number: Number) -> Option<u64> {
     match (op, number) {
-        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => Some(*offset),
+        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. }, Number::Position) => Some(*offset),
         (Op::Truncate { size, .. }, Number::Position) => Some(*size),
         (Op::Fiemap { start, .. }, Number::Position) => Some(*start),
-        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. }, Number::Length) => Some(u64::from(*len)),
+        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. }, Number::Length) => Some(u64::from(*len)),
         (Op::Fallocate { len, .. }, Number::Length) => Some(*len),
         (Op::Fiemap { len, .. }, Number::Length) => (*len != u64::MAX).then_some(*len),
         _ => None,
@@ -61,9 +61,9 @@ fn get(op: &Op, number: Number) -> Option<u64> {
 /// than what was there) leaves it.
 fn set(op: &mut Op, number: Number, value: u64) {
     match (op, number) {
-        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. }, Number::Position) => *offset = value,
+        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. }, Number::Position) => *offset = value,
         (Op::Truncate { size, .. } | Op::Fiemap { start: size, .. }, Number::Position) => *size = value,
-        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
+        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
         (Op::Fallocate { len, .. } | Op::Fiemap { len, .. }, Number::Length) => *len = value,
         _ => {}
     }
@@ -136,7 +136,7 @@ fn renumber_seeds(current: &mut Trace, trial: &mut Trial) {
     let mut renumbered: BTreeMap<u64, u64> = BTreeMap::new();
     let mut candidate = current.clone();
     for op in candidate.steps.iter_mut().filter_map(op_mut) {
-        if let Op::Write { seed, .. } | Op::Append { seed, .. } | Op::Rewrite { seed, .. } = op {
+        if let Op::Write { seed, .. } | Op::Append { seed, .. } | Op::Rewrite { seed, .. } | Op::WriteFd { seed, .. } = op {
             let next = renumbered.len() as u64 + 1;
             *seed = *renumbered.entry(*seed).or_insert(next);
         }
@@ -153,7 +153,7 @@ fn move_positions_down(current: &mut Trace, trial: &mut Trial) {
     let align = alignments(current.spec.mount.block_size)[0];
     let mut paths: Vec<Option<String>> = vec![None];
     for op in current.steps.iter().filter_map(Step::op).filter(|op| get(op, Number::Position).is_some()) {
-        let path = Some(op.paths()[0].to_string());
+        let path = Some(position_key(op));
         if !paths.contains(&path) {
             paths.push(path);
         }
@@ -162,7 +162,7 @@ fn move_positions_down(current: &mut Trace, trial: &mut Trial) {
         if trial.exhausted() {
             return;
         }
-        let on_path = |op: &Op| path.as_deref().is_none_or(|p| op.paths().first() == Some(&p));
+        let on_path = |op: &Op| path.as_deref().is_none_or(|p| position_key(op) == p);
         let positions = current.steps.iter().filter_map(Step::op).filter(|op| on_path(op)).filter_map(|op| get(op, Number::Position));
         let Some(least) = positions.filter(|p| *p > 0).min() else { continue };
         let by = least / align * align;
@@ -176,6 +176,14 @@ fn move_positions_down(current: &mut Trace, trial: &mut Trial) {
             }
         }
         trial.keep(current, candidate);
+    }
+}
+
+/// What a position is a position in: the op's path, or its descriptor slot.
+fn position_key(op: &Op) -> String {
+    match op {
+        Op::ReadFd { slot, .. } | Op::WriteFd { slot, .. } => format!("slot {slot}"),
+        _ => op.paths().first().map_or_else(String::new, |p| p.to_string()),
     }
 }
 
