@@ -76,7 +76,7 @@ impl Needs {
         let written_bytes = ops
             .iter()
             .map(|op| match op {
-                Op::Write { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } => written(u64::from(*len)),
+                Op::Write { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::WriteFd { len, .. } => written(u64::from(*len)),
                 // Zeroing and small unwritten extents may be written out as zeros.
                 Op::Fallocate { len, .. } => written(*len),
                 _ => written(0),
@@ -260,6 +260,17 @@ mod tests {
         ];
         // 2 + 2 blocks for the write, 2 for each other op.
         assert_eq!(Needs::of(&MountConfig::default(), &ops), Needs { inodes: 2, data_blocks: 2, written_bytes: 10 * 4096 });
+        // Writes through a descriptor count too, and an orphan holds its
+        // blocks until the last close.
+        let ops: Vec<Op> = vec![
+            "create path=\"/a\" perm=644".parse().unwrap(),
+            "open path=\"/a\" slot=1".parse().unwrap(),
+            "unlink path=\"/a\"".parse().unwrap(),
+            "pwrite slot=1 offset=0 len=12288 seed=1".parse().unwrap(),
+            "close slot=1".parse().unwrap(),
+        ];
+        // 3 + 2 blocks for the pwrite, 2 for each other op.
+        assert_eq!(Needs::of(&MountConfig::default(), &ops), Needs { inodes: 1, data_blocks: 3, written_bytes: 13 * 4096 });
     }
 
     #[test]
