@@ -98,6 +98,9 @@ fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result
         }
         let alloc = if e.flags & fiemap_flags::DELALLOC != 0 {
             Alloc::Delayed
+        } else if e.flags & fiemap_flags::UNWRITTEN != 0 && e.writeback_pending {
+            // Dirty pages over unwritten blocks: only a model reports them.
+            Alloc::UnwrittenDirty
         } else if e.flags & fiemap_flags::UNWRITTEN != 0 {
             Alloc::Unwritten
         } else {

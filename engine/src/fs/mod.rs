@@ -41,6 +41,9 @@
 //!   data it is ordered after (data=ordered; data=writeback and data=journal
 //!   inodes are ordered the same for now); mount replays a log a crash left
 //!   behind. Without a journal writeback is in place.
+//! - **Orphans.** Descriptors held across ops (`orphan`) keep an unlinked
+//!   file alive; it goes on the superblock's orphan chain with the unlink
+//!   and off it at the last close, and mount frees what a crash left there.
 //! - **Split where ext4 sleeps.** fsync and chattr +j/-j can run in two
 //!   halves (`split`) so a simulator runs other ops in between; a lock held
 //!   across the halves is real (`locks`): ops that would wait on it say so.

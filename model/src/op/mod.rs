@@ -480,8 +480,11 @@ mod tests {
 
     #[test]
     fn kinds_cover_every_op() {
-        assert_eq!(OpKind::ALL.len(), 24);
+        // Declaration order, each kind once, the last one last.
+        assert!(OpKind::ALL.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(OpKind::ALL.len(), OpKind::WriteFd as usize + 1);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
+        assert_eq!(Op::Close { slot: 0 }.kind(), OpKind::Close);
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub struct Knobs {
 /// The model as a target.
 pub struct Plain {
     pub fs: Model,
+    config: MountConfig,
     pub knobs: Knobs,
     /// What the read-back sees when the image is not what memory holds.
     cold: Option<Model>,
@@ -54,7 +55,7 @@ impl Plain {
     pub fn new(config: &MountConfig, knobs: Knobs) -> Plain {
         let fs = Model::new(config).expect("test configs are valid");
         let cold = knobs.forgets_on_disk.then(|| fs.clone());
-        Plain { fs, knobs, cold, reading_back: false, ops: 0, fscks_at: Vec::new(), read_back: Vec::new(), locks: Vec::new() }
+        Plain { fs, config: *config, knobs, cold, reading_back: false, ops: 0, fscks_at: Vec::new(), read_back: Vec::new(), locks: Vec::new() }
     }
 
     /// Memory, or the image while it is read back.
@@ -156,7 +157,17 @@ impl Target for Plain {
         self.reading_back = false;
         agreed
     }
-    fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> { Ok(()) }
+    /// A crash in which everything the double shows survives: it becomes
+    /// what a walk of it reads (what the runner adopts), so dirty state and
+    /// the descriptors its process held are gone, as after any crash.
+    fn crash_and_remount(&mut self, _seed: u64) -> Result<(), String> {
+        let limits = self.fs.limits();
+        let was = self.fs.set_looking(true);
+        let adopted = Model::adopt(&self.config, limits, &mut self.fs).map_err(|v| format!("the double's own state: {v}"));
+        self.fs.set_looking(was);
+        self.fs = adopted?;
+        Ok(())
+    }
     fn image_hash(&mut self) -> u64 { self.fs.seq() }
     fn report(&mut self) -> Vec<(String, Figure)> { Vec::new() }
     fn export_image(&mut self, _: &std::path::Path) -> Result<(), String> { Err("a test double has no image".into()) }
