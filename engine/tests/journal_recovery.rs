@@ -302,8 +302,10 @@ fn load(path: &std::path::Path) -> MemDevice {
 fn recovered_and_e2fsck_replayed_images_are_clean() {
     let Some((e2fsck, _, _)) = common::e2fsprogs() else { return };
     let scratch = common::Scratch::new("journal-recovery");
-    for bs in [1024u32, 4096] {
-        let cfg = config(bs, None);
+    // data=journal: the synced file data lives only in the log until a
+    // checkpoint, so e2fsck's replay is what brings it home.
+    for (bs, data) in [(1024u32, None), (4096, None), (1024, Some(DataMode::Journal)), (4096, Some(DataMode::Journal))] {
+        let cfg = config(bs, data);
         let mut model = Model::new(&cfg).unwrap();
         let mut fs = Ext4::mount(fresh_image(bs, Some(4)), &cfg).unwrap();
         let (before, after) = synced_then_unsynced();
@@ -316,25 +318,34 @@ fn recovered_and_e2fsck_replayed_images_are_clean() {
         assert_ne!(journal_sb(&mut crashed).1.start, 0);
 
         // e2fsck replays our log itself: the format is jbd2's.
-        let raw = scratch.path(&format!("crashed-{bs}.img"));
+        let raw = scratch.path(&format!("crashed-{bs}-{data:?}.img"));
         save(&mut crashed, &raw);
+        let unreplayed = (data == Some(DataMode::Journal)).then(|| {
+            let debugfs = common::tool("debugfs").expect("debugfs comes with e2fsck");
+            ext4_testkit::e2fsprogs::debugfs_cat(&debugfs, &raw, "/a/f").unwrap()
+        });
         let out = common::run(&e2fsck, &["-fy", raw.to_str().unwrap()]);
         assert!(matches!(out.status.code(), Some(0 | 1)), "e2fsck -fy on the crashed image:\n{}", common::combined(&out));
         common::assert_fsck_clean(&e2fsck, &raw);
         let mut by_e2fsck = Ext4::mount(load(&raw), &cfg).unwrap();
         assert_eq!(check_envelope(&envelope, &mut by_e2fsck), Some(synced), "bs {bs}: e2fsck replayed the last commit");
         assert!(by_e2fsck.stat("/a/g").is_ok());
+        if let Some(home) = unreplayed {
+            let size = by_e2fsck.stat("/a/f").unwrap().size;
+            let replayed = by_e2fsck.read("/a/f", 0, size as u32).unwrap();
+            assert_ne!(home, replayed, "bs {bs}: under data=journal the synced data was only in the log");
+        }
 
         // Our own recovery leaves a strictly clean image too.
         let fs = Ext4::mount(crashed, &cfg).unwrap();
         let mut recovered = fs.into_device_dropping_caches();
-        let img = scratch.path(&format!("recovered-{bs}.img"));
+        let img = scratch.path(&format!("recovered-{bs}-{data:?}.img"));
         save(&mut recovered, &img);
         common::assert_fsck_clean(&e2fsck, &img);
         let mut fs = Ext4::mount(recovered, &cfg).unwrap();
         assert_eq!(check_envelope(&envelope, &mut fs), Some(synced));
         let mut clean = fs.unmount().unwrap();
-        let img = scratch.path(&format!("unmounted-{bs}.img"));
+        let img = scratch.path(&format!("unmounted-{bs}-{data:?}.img"));
         save(&mut clean, &img);
         common::assert_fsck_clean(&e2fsck, &img);
         common::assert_fsck_fy_clean(&e2fsck, &img);

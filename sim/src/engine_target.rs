@@ -383,6 +383,7 @@ impl Target for EngineTarget {
                 ("delalloc requests", Figure::Count(data.writeback.delalloc_requests)),
                 ("delalloc blocks", Figure::Count(data.writeback.delalloc_blocks)),
                 ("converted blocks", Figure::Count(data.writeback.converted_blocks)),
+                ("journaled blocks", Figure::Count(data.writeback.journaled_blocks)),
             ]),
         ));
         let mut orphans = self.past_orphans;

@@ -86,7 +86,7 @@ impl<D: BlockDevice> Ctx<D> {
                 let n = per_io.min(p.logical + p.len - l);
                 let at = (p.physical + (l - p.logical)) * bs;
                 let (index, i) = self.pages.locate(ino, l).ok_or(Errno::EIO)?;
-                let Ctx { pages, dev, .. } = self;
+                let Ctx { pages, dev, journal, journaled_data, .. } = self;
                 let folio = pages.folio_mut(ino, index).ok_or(Errno::EIO)?;
                 if u64::from(i) + n <= u64::from(folio.blocks()) {
                     // The stretch lies in one folio: read straight into it.
@@ -96,9 +96,11 @@ impl<D: BlockDevice> Ctx<D> {
                         folio.bytes_mut()[range].fill(0);
                         return Err(Error::from(e).into());
                     }
+                    super::data_journal::overlay_unhomed(journal.as_ref(), journaled_data, bs, at / bs, &mut folio.bytes_mut()[range]);
                 } else {
                     staged.resize((n * bs) as usize, 0);
                     dev.read(at, staged, IoClass::Data).map_err(Error::from)?;
+                    self.overlay_unhomed_data(at / bs, staged);
                     for k in 0..n {
                         let Some((index, i)) = self.pages.locate(ino, l + k) else { continue };
                         if let Some(f) = self.pages.folio_mut(ino, index) {
@@ -204,10 +206,13 @@ impl<D: BlockDevice> Ctx<D> {
                     let (lo, hi) = ((l * bs).max(offset), ((l + n) * bs).min(end));
                     let dst = &mut out[(lo - offset) as usize..(hi - offset) as usize];
                     let read = if lo == l * bs && hi == (l + n) * bs {
-                        self.dev.read(at, dst, IoClass::Data)
+                        let read = self.dev.read(at, dst, IoClass::Data);
+                        self.overlay_unhomed_data(at / bs, dst);
+                        read
                     } else {
                         staged.resize((n * bs) as usize, 0);
                         let read = self.dev.read(at, &mut staged, IoClass::Data);
+                        self.overlay_unhomed_data(at / bs, &mut staged);
                         dst.copy_from_slice(&staged[(lo - l * bs) as usize..(hi - l * bs) as usize]);
                         read
                     };

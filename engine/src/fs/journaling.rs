@@ -9,8 +9,9 @@
 //!   journal flushes before it logs anything, so committed metadata never
 //!   points at data that is not durable (data=ordered; data=writeback gets
 //!   the same for now).
-//! - data=journal inodes are written like ordered ones (data home, flushed
-//!   before the commit); only their metadata is logged.
+//! - data=journal inodes' dirty data goes into the transaction itself and
+//!   is logged with the metadata (`data_journal`); the checkpoint writes it
+//!   home.
 //! - Blocks freed since the last commit are held by the allocator until this
 //!   commit; freed blocks with copies still in the log are revoked.
 //! - Checkpoints are lazy: only when the next transaction does not fit the
@@ -101,12 +102,16 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.alloc.set_reuse_held(false);
         staged?;
         let freed = self.ctx.alloc.take_freed();
-        if self.ctx.cache.dirty_count() == 0 && freed.is_empty() {
+        let data = self.ctx.take_staged_data(&freed);
+        if self.ctx.cache.dirty_count() == 0 && freed.is_empty() && data.is_empty() {
             return Ok(None);
         }
         let mut txn = Transaction::new();
-        for (b, data) in self.ctx.cache.dirty_blocks() {
-            txn.add(b, data.to_vec());
+        for (b, bytes) in self.ctx.cache.dirty_blocks() {
+            txn.add(b, bytes.to_vec());
+        }
+        for (b, bytes) in data {
+            txn.add(b, bytes.into_vec());
         }
         let (sb_block, sb_data) = self.ctx.superblock_block()?;
         txn.add(sb_block, sb_data);
@@ -178,7 +183,7 @@ impl<D: BlockDevice> Ext4<D> {
         let Some(journal) = self.ctx.journal.as_ref() else { return Ok(()) };
         let alloc = &self.ctx.alloc;
         let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);
-        let estimate = (self.ctx.cache.dirty_count() + alloc.dirty_count() + 2 * self.dirty.len() + 1) as u64;
+        let estimate = (self.ctx.cache.dirty_count() + self.ctx.journaled_data.len() + alloc.dirty_count() + 2 * self.dirty.len() + 1) as u64;
         let big = estimate.saturating_mul(LOG_SHARE) > u64::from(journal.capacity());
         if short || big {
             self.commit_transaction().map_err(Errno::from)?;

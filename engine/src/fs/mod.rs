@@ -56,6 +56,7 @@
 mod auto_da_alloc;
 mod buffered;
 mod data;
+mod data_journal;
 mod fallocate;
 mod fiemap;
 mod inode_flags;
@@ -121,8 +122,12 @@ pub(crate) struct Ctx<D: BlockDevice> {
     /// promised, so ENOSPC comes at write time.
     pub reserved_blocks: u64,
     pub wb_stats: writepages::WritebackStats,
+    /// Data blocks of journal-mode inodes the running transaction logs.
+    pub(crate) journaled_data: data_journal::StagedData,
     /// Test hook: data=ordered lets commits go before the data.
     pub(crate) bug_unordered_data: bool,
+    /// Test hook: journal-mode data is neither logged nor written home.
+    pub(crate) bug_unlogged_data: bool,
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
@@ -276,7 +281,9 @@ impl<D: BlockDevice> Ext4<D> {
             pages,
             reserved_blocks: 0,
             wb_stats: writepages::WritebackStats::default(),
+            journaled_data: Default::default(),
             bug_unordered_data: false,
+            bug_unlogged_data: false,
             clock_secs,
             clock_ticks: 0,
             next_generation: 0,
@@ -385,7 +392,9 @@ impl<D: BlockDevice> Ext4<D> {
             pages: c.pages.clone(),
             reserved_blocks: c.reserved_blocks,
             wb_stats: c.wb_stats,
+            journaled_data: c.journaled_data.clone(),
             bug_unordered_data: c.bug_unordered_data,
+            bug_unlogged_data: c.bug_unlogged_data,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,

@@ -39,6 +39,9 @@ pub enum InjectedBug {
     /// An unlinked open file is kept (links 0) but never put on the
     /// orphan list, so a crash before its last close leaks it.
     OrphanListForgotten,
+    /// Write-back of a journal-mode inode hands nothing to the journal:
+    /// its data is neither logged nor written home.
+    JournaledDataNeverLogged,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,6 +55,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.bug = BugState { bug: Some(bug), armed: false };
         self.ctx.alloc.bug_skips_reserved_gdt = bug == InjectedBug::SynthesisedBitmapSkipsReservedGdt;
         self.ctx.bug_unordered_data = bug == InjectedBug::OrderedCommitsBeforeData;
+        self.ctx.bug_unlogged_data = bug == InjectedBug::JournaledDataNeverLogged;
     }
 
     pub(crate) fn bug_saw_truncate(&mut self) {

@@ -49,6 +49,8 @@ pub struct WritebackStats {
     pub bytes: u64,
     /// Unwritten blocks write-back converted.
     pub converted_blocks: u64,
+    /// Blocks of journal-mode inodes handed to the journal instead.
+    pub journaled_blocks: u64,
 }
 
 impl<D: BlockDevice> Ctx<D> {
@@ -58,8 +60,8 @@ impl<D: BlockDevice> Ctx<D> {
     /// - data=ordered: yes, that is the mode;
     /// - data=writeback: no, the commit goes first and the data follows
     ///   when write-back gets to it (stale blocks may show after a crash);
-    /// - data=journal: ext4 logs the blocks with the metadata; this slice
-    ///   writes them home like ordered data;
+    /// - data=journal: the blocks go into the transaction itself
+    ///   (`data_journal`), so write-back must come before it closes;
     /// - no journal: there is no commit to order against.
     pub fn orders_data(&self, node: &Node) -> bool {
         if self.journal.is_none() {
@@ -116,6 +118,7 @@ impl<D: BlockDevice> Ctx<D> {
         }
         let bs = self.bs();
         let per_io = (self.max_io_bytes() / bs).max(1);
+        let journaled = self.journal.is_some() && self.data_mode(node) == InodeJournalMode::Journal;
         let mut staged = std::mem::take(&mut self.scratch);
         let mut result = Ok(());
         'runs: for run in runs {
@@ -124,7 +127,8 @@ impl<D: BlockDevice> Ctx<D> {
                 while l < p.logical + p.len {
                     let n = per_io.min(p.logical + p.len - l);
                     let physical = p.physical + (l - p.logical);
-                    if let Err(e) = self.write_blocks(ino, l, n, physical, &mut staged) {
+                    let wrote = if journaled { self.log_blocks(ino, l, n, physical) } else { self.write_blocks(ino, l, n, physical, &mut staged) };
+                    if let Err(e) = wrote {
                         result = Err(e);
                         break 'runs;
                     }
@@ -146,6 +150,19 @@ impl<D: BlockDevice> Ctx<D> {
         }
         self.scratch = staged;
         result.map(|()| changed)
+    }
+
+    /// Logical blocks `l..l + n` of journal-mode `ino` into the running
+    /// transaction, for physical `physical..`.
+    fn log_blocks(&mut self, ino: InodeNumber, l: u64, n: u64, physical: u64) -> Result<()> {
+        for k in 0..n {
+            let (index, i) = self.pages.locate(ino, l + k).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: dirty block {} has no folio", l + k)))?;
+            let folio = self.pages.folio(ino, index).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: folio {index} vanished")))?;
+            debug_assert!(folio.is_uptodate(i), "logging block {} that is not uptodate", l + k);
+            let bytes = folio.block(i).to_vec();
+            self.log_data_block(physical + k, &bytes);
+        }
+        Ok(())
     }
 
     /// One device command: logical blocks `l..l + n` of `ino`, all cached

@@ -1,0 +1,80 @@
+//! data=journal: file data logged with the metadata (ext4's journalled
+//! address-space operations).
+//!
+//! Write-back of an inode in journal mode (a data=journal mount, or
+//! chattr +j under nodelalloc: under delalloc ext4 only stores the flag)
+//! does not write its dirty blocks home. It hands their bytes to the
+//! running transaction, which logs them like metadata at its close; the
+//! checkpoint writes them home later, and a crash replays them from the
+//! log. Until a block is home its newest bytes live in the transaction
+//! (this module's staging) or in the journal's unhomed copies, so a read
+//! that misses the page cache lays those over what the device returns,
+//! as the kernel keeps such pages pinned in the page cache until the
+//! checkpoint. A staged block that is freed before its transaction closes
+//! is dropped there (its frees commit in the same transaction, so it can
+//! not have been reused); one already in the log is revoked, as ext4
+//! revokes freed journaled data (jbd2_journal_forget).
+
+use std::collections::BTreeMap;
+
+use crate::device::BlockDevice;
+use crate::format::BlockNumber;
+use crate::journal::Journal;
+
+use super::Ctx;
+
+/// Data blocks of journal-mode inodes written back since the running
+/// transaction began, by physical block: the newest bytes of each.
+pub(crate) type StagedData = BTreeMap<BlockNumber, Box<[u8]>>;
+
+impl<D: BlockDevice> Ctx<D> {
+    /// Stages block `physical` of journal-mode data for the running transaction.
+    pub(crate) fn log_data_block(&mut self, physical: BlockNumber, bytes: &[u8]) {
+        if self.bug_unlogged_data {
+            return;
+        }
+        self.journaled_data.insert(physical, bytes.into());
+        self.wb_stats.journaled_blocks += 1;
+    }
+
+    /// Lays over `buf` (read from the device at block `first`) the newer
+    /// copies of its blocks that are not home yet.
+    pub(crate) fn overlay_unhomed_data(&self, first: BlockNumber, buf: &mut [u8]) {
+        overlay_unhomed(self.journal.as_ref(), &self.journaled_data, self.bs(), first, buf);
+    }
+
+    /// The staged data the closing transaction logs: everything staged
+    /// but blocks freed since (`freed`: (start, len) runs).
+    pub(crate) fn take_staged_data(&mut self, freed: &[(BlockNumber, u64)]) -> StagedData {
+        let mut staged = std::mem::take(&mut self.journaled_data);
+        for (start, len) in freed {
+            let gone: Vec<BlockNumber> = staged.range(*start..start.saturating_add(*len)).map(|(b, _)| *b).collect();
+            for b in gone {
+                staged.remove(&b);
+            }
+        }
+        staged
+    }
+}
+
+/// [`Ctx::overlay_unhomed_data`] for a caller that holds a folio of the
+/// page cache borrowed: newest first, the transaction's staging, then the
+/// journal's committed copies, then what the device gave.
+pub(crate) fn overlay_unhomed(journal: Option<&Journal>, staged: &StagedData, bs: u64, first: BlockNumber, buf: &mut [u8]) {
+    let bs = bs as usize;
+    let end = first + (buf.len() / bs) as u64;
+    let mut put = |b: BlockNumber, copy: &[u8]| {
+        let at = (b - first) as usize * bs;
+        buf[at..at + bs].copy_from_slice(copy);
+    };
+    if let Some(j) = journal {
+        for b in j.unhomed_in(first, end).collect::<Vec<_>>() {
+            if let Some(copy) = j.unhomed_copy(b) {
+                put(b, copy);
+            }
+        }
+    }
+    for (b, copy) in staged.range(first..end) {
+        put(*b, copy);
+    }
+}
