@@ -376,6 +376,8 @@ impl Target for EngineTarget {
                 ("converted blocks", Figure::Count(data.writeback.converted_blocks)),
             ]),
         ));
+        let timers = fs.timer_stats();
+        out.push(("timers".to_string(), group(vec![("commits", Figure::Count(timers.timer_commits)), ("expired inodes", Figure::Count(timers.expired_inodes))])));
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
         let layout = self.with_shadow(|dev| match Image::open(dev) {

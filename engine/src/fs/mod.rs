@@ -67,6 +67,7 @@ mod resolve;
 mod seek;
 mod split;
 mod syscalls;
+mod timers;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 mod writeback;
@@ -94,6 +95,7 @@ use crate::pagecache::PageCache;
 
 pub use journal_switch::SwitchTicket;
 pub use split::{SecondHalf, SyncTicket};
+pub use timers::TimerStats;
 pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
 
@@ -164,6 +166,8 @@ pub struct Ext4<D: BlockDevice> {
     committing: Option<journaling::Committing>,
     /// Locks held between the halves of split ops.
     locks: locks::Locks,
+    /// The commit timer and the flusher's dirty expiry.
+    timers: timers::Timers,
     #[cfg(feature = "test-hooks")]
     bug: test_hooks::BugState,
 }
@@ -269,12 +273,14 @@ impl<D: BlockDevice> Ext4<D> {
             next_generation: 0,
             scratch: Vec::new(),
         };
+        let timers = timers::Timers::new(ctx.dev.now_ns());
         Ok(Ext4 {
             ctx,
             nodes: BTreeMap::new(),
             dirty: BTreeSet::new(),
             committing: None,
             locks: locks::Locks::default(),
+            timers,
             #[cfg(feature = "test-hooks")]
             bug: test_hooks::BugState::default(),
         })
@@ -374,6 +380,7 @@ impl<D: BlockDevice> Ext4<D> {
             dirty: self.dirty.clone(),
             committing: self.committing.clone(),
             locks: self.locks.clone(),
+            timers: self.timers.clone(),
             #[cfg(feature = "test-hooks")]
             bug: self.bug,
         }

@@ -329,6 +329,10 @@ impl BlockDevice for SimDisk {
         self.size_bytes
     }
 
+    fn now_ns(&self) -> u64 {
+        self.stats.elapsed_ns
+    }
+
     fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), DeviceError> {
         let len = buf.len() as u64;
         check_range(offset, len, self.size_bytes)?;
