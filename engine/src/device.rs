@@ -76,6 +76,12 @@ pub trait BlockDevice {
     fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DeviceError>;
     /// Make every write issued so far durable.
     fn flush(&mut self) -> Result<(), DeviceError>;
+    /// The device's clock in nanoseconds, which the filesystem's timers
+    /// read (commit interval, dirty expiry): simulated time on a simulated
+    /// disk. A device without one says 0 and the timers never fire.
+    fn now_ns(&self) -> u64 {
+        0
+    }
 }
 
 /// Checks the alignment and bounds rule every implementation shares.
@@ -102,5 +108,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn flush(&mut self) -> Result<(), DeviceError> {
         (**self).flush()
+    }
+    fn now_ns(&self) -> u64 {
+        (**self).now_ns()
     }
 }

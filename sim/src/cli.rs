@@ -45,6 +45,10 @@ pub struct RunArgs {
     /// Run every op kind at base weights instead of swarm testing.
     #[arg(long)]
     pub no_swarm: bool,
+    /// No pauses between ops: simulated time passes only with I/O, so the
+    /// commit interval and dirty expiry seldom fire.
+    #[arg(long)]
+    pub no_think: bool,
     /// Device faults: read, write, latent, readonly, nospace (each `kind=rate` to override).
     #[arg(long, default_value = "")]
     pub faults: String,
@@ -144,6 +148,7 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         fsck_every: args.fsck_every,
         crash_every: args.crash_every,
         swarm: !args.no_swarm,
+        think: !args.no_think,
         faults: args.faults.parse().map_err(|e| format!("faults: {e}"))?,
         tasks: args.tasks,
         disk_bytes: args.disk_size.unwrap_or(DISK_BYTES),

@@ -329,6 +329,11 @@ impl Target for EngineTarget {
         blocks < NEARLY_FULL_BLOCKS.max(self.start_space.0 / 16) || inodes == 0
     }
 
+    fn pass_time(&mut self, ns: u64) {
+        if let Some(fs) = self.fs.as_mut() {
+            fs.device_mut().pass_time(ns);
+        }
+    }
     fn image_hash(&mut self) -> u64 {
         self.disk().map_or(0, |d| d.image_hash())
     }
@@ -397,6 +402,8 @@ impl Target for EngineTarget {
                 ("truncated at mount", Figure::Count(orphans.truncated_at_mount)),
             ]),
         ));
+        let timers = fs.timer_stats();
+        out.push(("timers".to_string(), group(vec![("commits", Figure::Count(timers.timer_commits)), ("expired inodes", Figure::Count(timers.expired_inodes))])));
         let mean_seek = stats.seek_distance_bytes / stats.seeks.max(1);
         out.push(("seeks".to_string(), group(vec![("seeks", Figure::Count(stats.seeks)), ("mean distance", Figure::Bytes(mean_seek)), ("positioning", Figure::Ns(stats.positioning_ns))])));
         let layout = self.with_shadow(|dev| match Image::open(dev) {

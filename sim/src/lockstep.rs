@@ -459,6 +459,12 @@ impl<T: Target> Lockstep<T> {
         }
     }
 
+    /// Simulated time passes with nothing asked of the target.
+    pub fn pass_time(&mut self, ns: u64) {
+        self.target.pass_time(ns);
+        self.time.record_idle(ns);
+    }
+
     /// Crashes the target, checks the recovered state is one the model
     /// allows, and continues from it.
     pub fn crash(&mut self, seed: u64) -> Result<(), Failure> {

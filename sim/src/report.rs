@@ -52,7 +52,14 @@ pub fn summary(r: &RunResult) -> String {
         let _ = writeln!(s, "  space       {} MiB disk: {enospc} ENOSPC agreed, {} refused by the nearly full target only (model resynced)", r.spec.disk_bytes >> 20, r.stats.space_resyncs);
     }
     let ns = |ns: u64| crate::disk::clock::DisplayNs(ns).to_string();
-    let _ = writeln!(s, "  sim time    workload {} (crash recovery {}), harness {} (checks and resyncs, apart)", ns(r.time.workload_ns), ns(r.time.recovery_ns), ns(r.time.harness_ns));
+    let _ = writeln!(
+        s,
+        "  sim time    workload {} (crash recovery {}), pauses {}, harness {} (checks and resyncs, apart)",
+        ns(r.time.workload_ns),
+        ns(r.time.recovery_ns),
+        ns(r.time.idle_ns),
+        ns(r.time.harness_ns)
+    );
     for (kind, p) in r.time.percentiles() {
         let _ = writeln!(s, "    {:<14} {:>7} ops  p50 {:>11}  p99 {:>11}  max {:>11}", format!("{kind:?}"), p.count, ns(p.p50_ns), ns(p.p99_ns), ns(p.max_ns));
     }
@@ -101,6 +108,7 @@ pub fn json(r: &RunResult) -> String {
     let workload = json_object([
         ("sim_ns", r.time.workload_ns.to_string()),
         ("recovery_ns", r.time.recovery_ns.to_string()),
+        ("pause_ns", r.time.idle_ns.to_string()),
         ("latency", latency),
     ]);
     let harness = json_object([("sim_ns", r.time.harness_ns.to_string()), ("fscks", r.stats.fscks.to_string())]);

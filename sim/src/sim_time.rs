@@ -32,6 +32,8 @@ pub struct SimTime {
     pub recovery_ns: u64,
     /// Resyncs on the run's disk and checks on their copies.
     pub harness_ns: u64,
+    /// Pauses between ops: time that passed with no I/O.
+    pub idle_ns: u64,
 }
 
 impl SimTime {
@@ -43,6 +45,10 @@ impl SimTime {
     pub fn record_recovery(&mut self, ns: u64) {
         self.recovery_ns = self.recovery_ns.saturating_add(ns);
         self.workload_ns = self.workload_ns.saturating_add(ns);
+    }
+
+    pub fn record_idle(&mut self, ns: u64) {
+        self.idle_ns = self.idle_ns.saturating_add(ns);
     }
 
     pub fn record_harness(&mut self, ns: u64) {

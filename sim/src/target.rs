@@ -94,6 +94,9 @@ pub trait Target: FileSystem {
     fn now_ns(&self) -> u64 {
         0
     }
+    /// Lets `ns` of simulated time pass with no I/O (a target with no
+    /// clock ignores it).
+    fn pass_time(&mut self, _ns: u64) {}
     /// Simulated ns the target's checks spent away from the run's clock.
     fn check_ns(&self) -> u64 {
         0

@@ -81,6 +81,10 @@ pub enum Step {
     Begin(Op),
     /// The current task's begun op returns.
     Finish,
+    /// Simulated time passes with no I/O asked for (a program thinking):
+    /// the disk's clock moves on, so the filesystem's timers (the commit
+    /// interval, dirty expiry) may fire at the next op.
+    Pause { ns: u64 },
 }
 
 impl Step {
@@ -98,6 +102,7 @@ impl std::fmt::Display for Step {
         match self {
             Step::Op(op) => write!(f, "op {op}"),
             Step::Crash { seed } => write!(f, "crash seed={seed}"),
+            Step::Pause { ns } => write!(f, "pause ns={ns}"),
             Step::Fault(e) => write!(f, "fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
             Step::Task(t) => write!(f, "task {t}"),
             Step::Begin(op) => write!(f, "begin {op}"),
@@ -225,6 +230,7 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
         }
         "finish" => Step::Finish,
         "crash" => Step::Crash { seed: fields()?.num("seed").map_err(|e| e.to_string())? },
+        "pause" => Step::Pause { ns: fields()?.num("ns").map_err(|e| e.to_string())? },
         "fault" => {
             let f = fields()?;
             let name = f.text("kind").map_err(|e| e.to_string())?;

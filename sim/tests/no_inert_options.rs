@@ -38,6 +38,7 @@ fn every_accepted_option_changes_what_the_engine_does() {
         ("dioread_lock,nodelalloc", "dioread_nolock,nodelalloc"),
         ("data=writeback,journal_async_commit", "data=writeback"),
         ("noauto_da_alloc", "auto_da_alloc"),
+        ("commit=1", ""),
         ("ps=16k", ""),
         ("bs=64k,ps=64k", "bs=64k"),
         ("max_folio_order=0", ""),

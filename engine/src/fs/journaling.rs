@@ -96,6 +96,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// Returns its tid, or None when there was nothing to log.
     pub(crate) fn close_transaction(&mut self) -> Result<Option<u32>> {
         self.finish_commit()?;
+        self.timers.transaction_closed();
         self.write_back_ordered_data()?;
         self.ctx.alloc.set_reuse_held(true);
         let staged = self.stage_metadata();
@@ -180,6 +181,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// transaction is getting big.
     pub(crate) fn prepare_change(&mut self, need_blocks: u64) -> std::result::Result<(), Errno> {
         self.start_handle()?;
+        self.run_timers().map_err(Errno::from)?;
         let Some(journal) = self.ctx.journal.as_ref() else { return Ok(()) };
         let alloc = &self.ctx.alloc;
         let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);

@@ -72,6 +72,7 @@ mod resolve;
 mod seek;
 mod split;
 mod syscalls;
+mod timers;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 mod writeback;
@@ -100,6 +101,7 @@ use crate::pagecache::PageCache;
 pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket};
+pub use timers::TimerStats;
 pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
 
@@ -179,6 +181,8 @@ pub struct Ext4<D: BlockDevice> {
     /// The on-disk orphan chain in order, head (`s_last_orphan`) first.
     orphans: Vec<InodeNumber>,
     orphan_stats: OrphanStats,
+    /// The commit timer and the flusher's dirty expiry.
+    timers: timers::Timers,
     #[cfg(feature = "test-hooks")]
     bug: test_hooks::BugState,
 }
@@ -289,6 +293,7 @@ impl<D: BlockDevice> Ext4<D> {
             next_generation: 0,
             scratch: Vec::new(),
         };
+        let timers = timers::Timers::new(ctx.dev.now_ns());
         let mut fs = Ext4 {
             ctx,
             nodes: BTreeMap::new(),
@@ -298,6 +303,7 @@ impl<D: BlockDevice> Ext4<D> {
             slots: BTreeMap::new(),
             orphans: Vec::new(),
             orphan_stats: OrphanStats::default(),
+            timers,
             #[cfg(feature = "test-hooks")]
             bug: test_hooks::BugState::default(),
         };
@@ -409,6 +415,7 @@ impl<D: BlockDevice> Ext4<D> {
             slots: self.slots.clone(),
             orphans: self.orphans.clone(),
             orphan_stats: self.orphan_stats,
+            timers: self.timers.clone(),
             #[cfg(feature = "test-hooks")]
             bug: self.bug,
         }

@@ -76,6 +76,9 @@ pub struct MountConfig {
     /// rewritten, or renamed over another, has its delayed blocks written
     /// back (at its close, at the rename). Default: true.
     pub auto_da_alloc: bool,
+    /// `commit=` seconds: how long a transaction may run before jbd2 commits
+    /// it. Default (None, or 0 as ext4 reads it): 5.
+    pub commit_secs: Option<u32>,
     /// Cap on page-cache folio order. Default (None): ext4's own maximum.
     pub max_folio_order: Option<u8>,
     /// `ro`. Default: false.
@@ -105,6 +108,7 @@ impl Default for MountConfig {
             dioread_nolock: None,
             journal_async_commit: false,
             auto_da_alloc: true,
+            commit_secs: None,
             max_folio_order: None,
             read_only: false,
             alloc: AllocPolicy::default(),
@@ -136,11 +140,28 @@ pub enum ConfigError {
     AllocKnobZero(&'static str),
     #[error("page_cache_mb={0} is outside 1..=1048576")]
     PageCacheSize(u32),
+    #[error("invalid commit interval {0}, must be smaller than {COMMIT_SECS_LIMIT}")]
+    CommitInterval(u32),
 }
 
 impl ConfigError {
     pub fn errno(&self) -> Errno {
         Errno::EINVAL
+    }
+}
+
+/// ext4 refuses a commit interval of INT_MAX / HZ seconds or more; HZ is
+/// the kernel's build choice, 1000 here (the strictest common one).
+pub const COMMIT_SECS_LIMIT: u32 = i32::MAX as u32 / 1000;
+/// jbd2's JBD2_DEFAULT_MAX_COMMIT_AGE.
+pub const DEFAULT_COMMIT_SECS: u32 = 5;
+
+/// `commit=` as ext4 reads it: 0 is the default.
+fn commit_interval_secs(given: Option<u32>) -> Result<u32, ConfigError> {
+    match given.unwrap_or(0) {
+        0 => Ok(DEFAULT_COMMIT_SECS),
+        n if n > COMMIT_SECS_LIMIT => Err(ConfigError::CommitInterval(n)),
+        n => Ok(n),
     }
 }
 
@@ -165,6 +186,8 @@ pub struct EffectiveMount {
     pub dioread_nolock: bool,
     pub journal_async_commit: bool,
     pub auto_da_alloc: bool,
+    /// Seconds a transaction may run before the commit timer commits it.
+    pub commit_interval_secs: u32,
     /// Every page-cache folio has at least this order: log2(bs/ps) when bs > ps.
     pub min_folio_order: u8,
     /// Largest folio order for inodes not in data journaling.
@@ -249,6 +272,7 @@ impl MountConfig {
             dioread_nolock,
             journal_async_commit: self.journal_async_commit,
             auto_da_alloc: self.auto_da_alloc,
+            commit_interval_secs: commit_interval_secs(self.commit_secs)?,
             min_folio_order,
             max_folio_order,
             read_only: self.read_only,

@@ -54,6 +54,7 @@ impl FromStr for MountConfig {
                 ("dioread_nolock", None) => c.dioread_nolock = Some(true),
                 ("dioread_lock", None) => c.dioread_nolock = Some(false),
                 ("journal_async_commit", None) => c.journal_async_commit = true,
+                ("commit", Some(v)) => c.commit_secs = Some(number(key, v, "seconds")?),
                 ("auto_da_alloc", None | Some("1")) => c.auto_da_alloc = true,
                 ("auto_da_alloc", Some("0")) | ("noauto_da_alloc", None) => c.auto_da_alloc = false,
                 ("ro", None) => c.read_only = true,
@@ -108,6 +109,9 @@ impl fmt::Display for MountConfig {
         if !self.auto_da_alloc {
             out.push("noauto_da_alloc".into());
         }
+        if let Some(secs) = self.commit_secs {
+            out.push(format!("commit={secs}"));
+        }
         if self.read_only {
             out.push("ro".into());
         }
@@ -141,6 +145,11 @@ mod tests {
     fn options_round_trip_and_bad_ones_are_named() {
         let c: MountConfig = "data=journal,nodelalloc,bs=16k,ps=4K,skip_block_uninit,max_folio_order=3,mb_stream_req=32,noauto_da_alloc".parse().unwrap();
         assert!(!c.auto_da_alloc);
+        let t: MountConfig = "commit=1".parse().unwrap();
+        assert_eq!((t.commit_secs, t.validate().unwrap().commit_interval_secs), (Some(1), 1));
+        assert_eq!(t.to_string(), "commit=1");
+        assert_eq!("commit=0".parse::<MountConfig>().unwrap().validate().unwrap().commit_interval_secs, 5);
+        assert!("commit=4000000".parse::<MountConfig>().unwrap().validate().is_err());
         assert_eq!("auto_da_alloc=0".parse::<MountConfig>().map(|c| c.auto_da_alloc), Ok(false));
         assert_eq!("noauto_da_alloc,auto_da_alloc".parse::<MountConfig>().map(|c| c.auto_da_alloc), Ok(true));
         assert_eq!((c.block_size, c.page_size, c.delalloc, c.data), (16384, 4096, Some(false), Some(DataMode::Journal)));

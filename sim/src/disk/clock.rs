@@ -1,6 +1,7 @@
-//! Simulated time: nanoseconds since the disk was created, advanced only by the
-//! cost of the I/O the disk serves. The wall clock is never read, so two runs with
-//! the same seed and the same operations agree to the nanosecond.
+//! Simulated time: nanoseconds since the disk was created, advanced by the
+//! cost of the I/O the disk serves and by a run's pauses between ops. The
+//! wall clock is never read, so two runs with the same seed and the same
+//! steps agree to the nanosecond.
 
 use std::fmt;
 

@@ -324,9 +324,22 @@ impl SimDisk {
     }
 }
 
+impl SimDisk {
+    /// Time passes with no command in flight: the clock moves on, the
+    /// device stays idle (the timers of the filesystem above read it).
+    pub fn pass_time(&mut self, ns: u64) {
+        self.stats.elapsed_ns = self.clock.advance_ns(ns).as_ns();
+        self.stats.idle_ns = self.stats.idle_ns.saturating_add(ns);
+    }
+}
+
 impl BlockDevice for SimDisk {
     fn size_bytes(&self) -> u64 {
         self.size_bytes
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.stats.elapsed_ns
     }
 
     fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), DeviceError> {

@@ -74,6 +74,8 @@ impl FaultCounts {
 pub struct DiskStats {
     /// Simulated time since the disk was created, ns.
     pub elapsed_ns: u64,
+    /// Of `elapsed_ns`, time that passed with the device idle (pauses).
+    pub idle_ns: u64,
     pub data: ClassStats,
     pub metadata: ClassStats,
     pub journal: ClassStats,

@@ -313,7 +313,7 @@ fn stats_count_per_class_and_print_a_table() {
     assert_eq!((stats.metadata.reads, stats.metadata.read_bytes, stats.metadata.writes), (1, 8192, 1));
     assert_eq!((stats.data.reads, stats.data.read_bytes), (1, 4096));
     assert_eq!(stats.elapsed_ns, disk.now().as_ns());
-    assert_eq!(stats.total().busy_ns + stats.flush_busy_ns, stats.elapsed_ns, "all time is accounted");
+    assert_eq!(stats.total().busy_ns + stats.flush_busy_ns + stats.idle_ns, stats.elapsed_ns, "all time is accounted");
     let table = stats.to_string();
     assert!(table.contains("journal") && table.contains("metadata"), "{table}");
 }

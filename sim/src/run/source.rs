@@ -28,6 +28,8 @@ pub enum StepSource {
 pub struct Generated {
     tasks: Tasks,
     crash_rng: ChaCha8Rng,
+    /// Draws pauses between ops; None with think time off.
+    think_rng: Option<ChaCha8Rng>,
     ops: u64,
     crash_every: u64,
 }
@@ -43,7 +45,12 @@ impl StepSource {
         let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
         crash_rng.set_stream(0x0063_7261_7368); // "crash"
         let tasks = Tasks::new(spec.seed, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
-        StepSource::Generated(Box::new(Generated { tasks, crash_rng, ops: spec.ops, crash_every: spec.crash_every }))
+        let think_rng = spec.think.then(|| {
+            let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+            rng.set_stream(0x7468_696e_6b); // "think"
+            rng
+        });
+        StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, ops: spec.ops, crash_every: spec.crash_every }))
     }
 
     pub fn replay(steps: Vec<Step>) -> StepSource {
@@ -76,6 +83,11 @@ impl StepSource {
             st.steps.push(Step::Crash { seed });
             st.crash(seed)?;
         }
+        // Pauses too, from a stream of their own (drawing them moves no
+        // other choice of the run).
+        if let Some(ns) = g.think_rng.as_mut().filter(|_| ran.new_op).and_then(pause) {
+            st.execute(Step::Pause { ns })?;
+        }
         Ok(())
     }
 
@@ -86,6 +98,22 @@ impl StepSource {
             StepSource::Replay(_) => ext4_model::OpKind::ALL.to_vec(),
         }
     }
+}
+
+const SEC_NS: u64 = 1_000_000_000;
+
+/// Whether a program pauses after an op, and for how long: one op in 40,
+/// mostly under the 5 s commit interval, sometimes past it, and now and
+/// then past the 30 s a dirty inode waits for the flusher.
+fn pause(rng: &mut ChaCha8Rng) -> Option<u64> {
+    if !rng.random_ratio(1, 40) {
+        return None;
+    }
+    Some(match rng.random_range(0..20) {
+        0..=9 => rng.random_range(SEC_NS / 10..2 * SEC_NS),
+        10..=16 => rng.random_range(2 * SEC_NS..10 * SEC_NS),
+        _ => rng.random_range(10 * SEC_NS..60 * SEC_NS),
+    })
 }
 
 /// Once the steps are over, begun ops return.

@@ -84,6 +84,9 @@ pub struct RunSpec {
     /// instead of the engine's own mkfs. Default: None. The mount then
     /// carries the image's block size and journal ([`MkfsArgs::model_mount`]).
     pub mkfs: Option<MkfsArgs>,
+    /// Now and then, simulated time passes between ops (`pause` steps), so
+    /// the commit interval and dirty expiry fire. Default: true.
+    pub think: bool,
 }
 
 impl RunSpec {
@@ -101,6 +104,7 @@ impl RunSpec {
             tasks: DEFAULT_TASKS,
             disk_bytes: DISK_BYTES,
             mkfs: None,
+            think: true,
         }
     }
 
@@ -164,6 +168,9 @@ impl RunSpec {
         if !self.swarm {
             out.push(("no_swarm", None));
         }
+        if !self.think {
+            out.push(("no_think", None));
+        }
         if self.faults != FaultConfig::NONE {
             out.push(("faults", Some(self.faults.to_string())));
         }
@@ -193,6 +200,7 @@ impl RunSpec {
             format!("tasks {}", self.tasks),
             format!("disk_bytes {}", self.disk_bytes),
             format!("swarm {}", self.swarm),
+            format!("think {}", self.think),
         ]
         .into_iter()
         // Written only when given, so traces of the engine's mkfs read as before.
@@ -223,6 +231,13 @@ impl RunSpec {
                     "true" => true,
                     "false" => false,
                     _ => return Err(format!("bad swarm `{value}` (true or false)")),
+                }
+            }
+            "think" => {
+                self.think = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("bad think `{value}` (true or false)")),
                 }
             }
             _ => return Ok(false),

@@ -76,6 +76,10 @@ impl<T: Target> RunState<T> {
                 self.task = t;
                 return Ok(None);
             }
+            Step::Pause { ns } => {
+                self.ls.pass_time(ns);
+                return Ok(None);
+            }
             Step::Op(op) => {
                 let outcome = self.ls.step(&op).map(Some);
                 (op, true, outcome)

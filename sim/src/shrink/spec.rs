@@ -11,7 +11,7 @@ use crate::run::spec::{ProfileSpec, RunSpec, DEFAULT_CRASH_EVERY, DEFAULT_FSCK_E
 use crate::trace::{Step, Trace};
 
 /// Each mount option, reset to its default (the second argument).
-const MOUNT_RESETS: [fn(&mut MountConfig, &MountConfig); 16] = [
+const MOUNT_RESETS: [fn(&mut MountConfig, &MountConfig); 17] = [
     |m, d| m.block_size = d.block_size,
     |m, d| m.page_size = d.page_size,
     |m, d| m.has_journal = d.has_journal,
@@ -20,6 +20,7 @@ const MOUNT_RESETS: [fn(&mut MountConfig, &MountConfig); 16] = [
     |m, d| m.dioread_nolock = d.dioread_nolock,
     |m, d| m.journal_async_commit = d.journal_async_commit,
     |m, d| m.auto_da_alloc = d.auto_da_alloc,
+    |m, d| m.commit_secs = d.commit_secs,
     |m, d| m.max_folio_order = d.max_folio_order,
     |m, d| m.read_only = d.read_only,
     |m, d| m.alloc = d.alloc,
