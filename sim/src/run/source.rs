@@ -47,7 +47,7 @@ impl StepSource {
         let tasks = Tasks::new(spec.seed, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
         let think_rng = spec.think.then(|| {
             let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-            rng.set_stream(0x7468_696e_6b); // "think"
+            rng.set_stream(0x0074_6869_6e6b); // "think"
             rng
         });
         StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, ops: spec.ops, crash_every: spec.crash_every }))
