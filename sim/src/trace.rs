@@ -293,12 +293,14 @@ mod tests {
         spec.faults = "read,write=0.1".parse().unwrap();
         spec.tasks = 3;
         spec.disk_bytes = 64 << 20;
+        spec.think = false;
         let t = Trace {
             spec,
             steps: vec![
                 Step::Task(2),
                 Step::Op(Op::Sync),
                 Step::Crash { seed: 77 },
+                Step::Pause { ns: 12_345_678_901 },
                 Step::Fault(FaultEvent { kind: ScriptedFault::ReadOnly, command: 4, sector: 0 }),
                 Step::Fault(FaultEvent { kind: ScriptedFault::Latent, command: 0, sector: 7 }),
                 Step::Op(Op::Stat { path: "/a".into() }),
