@@ -70,10 +70,28 @@ impl Folio {
     /// A zeroed folio of `page_size << order` bytes, nothing uptodate.
     /// The caller has checked the folio holds at least one whole block.
     pub fn new(order: u8, page_size: u32, block_size: u32) -> Self {
+        Self::from_buffer(order, page_size, block_size, Vec::new())
+    }
+
+    /// [`Folio::new`] over a buffer a dropped folio left (see
+    /// [`Folio::into_buffer`]), zeroed here: warm memory instead of fresh
+    /// pages from the host for every folio.
+    pub fn from_buffer(order: u8, page_size: u32, block_size: u32, mut buf: Vec<u8>) -> Self {
         let bytes = (page_size as usize) << order;
         debug_assert!(bytes >= block_size as usize && bytes % block_size as usize == 0, "an order-{order} folio cannot hold {block_size}-byte blocks");
         let blocks = (bytes / block_size as usize) as u32;
-        Folio { order, block_size, data: Arc::new(vec![0u8; bytes]), uptodate: BlockBits::new(blocks), dirty: BlockBits::new(blocks), stamp: 0 }
+        if buf.capacity() == bytes {
+            buf.clear();
+            buf.resize(bytes, 0);
+        } else {
+            buf = vec![0u8; bytes];
+        }
+        Folio { order, block_size, data: Arc::new(buf), uptodate: BlockBits::new(blocks), dirty: BlockBits::new(blocks), stamp: 0 }
+    }
+
+    /// The folio's bytes for reuse, unless a shadow still shares them.
+    pub fn into_buffer(self) -> Option<Vec<u8>> {
+        Arc::try_unwrap(self.data).ok()
     }
 
     pub fn order(&self) -> u8 {

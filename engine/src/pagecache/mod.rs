@@ -101,7 +101,16 @@ pub struct PageCache {
     /// Largest order the bound allows (a folio at most a quarter of it).
     order_cap: u8,
     stats: PageCacheStats,
+    /// Buffers of dropped folios by order, for the next folios: host
+    /// memory only (the simulated bound counts folios, not these).
+    spare: BTreeMap<u8, Vec<Vec<u8>>>,
+    spare_bytes: usize,
+    /// Inodes with a dirty folio: a sync visits these, not every mapping.
+    dirty_inodes: BTreeSet<InodeNumber>,
 }
+
+/// Host bytes of dropped folios kept for reuse.
+const SPARE_BYTES_MAX: usize = 32 << 20;
 
 impl Clone for PageCache {
     /// A copy for a shadow mount: folio bytes are shared until written,
@@ -116,6 +125,9 @@ impl Clone for PageCache {
             ordered: self.ordered.clone(),
             order_cap: self.order_cap,
             stats: self.stats.clone(),
+            spare: BTreeMap::new(),
+            spare_bytes: 0,
+            dirty_inodes: self.dirty_inodes.clone(),
         }
     }
 }
@@ -127,7 +139,19 @@ impl PageCache {
         while (u64::from(page_size) << (order_cap + 1)) <= quarter && order_cap < 63 {
             order_cap += 1;
         }
-        PageCache { page_size, block_size, mappings: BTreeMap::new(), lru: Lru::default(), memory, ordered: BTreeSet::new(), order_cap, stats: PageCacheStats::default() }
+        PageCache {
+            page_size,
+            block_size,
+            mappings: BTreeMap::new(),
+            lru: Lru::default(),
+            memory,
+            ordered: BTreeSet::new(),
+            order_cap,
+            stats: PageCacheStats::default(),
+            spare: BTreeMap::new(),
+            spare_bytes: 0,
+            dirty_inodes: BTreeSet::new(),
+        }
     }
 
     pub fn page_size(&self) -> u32 {
@@ -262,7 +286,9 @@ impl PageCache {
                     Ok(got) => got,
                     Err(refused) => return (made, Some(refused)),
                 };
-                let mut folio = Folio::new(got, ps, bs);
+                let buf = self.spare.get_mut(&got).and_then(Vec::pop).unwrap_or_default();
+                self.spare_bytes -= buf.capacity();
+                let mut folio = Folio::from_buffer(got, ps, bs, buf);
                 folio.stamp = self.lru.touch(0, (ino, at));
                 *self.stats.folios_by_order.entry(got).or_insert(0) += 1;
                 let m = self.mapping_mut(ino, orders);
@@ -280,6 +306,7 @@ impl PageCache {
         if let Some(f) = m.folios.get_mut(&index) {
             f.set_dirty(i);
             m.dirty.insert(index);
+            self.dirty_inodes.insert(ino);
         }
     }
 
@@ -290,6 +317,9 @@ impl PageCache {
             f.clear_dirty(i);
             if !f.is_dirty_any() {
                 m.dirty.remove(&index);
+                if m.dirty.is_empty() {
+                    self.dirty_inodes.remove(&ino);
+                }
             }
         }
     }
@@ -323,7 +353,8 @@ impl PageCache {
 
     /// Inodes with dirty blocks, in inode order.
     pub fn dirty_inodes(&self) -> Vec<InodeNumber> {
-        self.mappings.iter().filter(|(_, m)| !m.dirty.is_empty()).map(|(i, _)| *i).collect()
+        debug_assert!(self.mappings.iter().all(|(i, m)| m.dirty.is_empty() != self.dirty_inodes.contains(i)), "the dirty-inode set drifted from the mappings");
+        self.dirty_inodes.iter().copied().collect()
     }
 
     /// Dirty blocks of every mapping (for checks and tests).
@@ -360,6 +391,9 @@ impl PageCache {
             }
             if !f.is_dirty_any() {
                 m.dirty.remove(&index);
+                if m.dirty.is_empty() {
+                    self.dirty_inodes.remove(&ino);
+                }
             }
         }
     }
@@ -368,17 +402,31 @@ impl PageCache {
         let Some(m) = self.mappings.get_mut(&ino) else { return };
         let Some(f) = m.folios.remove(&index) else { return };
         m.dirty.remove(&index);
+        if m.dirty.is_empty() {
+            self.dirty_inodes.remove(&ino);
+        }
         self.lru.remove(f.stamp);
         self.memory.release(f.order());
+        self.keep_buffer(f);
+    }
+
+    fn keep_buffer(&mut self, f: Folio) {
+        let order = f.order();
+        if let Some(buf) = f.into_buffer().filter(|b| self.spare_bytes + b.capacity() <= SPARE_BYTES_MAX) {
+            self.spare_bytes += buf.capacity();
+            self.spare.entry(order).or_default().push(buf);
+        }
     }
 
     /// Drops `ino`'s whole mapping, dirty data included (an unlinked inode,
     /// or a mapping written back whose orders must be reset).
     pub fn drop_mapping(&mut self, ino: InodeNumber) {
         let Some(m) = self.mappings.remove(&ino) else { return };
+        self.dirty_inodes.remove(&ino);
         for f in m.folios.into_values() {
             self.lru.remove(f.stamp);
             self.memory.release(f.order());
+            self.keep_buffer(f);
         }
         self.ordered.remove(&ino);
     }
@@ -492,6 +540,7 @@ impl PageCache {
                 f.set_dirty(i);
             }
             m.dirty.insert(index);
+            self.dirty_inodes.insert(ino);
             f.stamp = self.lru.touch(f.stamp, (ino, index));
             at = to;
         }
