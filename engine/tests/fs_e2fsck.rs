@@ -16,7 +16,7 @@ use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_engine::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::op::{FallocFlags, Op, Reply};
-use ext4_model::{FileSystem, Model, MountConfig, RenameFlags};
+use ext4_model::{DataMode, FileSystem, Model, MountConfig, RenameFlags};
 
 /// Sparse image sizes: big blocks need room for 120 files of up to 18 blocks.
 fn image_bytes(bs: u32) -> u64 {
@@ -120,13 +120,13 @@ fn workload(bs: u64, seed: u64) -> Vec<Op> {
     ops
 }
 
-fn run_workload(e2fsck: &Path, dir: &Scratch, bs: u32) {
-    let img = dir.path(&format!("bs{bs}.img"));
+fn run_workload(e2fsck: &Path, dir: &Scratch, bs: u32, data: Option<DataMode>) {
+    let img = dir.path(&format!("bs{bs}-{data:?}.img"));
     let mut dev = FileDevice::create(&img, image_bytes(bs)).unwrap();
     let mut o = MkfsOptions::new(image_bytes(bs), *b"e2fsck-workload!", [5; 16], ext4_testkit::fresh::EPOCH_SECS);
     o.block_size = bs;
     mkfs(&mut dev, &o).unwrap();
-    let config = MountConfig { block_size: bs, ..MountConfig::default() };
+    let config = MountConfig { block_size: bs, data, ..MountConfig::default() };
     let mut fs = Ext4::mount(dev, &config).unwrap();
     let mut model = Model::new(&config).unwrap();
     let ops = workload(u64::from(bs), u64::from(bs));
@@ -180,7 +180,20 @@ fn engine_images_pass_e2fsck_at_every_block_size() {
     let Some((e2fsck, _, _)) = e2fsprogs() else { return };
     let dir = Scratch::new("fs-e2fsck");
     for bs in [1024, 2048, 4096, 8192, 16384, 65536] {
-        run_workload(&e2fsck, &dir, bs);
+        run_workload(&e2fsck, &dir, bs, None);
+    }
+}
+
+/// data=journal images hold file data that went through the log and the
+/// checkpoint; data=writeback's commits never waited for it.
+#[test]
+fn engine_images_pass_e2fsck_in_every_data_mode() {
+    let Some((e2fsck, _, _)) = e2fsprogs() else { return };
+    let dir = Scratch::new("fs-e2fsck-modes");
+    for bs in [1024, 4096, 65536] {
+        for data in [DataMode::Writeback, DataMode::Journal] {
+            run_workload(&e2fsck, &dir, bs, Some(data));
+        }
     }
 }
 
