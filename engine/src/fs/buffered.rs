@@ -86,7 +86,7 @@ impl<D: BlockDevice> Ctx<D> {
                 let n = per_io.min(p.logical + p.len - l);
                 let at = (p.physical + (l - p.logical)) * bs;
                 let (index, i) = self.pages.locate(ino, l).ok_or(Errno::EIO)?;
-                let Ctx { pages, dev, journal, journaled_data, .. } = self;
+                let Ctx { pages, dev, journal, journaled_data, committing_data, .. } = self;
                 let folio = pages.folio_mut(ino, index).ok_or(Errno::EIO)?;
                 if u64::from(i) + n <= u64::from(folio.blocks()) {
                     // The stretch lies in one folio: read straight into it.
@@ -96,7 +96,7 @@ impl<D: BlockDevice> Ctx<D> {
                         folio.bytes_mut()[range].fill(0);
                         return Err(Error::from(e).into());
                     }
-                    super::data_journal::overlay_unhomed(journal.as_ref(), journaled_data, bs, at / bs, &mut folio.bytes_mut()[range]);
+                    super::data_journal::overlay_unhomed(journal.as_ref(), committing_data, journaled_data, bs, at / bs, &mut folio.bytes_mut()[range]);
                 } else {
                     staged.resize((n * bs) as usize, 0);
                     dev.read(at, staged, IoClass::Data).map_err(Error::from)?;

@@ -111,9 +111,11 @@ impl<D: BlockDevice> Ext4<D> {
         for (b, bytes) in self.ctx.cache.dirty_blocks() {
             txn.add(b, bytes.to_vec());
         }
-        for (b, bytes) in data {
-            txn.add(b, bytes.into_vec());
+        for (b, bytes) in &data {
+            txn.add(*b, bytes.to_vec());
         }
+        // Until the log holds them, reads find these blocks here.
+        self.ctx.committing_data = data;
         let (sb_block, sb_data) = self.ctx.superblock_block()?;
         txn.add(sb_block, sb_data);
         let time = self.ctx.commit_time();
@@ -138,6 +140,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// not committed their frees.
     pub(crate) fn finish_commit(&mut self) -> Result<()> {
         let Some(Committing { txn, time, .. }) = self.committing.take() else { return Ok(()) };
+        // Logged (or home) below; a failure leaves them to a crash's replay.
+        let _in_log = std::mem::take(&mut self.ctx.committing_data);
         #[cfg(feature = "test-hooks")]
         let release_all = self.bug_releases_every_hold();
         #[cfg(not(feature = "test-hooks"))]

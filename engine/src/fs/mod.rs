@@ -126,6 +126,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub wb_stats: writepages::WritebackStats,
     /// Data blocks of journal-mode inodes the running transaction logs.
     pub(crate) journaled_data: data_journal::StagedData,
+    /// Those of the committing transaction, until it is in the log.
+    pub(crate) committing_data: data_journal::StagedData,
     /// Test hook: data=ordered lets commits go before the data.
     pub(crate) bug_unordered_data: bool,
     /// Test hook: journal-mode data is neither logged nor written home.
@@ -286,6 +288,7 @@ impl<D: BlockDevice> Ext4<D> {
             reserved_blocks: 0,
             wb_stats: writepages::WritebackStats::default(),
             journaled_data: Default::default(),
+            committing_data: Default::default(),
             bug_unordered_data: false,
             bug_unlogged_data: false,
             clock_secs,
@@ -399,6 +402,7 @@ impl<D: BlockDevice> Ext4<D> {
             reserved_blocks: c.reserved_blocks,
             wb_stats: c.wb_stats,
             journaled_data: c.journaled_data.clone(),
+            committing_data: c.committing_data.clone(),
             bug_unordered_data: c.bug_unordered_data,
             bug_unlogged_data: c.bug_unlogged_data,
             clock_secs: c.clock_secs,
