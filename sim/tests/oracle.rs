@@ -153,7 +153,7 @@ fn host_kernel(name: &str) -> Option<(Scratch, HostKernel)> {
 
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers.
-const KERNEL_VERIFIED: [&str; 10] = [
+const KERNEL_VERIFIED: [&str; 11] = [
     include_str!("traces/chattr_append_kernel_verified.trace"),
     include_str!("traces/renameat2_kernel_verified.trace"),
     include_str!("traces/immutable_writes_back_kernel_verified.trace"),
@@ -164,6 +164,7 @@ const KERNEL_VERIFIED: [&str; 10] = [
     include_str!("traces/fallocate_refused_modes_kernel_verified.trace"),
     include_str!("traces/rename_traps_kernel_verified.trace"),
     include_str!("traces/orphan_kernel_verified.trace"),
+    include_str!("traces/subpage_truncate_kernel_verified.trace"),
 ];
 
 #[test]

@@ -218,6 +218,7 @@ fn run(args: &OracleArgs) -> Result<u8, OracleError> {
         }
     }
     let reports = run_oracle(kernel.as_mut(), &specs, &scratch.0, &args.trace_dir, !args.no_shrink);
+    let kernel_log = kernel.take_kernel_log();
     drop(scratch);
     let count = |f: fn(&Verdict) -> bool| reports.iter().filter(|r| f(&r.verdict)).count();
     let passed = count(|v| matches!(v, Verdict::Pass));
@@ -235,6 +236,16 @@ fn run(args: &OracleArgs) -> Result<u8, OracleError> {
         let release = reports.first().map(|r| r.release.clone()).unwrap_or_default();
         let errors = if errors > 0 { format!(", {errors} harness error(s)") } else { String::new() };
         say(&format!("  kernel {} {release}: {passed} passed, {failed} failed, {skipped} skipped{errors}", kernel.name()))?;
+        // Not divergences: the kernel's own word that something went wrong.
+        if !kernel_log.is_empty() {
+            say(&format!("  kernel log: {} ext4 warning(s) or error(s) about the cases' devices", kernel_log.len()))?;
+            for line in kernel_log.iter().take(20) {
+                say(&format!("    {line}"))?;
+            }
+        }
+    } else if !kernel_log.is_empty() {
+        let lines: Vec<String> = kernel_log.iter().map(|l| crate::figure::json_str(l)).collect();
+        say(&format!("{{\"kernel_log\":[{}]}}", lines.join(",")))?;
     }
     Ok(if failed + errors > 0 {
         1

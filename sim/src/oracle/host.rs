@@ -7,6 +7,7 @@ use std::process::Command;
 
 use ext4_model::{MountConfig, OpKind};
 
+use super::kmsg::KernelLog;
 use super::mount::{kernel_release, mount_ext4, unmount};
 use super::syscalls::run_chrooted;
 use super::{Case, CaseRun, Kernel, OracleError};
@@ -18,6 +19,8 @@ pub struct HostKernel {
     scratch: PathBuf,
     /// The ext4sim binary that runs the ops chrooted (`oracle-exec`).
     runner: PathBuf,
+    /// ext4's warnings and errors about the cases' loop devices.
+    kernel_log: Vec<String>,
 }
 
 impl HostKernel {
@@ -30,7 +33,7 @@ impl HostKernel {
     /// With `runner` (an ext4sim binary) running the ops: tests pass the
     /// binary cargo built, since their own executable is a test harness.
     pub fn with_runner(scratch: &Path, runner: &Path) -> HostKernel {
-        HostKernel { release: kernel_release(), scratch: scratch.to_path_buf(), runner: runner.to_path_buf() }
+        HostKernel { release: kernel_release(), scratch: scratch.to_path_buf(), runner: runner.to_path_buf(), kernel_log: Vec::new() }
     }
 }
 
@@ -99,12 +102,17 @@ impl Kernel for HostKernel {
         }
     }
 
+    fn take_kernel_log(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.kernel_log)
+    }
+
     fn run(&mut self, cases: &[Case]) -> Result<Vec<CaseRun>, OracleError> {
         let mut runs = Vec::new();
         for (i, case) in cases.iter().enumerate() {
             let dir = self.scratch.join(format!("mnt{i}"));
             std::fs::create_dir_all(&dir).map_err(|e| OracleError::io("create mount point", &dir, e))?;
             let mut run = CaseRun { outcomes: Vec::new(), error: None };
+            let mut log = KernelLog::from_now();
             let mut lo = LoopMount::attach(&case.image, &dir)?;
             match mount_ext4(Path::new(&lo.dev), &dir, &case.kernel_opts, case.read_only) {
                 Err(e) => run.error = Some(e),
@@ -120,7 +128,10 @@ impl Kernel for HostKernel {
                     }
                 }
             }
+            let device = lo.dev.trim_start_matches("/dev/").to_string();
             drop(lo);
+            let image = case.image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            self.kernel_log.extend(log.ext4_lines_about(&device).into_iter().map(|l| format!("{image}: {l}")));
             runs.push(run);
         }
         Ok(runs)

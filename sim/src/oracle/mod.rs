@@ -12,6 +12,7 @@ pub mod error;
 pub mod guest;
 pub mod host;
 pub mod image;
+mod kmsg;
 pub mod mount;
 pub mod qemu;
 pub mod run;
@@ -61,6 +62,12 @@ pub trait Kernel {
     /// Cases worth handing over at once (a VM boot is dear, a loop mount cheap).
     fn batch(&self) -> usize {
         1
+    }
+    /// ext4's warnings and errors the kernel logged while it ran cases
+    /// (each with the case's image), taken. A backend that cannot read its
+    /// kernel's log gives none.
+    fn take_kernel_log(&mut self) -> Vec<String> {
+        Vec::new()
     }
 }
 
