@@ -59,6 +59,30 @@ impl Model {
         self.write_at(ino, offset, len, source)
     }
 
+    /// fsync through a slot: as fsync of a path, on an orphan too.
+    pub(crate) fn do_fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
+        let ino = self.slot_file(slot)?;
+        self.fsync_inode(ino, false);
+        Ok(())
+    }
+
+    /// ftruncate: a negative length is EINVAL (do_sys_ftruncate), then
+    /// IS_APPEND, then ext4_setattr's immutable (both EPERM), then EFBIG.
+    pub(crate) fn do_ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
+        let ino = self.slot_file(slot)?;
+        if size > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        if self.restricted(ino) {
+            return Err(Errno::EPERM);
+        }
+        if size > self.mount.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        self.truncate_inode(ino, size);
+        Ok(())
+    }
+
     /// ext4_release_file for a slot's descriptor, then the last close of
     /// an orphan frees it.
     fn release_slot(&mut self, ino: Ino) {
@@ -84,6 +108,14 @@ mod tests {
 
     fn model() -> Model {
         Model::new(&MountConfig::default()).unwrap()
+    }
+
+    impl Model {
+        /// chattr +a on the file a slot holds (no name reaches an orphan).
+        fn chattr_of_slot_for_test(&mut self, slot: u8) {
+            let ino = self.st.slots[&slot];
+            self.st.inode_mut(ino).flags |= ChattrFlag::Append.bit();
+        }
     }
 
     #[test]
@@ -145,6 +177,25 @@ mod tests {
         assert_eq!(m.pwrite(0, u64::MAX, &[1]), Err(Errno::EINVAL), "rw_verify_area comes first");
         assert_eq!(m.apply(&Op::ReadFd { slot: 0, offset: 0, len: 4 }), Ok(Reply::Data(vec![1])));
         assert_eq!(m.apply(&Op::ReadFd { slot: 3, offset: 0, len: 4 }), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn an_orphan_can_be_synced_and_truncated_through_its_descriptor() {
+        let mut m = model();
+        m.create("/f", 0o644).unwrap();
+        m.open("/f", 1).unwrap();
+        m.pwrite(1, 0, &[5; 9000]).unwrap();
+        m.unlink("/f").unwrap();
+        m.fsync_fd(1).unwrap();
+        m.ftruncate(1, 100).unwrap();
+        assert_eq!(m.pread(1, 0, 200).unwrap(), vec![5; 100]);
+        assert_eq!(m.used_blocks(), 1);
+        assert_eq!(m.ftruncate(1, u64::MAX), Err(Errno::EINVAL));
+        m.chattr_of_slot_for_test(1);
+        assert_eq!(m.ftruncate(1, 0), Err(Errno::EPERM), "append-only");
+        assert_eq!(m.fsync_fd(0), Err(Errno::EBADF));
+        m.close(1).unwrap();
+        assert_eq!(m.used_blocks(), 0);
     }
 
     #[test]

@@ -174,7 +174,7 @@ impl Model {
 /// The file whose data `call` changed, looked up after it ran.
 fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
     match call {
-        Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. }) => replay.st.slots.get(slot).copied(),
+        Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. } | Op::FtruncateFd { slot, .. }) => replay.st.slots.get(slot).copied(),
         _ => call_path(call).and_then(|p| replay.open_path(p).ok()),
     }
 }

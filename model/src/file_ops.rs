@@ -109,12 +109,19 @@ impl Model {
         let ino = self.open_path(path)?;
         self.writeback(ino);
         self.release(ino);
+        self.fsync_inode(ino, datasync);
+        Ok(())
+    }
+
+    /// fsync/fdatasync of `ino` once its data is written back: it and
+    /// what its last change needed are durable.
+    pub(crate) fn fsync_inode(&mut self, ino: Ino, datasync: bool) {
+        self.writeback(ino);
         let seq = self.st.seq;
         let marks = &mut self.st.inode_mut(ino).marks;
         marks.durable_at = seq;
         let committed = if datasync { marks.datasync_op } else { marks.meta_op };
         self.st.namespace_floor = self.st.namespace_floor.max(committed);
-        Ok(())
     }
 
     pub(crate) fn do_sync(&mut self) {

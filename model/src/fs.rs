@@ -71,6 +71,10 @@ pub trait FileSystem {
     fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno>;
     /// pwrite(2) through a slot; returns the bytes written.
     fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno>;
+    /// fsync(2) through a slot.
+    fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno>;
+    /// ftruncate(2) through a slot.
+    fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno>;
     /// [`FileSystem::pwrite`] of [`pattern`]`(seed, len)`.
     fn pwrite_pattern(&mut self, slot: u8, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
         self.pwrite(slot, offset, &pattern(seed, len as usize))
@@ -144,11 +148,20 @@ pub trait FileSystem {
                 }
                 self.rewrite_pattern(path, *len, *seed).map(Reply::Written)
             }
-            Op::Open { slot, .. } | Op::Close { slot } | Op::ReadFd { slot, .. } | Op::WriteFd { slot, .. } if *slot >= FD_SLOTS => {
+            Op::Open { slot, .. }
+            | Op::Close { slot }
+            | Op::ReadFd { slot, .. }
+            | Op::WriteFd { slot, .. }
+            | Op::FsyncFd { slot }
+            | Op::FtruncateFd { slot, .. }
+                if *slot >= FD_SLOTS =>
+            {
                 Err(Errno::EBADF)
             }
             Op::Open { path, slot } => done(self.open(path, *slot)),
             Op::Close { slot } => done(self.close(*slot)),
+            Op::FsyncFd { slot } => done(self.fsync_fd(*slot)),
+            Op::FtruncateFd { slot, size } => done(self.ftruncate(*slot, *size)),
             Op::ReadFd { slot, offset, len } => {
                 if *len > MAX_IO_LEN {
                     return Err(Errno::EINVAL);

@@ -506,6 +506,14 @@ impl FileSystem for Model {
     fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         self.do_pread(slot, offset, len)
     }
+    fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::FsyncFd { slot }));
+        self.do_fsync_fd(slot)
+    }
+    fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
+        self.record(|| Call::Op(Op::FtruncateFd { slot, size }));
+        self.do_ftruncate(slot, size)
+    }
     fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let bytes: Arc<[u8]> = data.into();
         let len = bytes.len();

@@ -213,6 +213,8 @@ impl FileSystem for EngineTarget {
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.fs()?.lseek(p, o, w) }
     fn open(&mut self, p: &str, s: u8) -> Result<(), Errno> { self.fs()?.open(p, s) }
     fn close(&mut self, s: u8) -> Result<(), Errno> { self.fs()?.close(s) }
+    fn fsync_fd(&mut self, s: u8) -> Result<(), Errno> { self.fs()?.fsync_fd(s) }
+    fn ftruncate(&mut self, s: u8, n: u64) -> Result<(), Errno> { self.fs()?.ftruncate(s, n) }
     fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.pread(s, o, l) }
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.pwrite(s, o, d) }
     fn close_all(&mut self) -> Result<(), Errno> { self.fs()?.close_all() }

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 28] = [
+const BASE_WEIGHTS: [u32; 30] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -41,6 +41,8 @@ const BASE_WEIGHTS: [u32; 28] = [
     2,  // close
     3,  // pread
     4,  // pwrite
+    1,  // fsync_fd
+    1,  // ftruncate
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -86,7 +88,7 @@ pub struct Workload {
     /// shaping FIEMAP requests moved no other op of any seed.
     fiemap_rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 28],
+    weights: [u32; 30],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -397,6 +399,11 @@ impl Workload {
                 let len = self.length();
                 Op::WriteFd { slot, offset, len, seed: self.rng.random() }
             }
+            OpKind::FsyncFd => Op::FsyncFd { slot: self.slot() },
+            OpKind::FtruncateFd => {
+                let slot = self.slot();
+                Op::FtruncateFd { slot, size: self.slot_offset(slot) }
+            }
             OpKind::Lseek => {
                 // Mostly files; a directory's answer is checked too.
                 let path = if self.rng.random_ratio(1, 10) { self.dir_path() } else { self.file_path() };
@@ -509,6 +516,11 @@ impl Workload {
             }
             Op::Rewrite { path, len, .. } => {
                 self.sizes.insert(path.clone(), u64::from(*len));
+            }
+            Op::FtruncateFd { slot, size } => {
+                if let Some(Some(path)) = self.slot_paths.get(usize::from(*slot)) {
+                    self.sizes.insert(path.clone(), *size);
+                }
             }
             Op::WriteFd { slot, offset, len, .. } => {
                 if let Some(Some(path)) = self.slot_paths.get(usize::from(*slot)) {

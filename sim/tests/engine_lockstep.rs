@@ -242,6 +242,7 @@ fn kernel_verified_traces_replay_on_the_engine() {
         include_str!("traces/rename_traps_kernel_verified.trace"),
         include_str!("traces/orphan_kernel_verified.trace"),
         include_str!("traces/subpage_truncate_kernel_verified.trace"),
+        include_str!("traces/orphan_sync_truncate_kernel_verified.trace"),
     ] {
         let r = replay_passes(text);
         assert!(r.stats.ops >= 7, "{} ops", r.stats.ops);
@@ -307,7 +308,7 @@ fn fault_runs_replay_exactly_from_their_trace_steps() {
     for faults in ["read=0.01", "write=0.01", "latent=0.01", "readonly=200", "read=0.005,write=0.005,latent=0.005"] {
         // The mixed case crashes too: crash and fault steps replay together.
         let crash_every = if faults.contains(',') { 100 } else { 0 };
-        let s = RunSpec { faults: faults.parse().unwrap(), crash_every, ..spec(45, 800, "page_cache_mb=1") };
+        let s = RunSpec { faults: faults.parse().unwrap(), crash_every, ..spec(54, 800, "page_cache_mb=1") };
         let first = run_seed(&EngineFactory, &s).unwrap();
         assert!(first.failure.is_none(), "faults {faults}: {}", first.failure.unwrap());
         let fault_steps = first.steps.iter().filter(|st| matches!(st, Step::Fault(_))).count();

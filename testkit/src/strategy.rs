@@ -91,6 +91,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => slot().prop_map(|slot| Op::Close { slot }),
         2 => (slot(), offset(), 0u32..20_000).prop_map(|(slot, offset, len)| Op::ReadFd { slot, offset, len }),
         3 => (slot(), offset(), 0u32..20_000, any::<u64>()).prop_map(|(slot, offset, len, seed)| Op::WriteFd { slot, offset, len, seed }),
+        1 => slot().prop_map(|slot| Op::FsyncFd { slot }),
+        1 => (slot(), offset()).prop_map(|(slot, size)| Op::FtruncateFd { slot, size }),
     ]
 }
 

@@ -143,6 +143,26 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.make_room_for_edges()?;
         self.write_at(ino, offset, data)
     }
+    fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
+        let ino = self.slot_file(slot)?;
+        self.sync_file(ino)
+    }
+    fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
+        let ino = self.slot_file(slot)?;
+        if size > ext4_model::vfs::LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        // IS_APPEND (do_sys_ftruncate), then immutable (ext4_setattr).
+        if self.restricted(ino)? {
+            return Err(Errno::EPERM);
+        }
+        if size > self.ctx.mount.max_file_size() {
+            return Err(Errno::EFBIG);
+        }
+        self.prepare_change(0)?;
+        self.make_room_for_edges()?;
+        self.truncate_inode(ino, size)
+    }
     fn close_all(&mut self) -> Result<(), Errno> {
         self.prepare_change(0)?;
         self.close_every_slot()

@@ -174,6 +174,10 @@ pub enum Op {
     ReadFd { slot: u8, offset: u64, len: u32 },
     /// pwrite(2) of [`pattern`]`(seed, len)` through a slot's descriptor.
     WriteFd { slot: u8, offset: u64, len: u32, seed: u64 },
+    /// fsync(2) of a slot's descriptor (an orphan's too).
+    FsyncFd { slot: u8 },
+    /// ftruncate(2) of a slot's descriptor.
+    FtruncateFd { slot: u8, size: u64 },
 }
 
 impl Op {
@@ -182,7 +186,7 @@ impl Op {
         match self {
             Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
             Op::Symlink { path, .. } => vec![path],
-            Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } => vec![],
+            Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
             Op::Create { path, .. }
             | Op::Mkdir { path, .. }
             | Op::Unlink { path }
@@ -254,6 +258,8 @@ impl Op {
             Op::Close { .. } => OpKind::Close,
             Op::ReadFd { .. } => OpKind::ReadFd,
             Op::WriteFd { .. } => OpKind::WriteFd,
+            Op::FsyncFd { .. } => OpKind::FsyncFd,
+            Op::FtruncateFd { .. } => OpKind::FtruncateFd,
         }
     }
 }
@@ -289,10 +295,12 @@ pub enum OpKind {
     Close,
     ReadFd,
     WriteFd,
+    FsyncFd,
+    FtruncateFd,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 28] = [
+    pub const ALL: [OpKind; 30] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -321,6 +329,8 @@ impl OpKind {
         OpKind::Close,
         OpKind::ReadFd,
         OpKind::WriteFd,
+        OpKind::FsyncFd,
+        OpKind::FtruncateFd,
     ];
 }
 
@@ -482,7 +492,7 @@ mod tests {
     fn kinds_cover_every_op() {
         // Declaration order, each kind once, the last one last.
         assert!(OpKind::ALL.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(OpKind::ALL.len(), OpKind::WriteFd as usize + 1);
+        assert_eq!(OpKind::ALL.len(), OpKind::FtruncateFd as usize + 1);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
         assert_eq!(Op::Close { slot: 0 }.kind(), OpKind::Close);
     }

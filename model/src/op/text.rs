@@ -95,6 +95,8 @@ impl fmt::Display for Op {
             Op::Close { slot } => write!(f, "close slot={slot}"),
             Op::ReadFd { slot, offset, len } => write!(f, "pread slot={slot} offset={offset} len={len}"),
             Op::WriteFd { slot, offset, len, seed } => write!(f, "pwrite slot={slot} offset={offset} len={len} seed={seed}"),
+            Op::FsyncFd { slot } => write!(f, "fsync_fd slot={slot}"),
+            Op::FtruncateFd { slot, size } => write!(f, "ftruncate slot={slot} size={size}"),
         }
     }
 }
@@ -150,6 +152,8 @@ impl FromStr for Op {
             "close" => Op::Close { slot: f.num("slot")? },
             "pread" => Op::ReadFd { slot: f.num("slot")?, offset: f.num("offset")?, len: f.num("len")? },
             "pwrite" => Op::WriteFd { slot: f.num("slot")?, offset: f.num("offset")?, len: f.num("len")?, seed: f.num("seed")? },
+            "fsync_fd" => Op::FsyncFd { slot: f.num("slot")? },
+            "ftruncate" => Op::FtruncateFd { slot: f.num("slot")?, size: f.num("size")? },
             "lseek" => Op::Lseek {
                 path: path()?,
                 offset: f.num("offset")?,
@@ -185,6 +189,8 @@ mod tests {
             Op::Close { slot: 200 },
             Op::ReadFd { slot: 0, offset: 4096, len: 10 },
             Op::WriteFd { slot: 1, offset: 1, len: 2, seed: 3 },
+            Op::FsyncFd { slot: 2 },
+            Op::FtruncateFd { slot: 3, size: u64::MAX },
             Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },
             Op::Lseek { path: "/a".into(), offset: u64::MAX, whence: SeekWhence::Hole },
             Op::Rewrite { path: "/a".into(), len: 0, seed: 5 },

@@ -474,6 +474,16 @@ impl FileSystem for SyscallFs {
         let fd = self.slots.get(&slot).ok_or(Errno::EBADF)?;
         pread_all(fd, offset, len)
     }
+    fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
+        let fd = self.slots.get(&slot).ok_or(Errno::EBADF)?;
+        // SAFETY: the descriptor is ours and open.
+        check(unsafe { libc::fsync(fd.0) }).map(drop)
+    }
+    fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
+        let fd = self.slots.get(&slot).ok_or(Errno::EBADF)?;
+        // SAFETY: as above; sizes past off_t come out negative, which ftruncate(2) refuses.
+        check(unsafe { libc::ftruncate(fd.0, size as libc::off_t) }).map(drop)
+    }
     fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let fd = self.slots.get(&slot).ok_or(Errno::EBADF)?;
         // SAFETY: data is readable for its length.

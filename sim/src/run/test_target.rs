@@ -117,6 +117,8 @@ impl FileSystem for Plain {
     fn lseek(&mut self, p: &str, o: u64, w: ext4_model::SeekWhence) -> Result<ext4_model::SeekChoices, Errno> { self.view().lseek(p, o, w) }
     fn open(&mut self, p: &str, s: u8) -> Result<(), Errno> { self.view().open(p, s) }
     fn close(&mut self, s: u8) -> Result<(), Errno> { self.view().close(s) }
+    fn fsync_fd(&mut self, s: u8) -> Result<(), Errno> { self.view().fsync_fd(s) }
+    fn ftruncate(&mut self, s: u8, n: u64) -> Result<(), Errno> { self.view().ftruncate(s, n) }
     fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.view().pread(s, o, l) }
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.view().pwrite(s, o, d) }
     fn close_all(&mut self) -> Result<(), Errno> { self.view().close_all() }

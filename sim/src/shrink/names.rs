@@ -91,7 +91,7 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
     match op {
         Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
         Op::Symlink { target, path } => vec![target, path],
-        Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } => vec![],
+        Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
         Op::Create { path, .. }
         | Op::Mkdir { path, .. }
         | Op::Unlink { path }
@@ -242,9 +242,12 @@ fn lifted(trace: &Trace, dir: &[String]) -> Option<Trace> {
             beside.insert(names[depth - 1]);
         }
     }
-    if !below.is_disjoint(&beside) {
-        return None;
-    }
+    // A name below that one beside already has moves up under a fresh name
+    // (the rest of the trace uses neither), so the lift still happens.
+    let used: BTreeSet<String> = names_in(trace).into_iter().collect();
+    let mut fresh = (0..).map(short_name).filter(|n| !used.contains(n));
+    let renamed: std::collections::BTreeMap<String, String> =
+        below.intersection(&beside).map(|n| (n.to_string(), fresh.next().expect("short names never run out"))).collect();
     let names_dir = |op: &Op| op.paths().into_iter().any(|p| names_of(p).is_some_and(|n| n == dir));
     let mut steps: Vec<Step> = Vec::new();
     for step in &trace.steps {
@@ -258,6 +261,9 @@ fn lifted(trace: &Trace, dir: &[String]) -> Option<Trace> {
     }
     let rewrite = |p: &str| match names_of(p) {
         Some(mut names) if names.len() > depth && names[..depth] == *dir => {
+            if let Some(new) = renamed.get(names[depth]) {
+                names[depth] = new;
+            }
             names.remove(depth - 1);
             join(&names, p.ends_with('/'))
         }
@@ -380,13 +386,18 @@ mod tests {
     }
 
     #[test]
-    fn a_directory_is_not_lifted_onto_a_name_beside_it() {
+    fn a_directory_is_lifted_beside_a_name_under_a_fresh_name() {
         let t = trace(vec![
             Op::Mkdir { path: "/d".into(), perm: 0o755 },
             Op::Create { path: "/d/f".into(), perm: 0o644 },
             Op::Create { path: "/f".into(), perm: 0o644 },
         ]);
-        assert!(lifted(&t, &["d".to_string()]).is_none(), "/d/f would become /f, which is another file");
+        let up = lifted(&t, &["d".to_string()]).expect("lifted");
+        assert_eq!(
+            ops(&up),
+            vec![Op::Create { path: "/a".into(), perm: 0o644 }, Op::Create { path: "/f".into(), perm: 0o644 }],
+            "/d/f must not become /f, which is another file"
+        );
         let lifted_g = lifted(&trace(vec![Op::Create { path: "/d/g/".into(), perm: 0o644 }]), &["d".to_string()]).unwrap();
         assert_eq!(ops(&lifted_g), vec![Op::Create { path: "/g/".into(), perm: 0o644 }], "a trailing slash stays");
     }

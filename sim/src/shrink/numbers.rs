@@ -48,7 +48,7 @@ impl Number {
 fn get(op: &Op, number: Number) -> Option<u64> {
     match (op, number) {
         (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. }, Number::Position) => Some(*offset),
-        (Op::Truncate { size, .. }, Number::Position) => Some(*size),
+        (Op::Truncate { size, .. } | Op::FtruncateFd { size, .. }, Number::Position) => Some(*size),
         (Op::Fiemap { start, .. }, Number::Position) => Some(*start),
         (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. }, Number::Length) => Some(u64::from(*len)),
         (Op::Fallocate { len, .. }, Number::Length) => Some(*len),
@@ -62,7 +62,7 @@ fn get(op: &Op, number: Number) -> Option<u64> {
 fn set(op: &mut Op, number: Number, value: u64) {
     match (op, number) {
         (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. }, Number::Position) => *offset = value,
-        (Op::Truncate { size, .. } | Op::Fiemap { start: size, .. }, Number::Position) => *size = value,
+        (Op::Truncate { size, .. } | Op::Fiemap { start: size, .. } | Op::FtruncateFd { size, .. }, Number::Position) => *size = value,
         (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
         (Op::Fallocate { len, .. } | Op::Fiemap { len, .. }, Number::Length) => *len = value,
         _ => {}
@@ -182,7 +182,7 @@ fn move_positions_down(current: &mut Trace, trial: &mut Trial) {
 /// What a position is a position in: the op's path, or its descriptor slot.
 fn position_key(op: &Op) -> String {
     match op {
-        Op::ReadFd { slot, .. } | Op::WriteFd { slot, .. } => format!("slot {slot}"),
+        Op::ReadFd { slot, .. } | Op::WriteFd { slot, .. } | Op::FtruncateFd { slot, .. } => format!("slot {slot}"),
         _ => op.paths().first().map_or_else(String::new, |p| p.to_string()),
     }
 }
