@@ -35,24 +35,26 @@ impl Model {
         self.st.slots.get(&slot).copied().ok_or(Errno::EBADF)
     }
 
-    /// pread: a negative offset is EINVAL (rw_verify_area).
+    /// pread: a negative offset is EINVAL (ksys_pread64, before the
+    /// descriptor is looked up).
     pub(crate) fn do_pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        let ino = self.slot_file(slot)?;
         if offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
+        let ino = self.slot_file(slot)?;
         let file = self.file(ino).ok_or(Errno::EISDIR)?;
         Ok(file.read(offset, len as u64))
     }
 
-    /// pwrite: rw_verify_area's EINVAL, then ext4_write_checks' EPERM for
+    /// pwrite: a negative offset's EINVAL (before the descriptor), then
+    /// ext4_write_checks' EPERM for
     /// an inode made immutable since the open (append-only is checked at
     /// open only), then the write as through a path.
     pub(crate) fn do_pwrite(&mut self, slot: u8, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
-        let ino = self.slot_file(slot)?;
         if offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
+        let ino = self.slot_file(slot)?;
         if self.immutable(ino) {
             return Err(Errno::EPERM);
         }
@@ -66,21 +68,15 @@ impl Model {
         Ok(())
     }
 
-    /// ftruncate: a negative length is EINVAL (do_sys_ftruncate), then
-    /// IS_APPEND, then ext4_setattr's immutable (both EPERM), then EFBIG.
+    /// ftruncate: a negative length is EINVAL (do_sys_ftruncate, before the
+    /// descriptor), then IS_APPEND, then ext4_setattr's immutable (both
+    /// EPERM), then EFBIG.
     pub(crate) fn do_ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
-        let ino = self.slot_file(slot)?;
         if size > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
-        if self.restricted(ino) {
-            return Err(Errno::EPERM);
-        }
-        if size > self.mount.max_file_size() {
-            return Err(Errno::EFBIG);
-        }
-        self.truncate_inode(ino, size);
-        Ok(())
+        let ino = self.slot_file(slot)?;
+        self.truncate_checked(ino, size)
     }
 
     /// ext4_release_file for a slot's descriptor, then the last close of
@@ -174,7 +170,10 @@ mod tests {
         assert_eq!(m.pwrite(0, 0, &[1]), Ok(1), "append-only is an open-time rule");
         m.chattr("/f", ChattrFlag::Immutable, true).unwrap();
         assert_eq!(m.pwrite(0, 0, &[]), Err(Errno::EPERM));
-        assert_eq!(m.pwrite(0, u64::MAX, &[1]), Err(Errno::EINVAL), "rw_verify_area comes first");
+        assert_eq!(m.pwrite(0, u64::MAX, &[1]), Err(Errno::EINVAL), "the offset is checked first");
+        assert_eq!(m.pwrite(3, u64::MAX, &[1]), Err(Errno::EINVAL), "even before the descriptor");
+        assert_eq!(m.apply(&Op::FtruncateFd { slot: 9, size: u64::MAX }), Err(Errno::EINVAL));
+        assert_eq!(m.apply(&Op::FtruncateFd { slot: 9, size: 1 }), Err(Errno::EBADF));
         assert_eq!(m.apply(&Op::ReadFd { slot: 0, offset: 0, len: 4 }), Ok(Reply::Data(vec![1])));
         assert_eq!(m.apply(&Op::ReadFd { slot: 3, offset: 0, len: 4 }), Err(Errno::EBADF));
     }

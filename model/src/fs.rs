@@ -148,16 +148,10 @@ pub trait FileSystem {
                 }
                 self.rewrite_pattern(path, *len, *seed).map(Reply::Written)
             }
-            Op::Open { slot, .. }
-            | Op::Close { slot }
-            | Op::ReadFd { slot, .. }
-            | Op::WriteFd { slot, .. }
-            | Op::FsyncFd { slot }
-            | Op::FtruncateFd { slot, .. }
-                if *slot >= FD_SLOTS =>
-            {
-                Err(Errno::EBADF)
-            }
+            // dup2 onto a descriptor number past the table. Other ops name
+            // a slot nothing holds: each checks its arguments first
+            // (a negative offset is EINVAL before the descriptor is looked up).
+            Op::Open { slot, .. } if *slot >= FD_SLOTS => Err(Errno::EBADF),
             Op::Open { path, slot } => done(self.open(path, *slot)),
             Op::Close { slot } => done(self.close(*slot)),
             Op::FsyncFd { slot } => done(self.fsync_fd(*slot)),

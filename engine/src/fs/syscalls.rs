@@ -127,14 +127,18 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_close(slot)
     }
     fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        // A negative offset is refused before the descriptor is looked up.
+        if offset > ext4_model::vfs::LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
         let ino = self.slot_file(slot)?;
         self.read_open(ino, offset, len)
     }
     fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        let ino = self.slot_file(slot)?;
         if offset > ext4_model::vfs::LOFF_MAX {
             return Err(Errno::EINVAL);
         }
+        let ino = self.slot_file(slot)?;
         // ext4_write_checks: immutable since the open; append-only is an open-time rule.
         if self.immutable(ino)? {
             return Err(Errno::EPERM);
@@ -148,10 +152,10 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.sync_file(ino)
     }
     fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
-        let ino = self.slot_file(slot)?;
         if size > ext4_model::vfs::LOFF_MAX {
             return Err(Errno::EINVAL);
         }
+        let ino = self.slot_file(slot)?;
         // IS_APPEND (do_sys_ftruncate), then immutable (ext4_setattr).
         if self.restricted(ino)? {
             return Err(Errno::EPERM);
