@@ -243,6 +243,7 @@ fn kernel_verified_traces_replay_on_the_engine() {
         include_str!("traces/orphan_kernel_verified.trace"),
         include_str!("traces/subpage_truncate_kernel_verified.trace"),
         include_str!("traces/orphan_sync_truncate_kernel_verified.trace"),
+        include_str!("traces/large_folio_truncate_kernel_verified.trace"),
     ] {
         let r = replay_passes(text);
         assert!(r.stats.ops >= 7, "{} ops", r.stats.ops);

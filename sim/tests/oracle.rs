@@ -153,7 +153,7 @@ fn host_kernel(name: &str) -> Option<(Scratch, HostKernel)> {
 
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers.
-const KERNEL_VERIFIED: [&str; 12] = [
+const KERNEL_VERIFIED: [&str; 13] = [
     include_str!("traces/chattr_append_kernel_verified.trace"),
     include_str!("traces/renameat2_kernel_verified.trace"),
     include_str!("traces/immutable_writes_back_kernel_verified.trace"),
@@ -166,6 +166,7 @@ const KERNEL_VERIFIED: [&str; 12] = [
     include_str!("traces/orphan_kernel_verified.trace"),
     include_str!("traces/subpage_truncate_kernel_verified.trace"),
     include_str!("traces/orphan_sync_truncate_kernel_verified.trace"),
+    include_str!("traces/large_folio_truncate_kernel_verified.trace"),
 ];
 
 #[test]
