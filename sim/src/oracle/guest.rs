@@ -51,7 +51,8 @@ fn run() -> Result<(), String> {
         let dir = format!("/mnt/case{i}");
         std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {dir}: {e}"))?;
         let dir = Path::new(&dir);
-        let mut result = GuestResult { error: None, outcomes: Vec::new() };
+        let mut result = GuestResult { error: None, outcomes: Vec::new(), kernel_log: Vec::new() };
+        let mut log = super::kmsg::KernelLog::from_now();
         match mount_ext4(Path::new(&case.disk), dir, &case.opts, case.read_only) {
             Err(e) => result.error = Some(e),
             Ok(()) => {
@@ -64,6 +65,7 @@ fn run() -> Result<(), String> {
                 }
             }
         }
+        result.kernel_log = log.ext4_lines_about(case.disk.trim_start_matches("/dev/"));
         results.push(result);
     }
     let payload = Encoder::results(&release, &results);

@@ -32,6 +32,8 @@ pub struct QemuKernel {
     work: PathBuf,
     release: String,
     boots: u64,
+    /// ext4's warnings and errors the guest logged about the cases' disks.
+    kernel_log: Vec<String>,
 }
 
 fn run_script(script: &Path, args: &[&Path]) -> Result<Output, OracleError> {
@@ -74,7 +76,7 @@ impl QemuKernel {
         if !out.status.success() {
             return Err(OracleError::Tool(format!("building the qemu initramfs {} failed ({}):\n{}", initramfs.display(), out.status, said(&out))));
         }
-        Ok(QemuKernel { kernel_dir, scripts, initramfs, work: work.to_path_buf(), release, boots: 0 })
+        Ok(QemuKernel { kernel_dir, scripts, initramfs, work: work.to_path_buf(), release, boots: 0, kernel_log: Vec::new() })
     }
 
     pub fn boots(&self) -> u64 {
@@ -135,6 +137,10 @@ impl QemuKernel {
             return Err(OracleError::Kernel(format!("the guest answered {} of {} cases", results.len(), cases.len())));
         }
         self.release = release;
+        for (case, r) in cases.iter().zip(&results) {
+            let image = case.image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            self.kernel_log.extend(r.kernel_log.iter().map(|l| format!("{image}: {l}")));
+        }
         Ok(results.into_iter().map(|r| CaseRun { outcomes: r.outcomes, error: r.error }).collect())
     }
 }
@@ -142,6 +148,9 @@ impl QemuKernel {
 impl Kernel for QemuKernel {
     fn name(&self) -> &'static str {
         "qemu"
+    }
+    fn take_kernel_log(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.kernel_log)
     }
 
     fn release(&self) -> String {

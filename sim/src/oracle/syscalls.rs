@@ -105,7 +105,7 @@ pub fn exec_main(dir: &Path) -> i32 {
         super::mount::clear_umask();
         let mut fs = SyscallFs::new("");
         let outcomes = ops.iter().map(|op| fs.apply(op)).collect();
-        let result = super::wire::GuestResult { error: None, outcomes };
+        let result = super::wire::GuestResult { error: None, outcomes, kernel_log: Vec::new() };
         Ok(super::wire::Encoder::results("", &[result]))
     };
     match run() {

@@ -8,8 +8,9 @@
 //! ```
 //!
 //! The payload is binary, little-endian: the kernel release (string), the case
-//! count (u32), then per case an error (u8 flag + string) and its outcomes
-//! (u32 count + outcomes). Strings and byte runs are u32 length + bytes.
+//! count (u32), then per case an error (u8 flag + string), its outcomes
+//! (u32 count + outcomes) and the ext4 lines the kernel logged about its
+//! disk (u32 count + strings). Strings and byte runs are u32 length + bytes.
 
 use ext4_model::{DirEntry, Errno, FiemapExtent, FileKind, Op, Outcome, Reply, Stat};
 
@@ -39,6 +40,8 @@ pub struct GuestResult {
     /// Mount or unmount failure; outcomes are then those run before it.
     pub error: Option<String>,
     pub outcomes: Vec<Outcome>,
+    /// ext4's warnings and errors about the case's disk, from the guest's log.
+    pub kernel_log: Vec<String>,
 }
 
 pub fn encode_manifest(cases: &[GuestCase]) -> String {
@@ -115,6 +118,10 @@ impl Encoder {
             e.u32(r.outcomes.len() as u32);
             for o in &r.outcomes {
                 e.outcome(o);
+            }
+            e.u32(r.kernel_log.len() as u32);
+            for line in &r.kernel_log {
+                e.bytes(line.as_bytes());
             }
         }
         e.0
@@ -283,7 +290,12 @@ impl<'a> Decoder<'a> {
             for _ in 0..count {
                 outcomes.push(d.outcome()?);
             }
-            out.push(GuestResult { error, outcomes });
+            let lines = d.u32()?;
+            let mut kernel_log = Vec::new();
+            for _ in 0..lines {
+                kernel_log.push(d.string()?);
+            }
+            out.push(GuestResult { error, outcomes, kernel_log });
         }
         Ok((release, out))
     }
@@ -371,7 +383,10 @@ mod tests {
             Ok(Reply::Offset(1 << 40)),
             Ok(Reply::SeekChoices(ext4_model::SeekChoices { exact: vec![3, 9], block_starts: std::iter::once(4096..8192).collect(), block_size: 4096, enxio: true })),
         ];
-        let results = vec![GuestResult { error: None, outcomes }, GuestResult { error: Some("mount: EINVAL".into()), outcomes: vec![] }];
+        let results = vec![
+            GuestResult { error: None, outcomes, kernel_log: vec!["EXT4-fs warning (device vdb): x".into()] },
+            GuestResult { error: Some("mount: EINVAL".into()), outcomes: vec![], kernel_log: vec![] },
+        ];
         let bytes = Encoder::results("7.3.4", &results);
         assert_eq!(Decoder::results(&bytes).unwrap(), ("7.3.4".to_string(), results));
         assert!(Decoder::results(&bytes[..bytes.len() - 1]).is_err());
