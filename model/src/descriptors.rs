@@ -64,7 +64,8 @@ impl Model {
     /// fsync through a slot: as fsync of a path, on an orphan too.
     pub(crate) fn do_fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
         let ino = self.slot_file(slot)?;
-        self.fsync_inode(ino, false);
+        self.writeback(ino);
+        self.mark_synced(ino, false);
         Ok(())
     }
 

@@ -115,14 +115,13 @@ impl Model {
         let ino = self.open_path(path)?;
         self.writeback(ino);
         self.release(ino);
-        self.fsync_inode(ino, datasync);
+        self.mark_synced(ino, datasync);
         Ok(())
     }
 
     /// fsync/fdatasync of `ino` once its data is written back: it and
     /// what its last change needed are durable.
-    pub(crate) fn fsync_inode(&mut self, ino: Ino, datasync: bool) {
-        self.writeback(ino);
+    pub(crate) fn mark_synced(&mut self, ino: Ino, datasync: bool) {
         let seq = self.st.seq;
         let marks = &mut self.st.inode_mut(ino).marks;
         marks.durable_at = seq;

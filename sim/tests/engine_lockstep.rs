@@ -230,21 +230,7 @@ op read path=\"/f\" offset=8192 len=4096\ncrash seed=1\n";
 /// engine gives the same answers, and the image it leaves is clean.
 #[test]
 fn kernel_verified_traces_replay_on_the_engine() {
-    for text in [
-        include_str!("traces/chattr_append_kernel_verified.trace"),
-        include_str!("traces/renameat2_kernel_verified.trace"),
-        include_str!("traces/immutable_writes_back_kernel_verified.trace"),
-        include_str!("traces/symlink_slash_kernel_verified.trace"),
-        include_str!("traces/lseek_kernel_verified.trace"),
-        include_str!("traces/auto_da_alloc_kernel_verified.trace"),
-        include_str!("traces/fiemap_range_kernel_verified.trace"),
-        include_str!("traces/fallocate_refused_modes_kernel_verified.trace"),
-        include_str!("traces/rename_traps_kernel_verified.trace"),
-        include_str!("traces/orphan_kernel_verified.trace"),
-        include_str!("traces/subpage_truncate_kernel_verified.trace"),
-        include_str!("traces/orphan_sync_truncate_kernel_verified.trace"),
-        include_str!("traces/large_folio_truncate_kernel_verified.trace"),
-    ] {
+    for text in common::KERNEL_VERIFIED {
         let r = replay_passes(text);
         assert!(r.stats.ops >= 7, "{} ops", r.stats.ops);
     }

@@ -151,28 +151,11 @@ fn host_kernel(name: &str) -> Option<(Scratch, HostKernel)> {
     Some((dir, kernel))
 }
 
-/// Hand-written traces whose every answer was checked on a real kernel when
-/// they were written: the model must still give the kernel's answers.
-const KERNEL_VERIFIED: [&str; 13] = [
-    include_str!("traces/chattr_append_kernel_verified.trace"),
-    include_str!("traces/renameat2_kernel_verified.trace"),
-    include_str!("traces/immutable_writes_back_kernel_verified.trace"),
-    include_str!("traces/symlink_slash_kernel_verified.trace"),
-    include_str!("traces/lseek_kernel_verified.trace"),
-    include_str!("traces/auto_da_alloc_kernel_verified.trace"),
-    include_str!("traces/fiemap_range_kernel_verified.trace"),
-    include_str!("traces/fallocate_refused_modes_kernel_verified.trace"),
-    include_str!("traces/rename_traps_kernel_verified.trace"),
-    include_str!("traces/orphan_kernel_verified.trace"),
-    include_str!("traces/subpage_truncate_kernel_verified.trace"),
-    include_str!("traces/orphan_sync_truncate_kernel_verified.trace"),
-    include_str!("traces/large_folio_truncate_kernel_verified.trace"),
-];
 
 #[test]
 fn the_host_kernel_still_agrees_on_the_hand_written_traces() {
     let Some((dir, mut kernel)) = host_kernel("oracle-host-verified") else { return };
-    for text in KERNEL_VERIFIED {
+    for text in common::KERNEL_VERIFIED {
         let t = ext4_sim::trace::Trace::parse(text).unwrap();
         let ops: Vec<Op> = t.steps.iter().filter_map(|s| s.op().cloned()).collect();
         let spec = OracleSpec { fixed: Some(ops), ..specs(1..2, t.spec.mount).remove(0) };

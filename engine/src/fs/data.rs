@@ -242,6 +242,12 @@ impl<D: BlockDevice> Ext4<D> {
         }
         self.ctx.writable()?;
         // vfs_truncate: MAY_WRITE refuses an immutable inode, then IS_APPEND.
+        self.truncate_checked(ino, size)
+    }
+
+    /// The checks truncate and ftruncate share, once the inode is known:
+    /// immutable or append-only is EPERM, past the largest file EFBIG.
+    pub(crate) fn truncate_checked(&mut self, ino: InodeNumber, size: u64) -> Result<(), Errno> {
         if self.restricted(ino)? {
             return Err(Errno::EPERM);
         }

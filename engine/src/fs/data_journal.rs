@@ -49,12 +49,7 @@ impl<D: BlockDevice> Ctx<D> {
     /// but blocks freed since (`freed`: (start, len) runs).
     pub(crate) fn take_staged_data(&mut self, freed: &[(BlockNumber, u64)]) -> StagedData {
         let mut staged = std::mem::take(&mut self.journaled_data);
-        for (start, len) in freed {
-            let gone: Vec<BlockNumber> = staged.range(*start..start.saturating_add(*len)).map(|(b, _)| *b).collect();
-            for b in gone {
-                staged.remove(&b);
-            }
-        }
+        staged.retain(|b, _| !freed.iter().any(|(start, len)| (*start..start.saturating_add(*len)).contains(b)));
         staged
     }
 }
@@ -70,15 +65,10 @@ pub(crate) fn overlay_unhomed(journal: Option<&Journal>, committing: &StagedData
         let at = (b - first) as usize * bs;
         buf[at..at + bs].copy_from_slice(copy);
     };
-    if let Some(j) = journal {
-        for b in j.unhomed_in(first, end).collect::<Vec<_>>() {
-            if let Some(copy) = j.unhomed_copy(b) {
-                put(b, copy);
-            }
-        }
-    }
-    for (b, copy) in committing.range(first..end).chain(staged.range(first..end)) {
-        put(*b, copy);
+    let logged = journal.into_iter().flat_map(|j| j.unhomed_copies_in(first, end));
+    let newer = committing.range(first..end).chain(staged.range(first..end)).map(|(b, copy)| (*b, &copy[..]));
+    for (b, copy) in logged.chain(newer) {
+        put(b, copy);
     }
 }
 

@@ -156,16 +156,10 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
             return Err(Errno::EINVAL);
         }
         let ino = self.slot_file(slot)?;
-        // IS_APPEND (do_sys_ftruncate), then immutable (ext4_setattr).
-        if self.restricted(ino)? {
-            return Err(Errno::EPERM);
-        }
-        if size > self.ctx.mount.max_file_size() {
-            return Err(Errno::EFBIG);
-        }
         self.prepare_change(0)?;
         self.make_room_for_edges()?;
-        self.truncate_inode(ino, size)
+        // IS_APPEND (do_sys_ftruncate), then immutable (ext4_setattr).
+        self.truncate_checked(ino, size)
     }
     fn close_all(&mut self) -> Result<(), Errno> {
         self.prepare_change(0)?;

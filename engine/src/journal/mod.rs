@@ -179,6 +179,11 @@ impl Journal {
         self.unhomed.range(start..end).map(|(b, _)| *b)
     }
 
+    /// The unhomed copies of blocks `start..end`, by block.
+    pub fn unhomed_copies_in(&self, start: BlockNumber, end: BlockNumber) -> impl Iterator<Item = (BlockNumber, &[u8])> + '_ {
+        self.unhomed.range(start..end).map(|(b, copy)| (*b, &copy[..]))
+    }
+
     /// The newest committed copy of `block`, if its home copy is older.
     pub fn unhomed_copy(&self, block: BlockNumber) -> Option<&[u8]> {
         self.unhomed.get(&block).map(|b| &b[..])

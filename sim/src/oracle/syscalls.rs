@@ -156,14 +156,13 @@ fn check(ret: libc::c_int) -> Result<libc::c_int, Errno> {
 
 /// pread(2) of `len` bytes at `offset`: a regular file's pread is short
 /// only at EOF; loop to be sure.
-fn pread_all(fd: &impl AsRawNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-    let raw = fd.raw();
+fn pread_all(fd: libc::c_int, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
     let mut buf = vec![0u8; len as usize];
     let mut done = 0usize;
     loop {
         let rest = &mut buf[done..];
         // SAFETY: rest is writable for its length.
-        let n = unsafe { libc::pread(raw, rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t) };
+        let n = unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t) };
         if n < 0 {
             return Err(errno());
         }
@@ -175,26 +174,6 @@ fn pread_all(fd: &impl AsRawNumber, offset: u64, len: u32) -> Result<Vec<u8>, Er
     buf.truncate(done);
     Ok(buf)
 }
-
-/// Something that names a descriptor for a call.
-trait AsRawNumber {
-    fn raw(&self) -> libc::c_int;
-}
-
-impl AsRawNumber for Fd {
-    fn raw(&self) -> libc::c_int {
-        self.0
-    }
-}
-
-impl AsRawNumber for BorrowedNumber {
-    fn raw(&self) -> libc::c_int {
-        self.0
-    }
-}
-
-/// A descriptor number lent for one call (closed by its owner, if any).
-struct BorrowedNumber(libc::c_int);
 
 /// An open file descriptor, closed on drop.
 struct Fd(libc::c_int);
@@ -218,8 +197,8 @@ impl SyscallFs {
     /// A slot's descriptor number for a call, -1 for an empty slot: the
     /// kernel then checks the call's other arguments first, as it does
     /// for any descriptor the process does not hold.
-    fn raw_fd(&self, slot: u8) -> BorrowedNumber {
-        BorrowedNumber(self.slots.get(&slot).map_or(-1, |fd| fd.0))
+    fn raw_fd(&self, slot: u8) -> libc::c_int {
+        self.slots.get(&slot).map_or(-1, |fd| fd.0)
     }
 
     /// The host path of an op path, as a C string. An interior NUL is
@@ -372,7 +351,7 @@ impl FileSystem for SyscallFs {
 
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
-        pread_all(&fd, offset, len)
+        pread_all(fd.0, offset, len)
     }
 
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
@@ -499,19 +478,19 @@ impl FileSystem for SyscallFs {
         check(unsafe { libc::close(raw) }).map(drop)
     }
     fn pread(&mut self, slot: u8, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        pread_all(&self.raw_fd(slot), offset, len)
+        pread_all(self.raw_fd(slot), offset, len)
     }
     fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
         // SAFETY: fsync(2) on a number, ours or -1 (EBADF).
-        check(unsafe { libc::fsync(self.raw_fd(slot).0) }).map(drop)
+        check(unsafe { libc::fsync(self.raw_fd(slot)) }).map(drop)
     }
     fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
         // SAFETY: as above; sizes past off_t come out negative, which ftruncate(2) refuses.
-        check(unsafe { libc::ftruncate(self.raw_fd(slot).0, size as libc::off_t) }).map(drop)
+        check(unsafe { libc::ftruncate(self.raw_fd(slot), size as libc::off_t) }).map(drop)
     }
     fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         // SAFETY: data is readable for its length; the number is ours or -1.
-        let n = unsafe { libc::pwrite(self.raw_fd(slot).0, data.as_ptr().cast(), data.len(), offset as libc::off_t) };
+        let n = unsafe { libc::pwrite(self.raw_fd(slot), data.as_ptr().cast(), data.len(), offset as libc::off_t) };
         if n < 0 {
             return Err(errno());
         }

@@ -19,3 +19,22 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Hand-written traces whose every answer was checked on a real kernel when
+/// they were written: the model must still give the kernel's answers
+/// (tests/oracle.rs), and the engine the same (tests/engine_lockstep.rs).
+pub const KERNEL_VERIFIED: [&str; 13] = [
+    include_str!("../traces/chattr_append_kernel_verified.trace"),
+    include_str!("../traces/renameat2_kernel_verified.trace"),
+    include_str!("../traces/immutable_writes_back_kernel_verified.trace"),
+    include_str!("../traces/symlink_slash_kernel_verified.trace"),
+    include_str!("../traces/lseek_kernel_verified.trace"),
+    include_str!("../traces/auto_da_alloc_kernel_verified.trace"),
+    include_str!("../traces/fiemap_range_kernel_verified.trace"),
+    include_str!("../traces/fallocate_refused_modes_kernel_verified.trace"),
+    include_str!("../traces/rename_traps_kernel_verified.trace"),
+    include_str!("../traces/orphan_kernel_verified.trace"),
+    include_str!("../traces/subpage_truncate_kernel_verified.trace"),
+    include_str!("../traces/orphan_sync_truncate_kernel_verified.trace"),
+    include_str!("../traces/large_folio_truncate_kernel_verified.trace"),
+];
