@@ -65,6 +65,16 @@ fn workload(bs: u64, seed: u64) -> Vec<Op> {
             ops.push(Op::Write { path: file(i), offset: r.below(bs * 40), len: 1 + r.below(3000) as u32, seed: i + 1000 });
         }
     }
+    // Direct I/O: aligned writes over data and into holes (one a sector
+    // short of whole blocks), a misaligned one that leaves its first hole
+    // unwritten, and one whose end fails after the extents before it.
+    for k in 0..8u64 {
+        let len = bs * (1 + r.below(4)) - 512 * (k % 2);
+        ops.push(Op::DirectWrite { path: file(k * 5 + 3), offset: bs * r.below(30), len: len as u32, seed: 500 + k });
+    }
+    ops.push(Op::Truncate { path: file(4), size: bs * 64 });
+    ops.push(Op::DirectWrite { path: file(4), offset: bs * 40 + 1, len: 3000, seed: 600 });
+    ops.push(Op::DirectWrite { path: file(4), offset: bs * 50, len: (bs * 3 + 100) as u32, seed: 601 });
     // A file with many extents: contiguous data, then every other block punched.
     let holes = deep_holes(bs);
     ops.push(Op::Create { path: "/deep".into(), perm: 0o600 });

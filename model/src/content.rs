@@ -36,7 +36,7 @@ impl fmt::Debug for Source {
 
 impl Source {
     /// The same source, `by` bytes further on.
-    fn advanced(&self, by: u64) -> Source {
+    pub(crate) fn advanced(&self, by: u64) -> Source {
         match self {
             Source::Pattern { seed, at } => Source::Pattern { seed: *seed, at: at + by },
             Source::Literal { bytes, at } => Source::Literal { bytes: bytes.clone(), at: at + by as usize },

@@ -44,6 +44,10 @@ pub struct FileData {
     pub size: u64,
     pub blocks: RangeMap<Alloc>,
     pub content: Content,
+    /// ext4's i_disksize where it lags the size: a delayed-allocation
+    /// write grew the file and write-back has not reached its end yet.
+    /// None where it is the size. Direct I/O asks it (ext4_extending_io).
+    pub disksize: Option<u64>,
     /// Truncated to 0 since its last close: the next close starts write-back
     /// of its delayed blocks (auto_da_alloc). In memory only.
     pub da_alloc_close: bool,
@@ -80,6 +84,12 @@ impl FileData {
     pub fn write(&mut self, offset: u64, len: u64, source: Source, bs: u64, fill: Alloc) -> u64 {
         let span = block_span(offset, len, bs);
         let new_blocks = self.holes_in(span.clone());
+        if offset + len > self.size {
+            // ext4_da_should_update_i_disksize: only a delayed write whose
+            // last byte lands in a written block moves i_disksize at once.
+            let last_written = self.blocks.get((offset + len - 1) / bs) == Some(&Alloc::Written);
+            self.disksize = if fill == Alloc::Delayed && !last_written { Some(self.disksize.unwrap_or(self.size)) } else { None };
+        }
         self.content.put(offset, len, source);
         let existing = self.blocks.overlapping(span.clone());
         self.blocks.insert(span, fill);
@@ -121,6 +131,11 @@ impl FileData {
         self.content.clear(from..to);
     }
 
+    /// i_disksize: what ext4_extending_io holds a direct write's end to.
+    pub fn disk_size(&self) -> u64 {
+        self.disksize.unwrap_or(self.size)
+    }
+
     /// Drops blocks `span` entirely (allocation and content). Returns blocks freed.
     pub fn free_blocks(&mut self, span: Range<u64>, bs: u64) -> u64 {
         if span.is_empty() {
@@ -137,6 +152,8 @@ impl FileData {
     /// rest of their extent, whose neighbours (written since, or allocated
     /// by a later fallocate) ext4 has merged into it by now.
     pub fn settle_from(&mut self, from: u64, bs: u64) {
+        // Write-back to the end pushes i_disksize to the size.
+        self.disksize = None;
         if !self.blocks.iter().any(|(r, a)| r.end > from && a.settled() != *a) {
             return;
         }

@@ -73,6 +73,7 @@ impl Model {
         let old_size = file.size;
         if !keep_size && end > file.size {
             file.size = end;
+            file.disksize = None;
         }
         let grew = file.size != old_size;
         self.st.used_blocks += new_blocks;
@@ -138,6 +139,9 @@ impl Model {
             file.blocks.insert(first_full..last_full, Alloc::Unwritten);
         }
         file.zero_bytes(offset, end);
+        if new_size != file.size {
+            file.disksize = None;
+        }
         file.size = new_size;
         self.st.used_blocks += new_blocks;
         self.touch_datasync(ino);
@@ -173,6 +177,7 @@ impl Model {
         let freed = file.free_blocks(first..first + count, bs);
         file.shift_blocks(first + count, -(count as i64), bs);
         file.size -= len;
+        file.disksize = None;
         self.st.used_blocks -= freed;
         self.touch_datasync(ino);
         Ok(())
@@ -201,6 +206,7 @@ impl Model {
         let file = self.file_mut(ino);
         file.shift_blocks(offset / bs, (len / bs) as i64, bs);
         file.size += len;
+        file.disksize = None;
         self.touch_datasync(ino);
         Ok(())
     }

@@ -93,10 +93,12 @@ impl Model {
             let freed = file.free_blocks(keep..u64::MAX, bs);
             file.zero_bytes(size, keep * bs);
             file.size = size;
+            file.disksize = None;
             self.st.used_blocks -= freed;
             self.truncated_to_zero(ino);
         } else {
             file.size = size;
+            file.disksize = None;
         }
         if size != old {
             self.touch_datasync(ino);

@@ -79,6 +79,19 @@ pub trait FileSystem {
     fn pwrite_pattern(&mut self, slot: u8, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
         self.pwrite(slot, offset, &pattern(seed, len as usize))
     }
+    /// open(O_WRONLY|O_DIRECT) + pwrite + close; returns the bytes written.
+    fn direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno>;
+    /// [`FileSystem::direct_write`] of [`pattern`]`(seed, len)`.
+    fn direct_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.direct_write(path, offset, &pattern(seed, len as usize))
+    }
+    /// open(O_RDONLY|O_DIRECT) + pread + close.
+    fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno>;
+    /// [`FileSystem::direct_read`] as an outcome; the model may answer
+    /// [`Reply::DataOrEinval`] where ext4's answer is layout.
+    fn direct_read_outcome(&mut self, path: &str, offset: u64, len: u32) -> Outcome {
+        self.direct_read(path, offset, len).map(Reply::Data)
+    }
     /// The process holding the slots exits: each open slot is closed, in
     /// slot order. Runs end this way before an unmount, a kernel case
     /// ends this way when its process exits.
@@ -167,6 +180,18 @@ pub trait FileSystem {
                     return Err(Errno::EINVAL);
                 }
                 self.pwrite_pattern(*slot, *offset, *len, *seed).map(Reply::Written)
+            }
+            Op::DirectWrite { path, offset, len, seed } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.direct_write_pattern(path, *offset, *len, *seed).map(Reply::Written)
+            }
+            Op::DirectRead { path, offset, len } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.direct_read_outcome(path, *offset, *len)
             }
             Op::Lseek { path, offset, whence } => match self.lseek(path, *offset, *whence) {
                 Ok(choices) => choices.only().unwrap_or(Ok(Reply::SeekChoices(choices))),

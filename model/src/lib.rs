@@ -16,6 +16,7 @@ pub mod content;
 mod crash_log;
 mod descriptors;
 pub mod data;
+mod direct_io;
 pub mod durability;
 mod errno;
 mod fallocate;

@@ -524,6 +524,25 @@ impl FileSystem for Model {
         self.record(|| Call::Op(Op::WriteFd { slot, offset, len, seed }));
         self.do_pwrite(slot, offset, len as usize, Source::Pattern { seed, at: 0 })
     }
+    fn direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let bytes: Arc<[u8]> = data.into();
+        let len = bytes.len();
+        self.record(|| Call::DirectWrite { path: path.into(), offset, data: bytes.clone() });
+        self.do_direct_write(path, offset, len, Source::Literal { bytes, at: 0 })
+    }
+    fn direct_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.record(|| Call::Op(Op::DirectWrite { path: path.into(), offset, len, seed }));
+        self.do_direct_write(path, offset, len as usize, Source::Pattern { seed, at: 0 })
+    }
+    fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        match self.do_direct_read(path, offset, len)? {
+            Reply::Data(d) | Reply::DataOrEinval(d) => Ok(d),
+            other => unreachable!("direct read answered {other:?}"),
+        }
+    }
+    fn direct_read_outcome(&mut self, path: &str, offset: u64, len: u32) -> Outcome {
+        self.do_direct_read(path, offset, len)
+    }
     fn rewrite_pattern(&mut self, path: &str, len: u32, seed: u64) -> Result<u64, Errno> {
         // Logged as its two steps (see rewrite_literal).
         self.record(|| Call::Op(Op::Truncate { path: path.into(), size: 0 }));

@@ -217,6 +217,8 @@ impl FileSystem for EngineTarget {
     fn ftruncate(&mut self, s: u8, n: u64) -> Result<(), Errno> { self.fs()?.ftruncate(s, n) }
     fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.pread(s, o, l) }
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.pwrite(s, o, d) }
+    fn direct_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.direct_write(p, o, d) }
+    fn direct_read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.direct_read(p, o, l) }
     fn close_all(&mut self) -> Result<(), Errno> { self.fs()?.close_all() }
 }
 
@@ -391,6 +393,18 @@ impl Target for EngineTarget {
                 ("delalloc blocks", Figure::Count(data.writeback.delalloc_blocks)),
                 ("converted blocks", Figure::Count(data.writeback.converted_blocks)),
                 ("journaled blocks", Figure::Count(data.writeback.journaled_blocks)),
+            ]),
+        ));
+        out.push((
+            "direct I/O".to_string(),
+            group(vec![
+                ("reads", Figure::Count(data.direct.reads)),
+                ("writes", Figure::Count(data.direct.writes)),
+                ("read", Figure::Bytes(data.direct.bytes_read)),
+                ("written", Figure::Bytes(data.direct.bytes_written)),
+                ("commands", Figure::Count(data.direct.commands)),
+                ("misaligned", Figure::Count(data.direct.misaligned)),
+                ("buffered (data=journal)", Figure::Count(data.direct.buffered)),
             ]),
         ));
         let mut orphans = self.past_orphans;

@@ -32,7 +32,7 @@ fn hash_outcome(h: &mut Fnv64, o: &Outcome) {
         Err(e) => h.write(&[0xEE, e.code() as u8]),
         Ok(Reply::Done) => h.write(&[0]),
         Ok(Reply::Written(n)) => h.write(&n.to_le_bytes()),
-        Ok(Reply::Data(d)) => {
+        Ok(Reply::Data(d)) | Ok(Reply::DataOrEinval(d)) => {
             h.write(&(d.len() as u64).to_le_bytes());
             h.write_bulk(d);
         }

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 30] = [
+const BASE_WEIGHTS: [u32; 32] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -43,6 +43,8 @@ const BASE_WEIGHTS: [u32; 30] = [
     4,  // pwrite
     1,  // fsync_fd
     1,  // ftruncate
+    3,  // direct_write
+    2,  // direct_read
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -88,7 +90,7 @@ pub struct Workload {
     /// shaping FIEMAP requests moved no other op of any seed.
     fiemap_rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 30],
+    weights: [u32; 32],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -272,6 +274,24 @@ impl Workload {
         }
     }
 
+    /// Offset and length of a direct read or write: sector aligned (often
+    /// block aligned too) five times in six, as programs that use O_DIRECT
+    /// ask; the rest as they come, for iomap's EINVAL and what precedes it.
+    /// A misaligned write always starts off a sector: one ending off a
+    /// sector writes the extents before its last in place before its
+    /// EINVAL, and where ext4's extents end is layout the model cannot see.
+    fn direct_range(&mut self, path: &str, write: bool) -> (u64, u32) {
+        let (offset, len) = (self.offset_for(path), self.length());
+        let align = match self.rng.random_range(0..6) {
+            0 if write && offset % ext4_model::op::DIO_ALIGN == 0 => return (offset | 1, len),
+            0 => return (offset, len),
+            1..=3 => ext4_model::op::DIO_ALIGN,
+            _ => u64::from(self.cfg.block_size),
+        };
+        let len = u64::from(len).div_ceil(align) * align;
+        (offset / align * align, u32::try_from(len).unwrap_or(MAX_GEN_IO))
+    }
+
     fn falloc_mode(&mut self) -> FallocFlags {
         let bits = match self.rng.random_range(0..20) {
             0..=3 => 0,
@@ -404,6 +424,16 @@ impl Workload {
                 let slot = self.slot();
                 Op::FtruncateFd { slot, size: self.slot_offset(slot) }
             }
+            OpKind::DirectWrite => {
+                let path = self.file_path();
+                let (offset, len) = self.direct_range(&path, true);
+                Op::DirectWrite { path, offset, len, seed: self.rng.random() }
+            }
+            OpKind::DirectRead => {
+                let path = self.file_path();
+                let (offset, len) = self.direct_range(&path, false);
+                Op::DirectRead { path, offset, len }
+            }
             OpKind::Lseek => {
                 // Mostly files; a directory's answer is checked too.
                 let path = if self.rng.random_ratio(1, 10) { self.dir_path() } else { self.file_path() };
@@ -501,7 +531,7 @@ impl Workload {
     /// The sizes a write or truncate that succeeded left.
     fn learn_sizes(&mut self, op: &Op) {
         match op {
-            Op::Write { path, offset, len, .. } => {
+            Op::Write { path, offset, len, .. } | Op::DirectWrite { path, offset, len, .. } => {
                 let end = offset + *len as u64;
                 // A known file's path is not cloned again for every write.
                 match self.sizes.get_mut(path) {

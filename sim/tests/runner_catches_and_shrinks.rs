@@ -60,6 +60,8 @@ impl FileSystem for Buggy {
     fn ftruncate(&mut self, s: u8, n: u64) -> Result<(), Errno> { self.inner.ftruncate(s, n) }
     fn pread(&mut self, s: u8, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.inner.pread(s, o, l) }
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.inner.pwrite(s, o, d) }
+    fn direct_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.inner.direct_write(p, o, d) }
+    fn direct_read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.inner.direct_read(p, o, l) }
 }
 
 impl Target for Buggy {

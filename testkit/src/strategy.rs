@@ -93,7 +93,21 @@ pub fn op() -> impl Strategy<Value = Op> {
         3 => (slot(), offset(), 0u32..20_000, any::<u64>()).prop_map(|(slot, offset, len, seed)| Op::WriteFd { slot, offset, len, seed }),
         1 => slot().prop_map(|slot| Op::FsyncFd { slot }),
         1 => (slot(), offset()).prop_map(|(slot, size)| Op::FtruncateFd { slot, size }),
+        2 => (path(), direct_range(), any::<u64>()).prop_map(|(path, (offset, len), seed)| Op::DirectWrite { path, offset, len, seed }),
+        1 => (path(), direct_range()).prop_map(|(path, (offset, len))| Op::DirectRead { path, offset, len }),
     ]
+}
+
+/// A direct I/O range: sector aligned mostly, as O_DIRECT users ask.
+pub fn direct_range() -> impl Strategy<Value = (u64, u32)> {
+    (offset(), 0u32..20_000, prop::bool::weighted(0.8)).prop_map(|(offset, len, aligned)| {
+        let a = ext4_model::op::DIO_ALIGN;
+        if aligned {
+            (offset / a * a, (u64::from(len).div_ceil(a) * a) as u32)
+        } else {
+            (offset, len)
+        }
+    })
 }
 
 /// A descriptor slot, now and then one past the table (EBADF).

@@ -173,6 +173,12 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.reserve_delayed(node, span.clone())?;
         }
         let old_size = node.disk.size;
+        if end > old_size {
+            // ext4_da_should_update_i_disksize: only a delayed write whose
+            // last byte lands in a written block moves i_disksize at once.
+            let last_written = node.map.lookup((end - 1) / bs).is_some_and(|p| !p.unwritten);
+            node.disksize = if ctx.delays_allocation(node) && !last_written { Some(node.disksize.unwrap_or(old_size)) } else { None };
+        }
         if offset > old_size {
             ctx.zero_past_eof(ino, node, old_size, offset)?;
         }
@@ -271,6 +277,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         ctx.zero_past_eof(ino, node, old, size)?;
         node.disk.size = size;
+        node.disksize = None;
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;

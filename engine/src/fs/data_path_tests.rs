@@ -324,3 +324,46 @@ fn a_journal_flag_switch_writes_back_and_resets_the_mapping_orders() {
     assert!(m.folios().all(|(_, f)| f.order() == 0));
     assert_eq!(fs.read("/f", 0, 64 << 10).unwrap(), pattern(9, 64 << 10));
 }
+
+#[test]
+fn direct_io_goes_around_the_page_cache() {
+    let (mut fs, log) = mounted(64 << 20, "");
+    fs.create("/f", 0o644).unwrap();
+    fs.write("/f", 0, &pattern(4, BS as usize)).unwrap();
+    // The dirty block is written back first; then only the asked sectors
+    // of the written block go to the device, and the cache forgets them.
+    assert_eq!(fs.direct_write("/f", 1024, &[0xAB; 1024]).unwrap(), 1024);
+    let writes = log.borrow().writes.clone();
+    assert_eq!(writes.len(), 2, "write-back, then the direct write: {writes:?}");
+    assert_eq!((writes[0].1, writes[1].1), (BS as usize, 1024));
+    assert_eq!(writes[1].0 % BS, 1024);
+    assert_eq!(fs.data_path_stats().cache_bytes, 0, "the written range is dropped from the cache");
+    let mut want = pattern(4, BS as usize);
+    want[1024..2048].fill(0xAB);
+    assert_eq!(fs.read("/f", 0, BS as u32).unwrap(), want);
+    // Into a hole past EOF: the new block is written whole, zero padded.
+    log.borrow_mut().writes.clear();
+    assert_eq!(fs.direct_write("/f", 2 * BS + 512, &[0xCD; 512]).unwrap(), 512);
+    assert_eq!(log.borrow().writes.iter().map(|w| w.1).collect::<Vec<_>>(), vec![BS as usize]);
+    log.borrow_mut().reads.clear();
+    let cold = fs.direct_read("/f", 2 * BS, BS as u32).unwrap();
+    assert_eq!(cold.len(), 1024, "up to EOF");
+    assert!(cold[..512].iter().all(|b| *b == 0) && cold[512..].iter().all(|b| *b == 0xCD));
+    assert_eq!(log.borrow().reads.iter().map(|r| r.1).collect::<Vec<_>>(), vec![BS as usize], "one direct command, no readahead");
+    let stats = fs.data_path_stats().direct;
+    assert_eq!((stats.writes, stats.reads, stats.misaligned), (2, 1, 0));
+}
+
+#[test]
+fn a_misaligned_direct_write_leaves_its_first_hole_unwritten_and_nothing_else() {
+    let (mut fs, log) = mounted(64 << 20, "");
+    fs.create("/f", 0o644).unwrap();
+    fs.truncate("/f", 16 * BS).unwrap();
+    log.borrow_mut().writes.clear();
+    assert_eq!(fs.direct_write("/f", BS + 1, &[1; 3 * BS as usize]), Err(ext4_model::Errno::EINVAL));
+    assert!(log.borrow().writes.is_empty(), "no data moved");
+    let map = fs.fiemap("/f", FiemapRequest::whole(0)).unwrap();
+    assert_eq!(map.iter().map(|e| (e.logical, e.length, e.flags)).collect::<Vec<_>>(), vec![(BS, 4 * BS, fiemap_flags::UNWRITTEN | fiemap_flags::LAST)]);
+    assert_eq!(fs.read("/f", 0, 16 * BS as u32).unwrap(), vec![0; 16 * BS as usize]);
+    assert_eq!(fs.data_path_stats().direct.misaligned, 1);
+}

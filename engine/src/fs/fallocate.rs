@@ -64,6 +64,7 @@ impl<D: BlockDevice> Ext4<D> {
         if !keep_size && end > node.disk.size {
             ctx.zero_past_eof(ino, node, node.disk.size, end)?;
             node.disk.size = end;
+            node.disksize = None;
         }
         Ok(())
     }
@@ -120,6 +121,7 @@ impl<D: BlockDevice> Ext4<D> {
         if !keep_size && end > node.disk.size {
             ctx.zero_past_eof(ino, node, node.disk.size, offset)?;
             node.disk.size = end;
+            node.disksize = None;
         }
         Ok(())
     }
@@ -160,6 +162,7 @@ impl<D: BlockDevice> Ext4<D> {
         node.es.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
         node.map_dirty = true;
         node.disk.size = size - len;
+        node.disksize = None;
         Ok(())
     }
 
@@ -178,6 +181,7 @@ impl<D: BlockDevice> Ext4<D> {
         // refuses to move the last extent past EXT_MAX_BLOCKS; the size stays.
         if node.map.end() > offset / bs && node.map.end() + len / bs > EXT_MAX_BLOCKS {
             node.disk.size = size + len;
+            node.disksize = None;
             return Err(Errno::EINVAL);
         }
         let delta = i64::try_from(len / bs).map_err(|_| Errno::EFBIG)?;
@@ -185,6 +189,7 @@ impl<D: BlockDevice> Ext4<D> {
         node.es.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
         node.map_dirty = true;
         node.disk.size = size + len;
+        node.disksize = None;
         Ok(())
     }
 }

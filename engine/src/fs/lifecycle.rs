@@ -50,7 +50,7 @@ impl<D: BlockDevice> Ext4<D> {
             disk.flags = FL_EXTENTS | (parent_flags & inode_flags::JOURNAL_DATA);
             extent::write_node(&mut disk.block, &ExtentNode::Leaf(Vec::new()), 0)?;
         }
-        let mut node = Node { disk, map: Default::default(), tree_blocks: Vec::new(), dir: None, map_dirty: true, es: Default::default(), da_alloc_close: false };
+        let mut node = Node { disk, map: Default::default(), tree_blocks: Vec::new(), dir: None, map_dirty: true, es: Default::default(), da_alloc_close: false, disksize: None };
         if is_dir {
             let goal = ctx.alloc.goal_for_inode(ino, false);
             let got = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?;

@@ -57,6 +57,7 @@ mod auto_da_alloc;
 mod buffered;
 mod data;
 mod data_journal;
+mod direct_io;
 mod fallocate;
 mod fiemap;
 mod inode_flags;
@@ -102,6 +103,7 @@ pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket};
 pub use timers::TimerStats;
+pub use direct_io::DirectIoStats;
 pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
 
@@ -124,6 +126,7 @@ pub(crate) struct Ctx<D: BlockDevice> {
     /// promised, so ENOSPC comes at write time.
     pub reserved_blocks: u64,
     pub wb_stats: writepages::WritebackStats,
+    pub dio_stats: direct_io::DirectIoStats,
     /// Data blocks of journal-mode inodes the running transaction logs.
     pub(crate) journaled_data: data_journal::StagedData,
     /// Those of the committing transaction, until it is in the log.
@@ -287,6 +290,7 @@ impl<D: BlockDevice> Ext4<D> {
             pages,
             reserved_blocks: 0,
             wb_stats: writepages::WritebackStats::default(),
+            dio_stats: direct_io::DirectIoStats::default(),
             journaled_data: Default::default(),
             committing_data: Default::default(),
             bug_unordered_data: false,
@@ -401,6 +405,7 @@ impl<D: BlockDevice> Ext4<D> {
             pages: c.pages.clone(),
             reserved_blocks: c.reserved_blocks,
             wb_stats: c.wb_stats,
+            dio_stats: c.dio_stats,
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),
             bug_unordered_data: c.bug_unordered_data,

@@ -37,6 +37,11 @@ pub struct Node {
     pub es: ExtentStatusTree,
     /// Truncated to 0 since its last close (EXT4_STATE_DA_ALLOC_CLOSE).
     pub da_alloc_close: bool,
+    /// i_disksize where a delayed write grew the file past it and no
+    /// write-back an op asked for has run since (ext4_extending_io asks
+    /// it); None where it is the size. Background write-back leaves it,
+    /// as the model cannot see when that runs (docs/direct-io.md).
+    pub disksize: Option<u64>,
 }
 
 impl Node {
@@ -111,7 +116,7 @@ impl<D: BlockDevice> Ctx<D> {
         if disk.has_flag(FL_INLINE_DATA) {
             return Err(Unsupported::Construct(format!("inode {ino} has inline data")).into());
         }
-        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false };
+        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false, disksize: None };
         let fast_link = node.is_fast_symlink();
         if node.disk.has_flag(FL_EXTENTS) {
             let seed = self.ino_seed(ino, node.disk.generation);

@@ -161,6 +161,18 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         // IS_APPEND (do_sys_ftruncate), then immutable (ext4_setattr).
         self.truncate_checked(ino, size)
     }
+    fn direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
+        self.make_room_for_edges()?;
+        self.do_direct_write(path, offset, data)
+    }
+    fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        // Write-back waits where a handle would (see `locks`).
+        if !self.ctx.mount.read_only {
+            self.start_handle()?;
+        }
+        self.do_direct_read(path, offset, len)
+    }
     fn close_all(&mut self) -> Result<(), Errno> {
         self.prepare_change(0)?;
         self.close_every_slot()

@@ -88,7 +88,7 @@ impl<D: BlockDevice> Ext4<D> {
         for ino in dirty {
             let since = *self.timers.dirty_since_ns.entry(ino).or_insert(now);
             if now.saturating_sub(since) >= DIRTY_EXPIRE_NS {
-                self.write_back_data(ino, 0)?;
+                self.write_back_quietly(ino, 0)?;
                 self.timers.dirty_since_ns.remove(&ino);
                 self.timers.stats.expired_inodes += 1;
             }

@@ -26,6 +26,10 @@ pub const LINK_MAX: u32 = 65000;
 /// Descriptor slots a run may hold open across ops (`open ... slot=N`);
 /// a slot number at or above this is EBADF everywhere.
 pub const FD_SLOTS: u8 = 4;
+/// The alignment direct I/O's offset and length need: the logical block
+/// size of the devices the test bed runs on (the simulated disk, loop
+/// devices, virtio-blk), checked by iomap per mapped extent.
+pub const DIO_ALIGN: u64 = 512;
 
 /// fallocate(2) mode bits, kept raw so that invalid combinations can be asked for.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, arbitrary::Arbitrary)]
@@ -178,6 +182,13 @@ pub enum Op {
     FsyncFd { slot: u8 },
     /// ftruncate(2) of a slot's descriptor.
     FtruncateFd { slot: u8, size: u64 },
+    /// open(O_WRONLY|O_DIRECT) + pwrite of [`pattern`]`(seed, len)` at
+    /// `offset` from a page-aligned buffer + close. Offset and length not
+    /// multiples of [`DIO_ALIGN`] are EINVAL once ext4 has mapped the
+    /// first extent; a data=journal inode takes the buffered path.
+    DirectWrite { path: String, offset: u64, len: u32, seed: u64 },
+    /// open(O_RDONLY|O_DIRECT) + pread into a page-aligned buffer + close.
+    DirectRead { path: String, offset: u64, len: u32 },
 }
 
 impl Op {
@@ -206,6 +217,8 @@ impl Op {
             | Op::Append { path, .. }
             | Op::Lseek { path, .. }
             | Op::Rewrite { path, .. }
+            | Op::DirectWrite { path, .. }
+            | Op::DirectRead { path, .. }
             | Op::Open { path, .. } => vec![path],
         }
     }
@@ -260,6 +273,8 @@ impl Op {
             Op::WriteFd { .. } => OpKind::WriteFd,
             Op::FsyncFd { .. } => OpKind::FsyncFd,
             Op::FtruncateFd { .. } => OpKind::FtruncateFd,
+            Op::DirectWrite { .. } => OpKind::DirectWrite,
+            Op::DirectRead { .. } => OpKind::DirectRead,
         }
     }
 }
@@ -297,10 +312,12 @@ pub enum OpKind {
     WriteFd,
     FsyncFd,
     FtruncateFd,
+    DirectWrite,
+    DirectRead,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 30] = [
+    pub const ALL: [OpKind; 32] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -331,6 +348,8 @@ impl OpKind {
         OpKind::WriteFd,
         OpKind::FsyncFd,
         OpKind::FtruncateFd,
+        OpKind::DirectWrite,
+        OpKind::DirectRead,
     ];
 }
 
@@ -479,6 +498,12 @@ pub enum Reply {
     /// layout, so the model gives the map it would report and the block
     /// size, and [`crate::agree`] allows a range of counts.
     ExtentsToCount { extents: Vec<FiemapExtent>, block_size: u32 },
+    /// Model only: a misaligned direct read whose answer is not the
+    /// filesystem's to give: blocks ext4 may have zeroed out instead of
+    /// splitting their extent ([`crate::data::Alloc::Zeroed`]: mapped is
+    /// EINVAL, unwritten reads zeros), or a mapped extent landing off a
+    /// sector in the buffer (the device's DMA alignment decides).
+    DataOrEinval(Vec<u8>),
 }
 
 /// What an op returns: its reply or the errno a user would see.
@@ -492,7 +517,7 @@ mod tests {
     fn kinds_cover_every_op() {
         // Declaration order, each kind once, the last one last.
         assert!(OpKind::ALL.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(OpKind::ALL.len(), OpKind::FtruncateFd as usize + 1);
+        assert_eq!(OpKind::ALL.len(), OpKind::DirectRead as usize + 1);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
         assert_eq!(Op::Close { slot: 0 }.kind(), OpKind::Close);
     }

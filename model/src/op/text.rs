@@ -97,6 +97,8 @@ impl fmt::Display for Op {
             Op::WriteFd { slot, offset, len, seed } => write!(f, "pwrite slot={slot} offset={offset} len={len} seed={seed}"),
             Op::FsyncFd { slot } => write!(f, "fsync_fd slot={slot}"),
             Op::FtruncateFd { slot, size } => write!(f, "ftruncate slot={slot} size={size}"),
+            Op::DirectWrite { path, offset, len, seed } => write!(f, "direct_write path={} offset={offset} len={len} seed={seed}", q(path)),
+            Op::DirectRead { path, offset, len } => write!(f, "direct_read path={} offset={offset} len={len}", q(path)),
         }
     }
 }
@@ -154,6 +156,8 @@ impl FromStr for Op {
             "pwrite" => Op::WriteFd { slot: f.num("slot")?, offset: f.num("offset")?, len: f.num("len")?, seed: f.num("seed")? },
             "fsync_fd" => Op::FsyncFd { slot: f.num("slot")? },
             "ftruncate" => Op::FtruncateFd { slot: f.num("slot")?, size: f.num("size")? },
+            "direct_write" => Op::DirectWrite { path: path()?, offset: f.num("offset")?, len: f.num("len")?, seed: f.num("seed")? },
+            "direct_read" => Op::DirectRead { path: path()?, offset: f.num("offset")?, len: f.num("len")? },
             "lseek" => Op::Lseek {
                 path: path()?,
                 offset: f.num("offset")?,
@@ -189,6 +193,8 @@ mod tests {
             Op::Close { slot: 200 },
             Op::ReadFd { slot: 0, offset: 4096, len: 10 },
             Op::WriteFd { slot: 1, offset: 1, len: 2, seed: 3 },
+            Op::DirectWrite { path: "/d".into(), offset: 4096, len: 512, seed: 9 },
+            Op::DirectRead { path: "/d".into(), offset: 513, len: 1024 },
             Op::FsyncFd { slot: 2 },
             Op::FtruncateFd { slot: 3, size: u64::MAX },
             Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },

@@ -175,6 +175,32 @@ fn pread_all(fd: libc::c_int, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
     Ok(buf)
 }
 
+/// A buffer at a page boundary: O_DIRECT needs the memory aligned too,
+/// and the op vocabulary leaves only offset and length to be misaligned.
+struct AlignedBuf {
+    bytes: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    const ALIGN: usize = 4096;
+
+    fn zeroed(len: usize) -> AlignedBuf {
+        let bytes = vec![0u8; len + Self::ALIGN];
+        let start = bytes.as_ptr().align_offset(Self::ALIGN);
+        AlignedBuf { bytes, start, len }
+    }
+
+    fn get(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.len]
+    }
+
+    fn get_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[self.start..self.start + self.len]
+    }
+}
+
 /// An open file descriptor, closed on drop.
 struct Fd(libc::c_int);
 
@@ -352,6 +378,38 @@ impl FileSystem for SyscallFs {
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         let fd = self.open_fd(path, libc::O_RDONLY, 0)?;
         pread_all(fd.0, offset, len)
+    }
+
+    fn direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let fd = self.open_fd(path, libc::O_WRONLY | libc::O_DIRECT, 0)?;
+        let mut buf = AlignedBuf::zeroed(data.len());
+        buf.get_mut().copy_from_slice(data);
+        // SAFETY: the buffer is readable for its length.
+        let n = unsafe { libc::pwrite(fd.0, buf.get().as_ptr().cast(), data.len(), offset as libc::off_t) };
+        if n < 0 {
+            return Err(errno());
+        }
+        Ok(n as u64)
+    }
+
+    fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let fd = self.open_fd(path, libc::O_RDONLY | libc::O_DIRECT, 0)?;
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        let mut done = 0usize;
+        // Short only at EOF, where the next call answers 0 before any alignment check.
+        loop {
+            let rest = &mut buf.get_mut()[done..];
+            // SAFETY: rest is writable for its length.
+            let n = unsafe { libc::pread(fd.0, rest.as_mut_ptr().cast(), rest.len(), (offset + done as u64) as libc::off_t) };
+            if n < 0 {
+                return Err(errno());
+            }
+            done += n as usize;
+            if n == 0 || done == len as usize {
+                break;
+            }
+        }
+        Ok(buf.get()[..done].to_vec())
     }
 
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {

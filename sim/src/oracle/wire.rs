@@ -199,6 +199,11 @@ impl Encoder {
                 self.u64(c.block_size);
                 self.u8(u8::from(c.enxio));
             }
+            // The model's, never a kernel's; carried whole all the same.
+            Ok(Reply::DataOrEinval(d)) => {
+                self.u8(12);
+                self.bytes(d);
+            }
         }
     }
 
@@ -346,6 +351,7 @@ impl<'a> Decoder<'a> {
                 c.enxio = self.u8()? != 0;
                 Ok(Reply::SeekChoices(c))
             }
+            12 => Ok(Reply::DataOrEinval(self.bytes()?)),
             t => return Err(format!("bad outcome tag {t}")),
         })
     }
@@ -382,6 +388,7 @@ mod tests {
             Ok(Reply::ExtentsToCount { extents: vec![FiemapExtent::new(8192, 4096, 0x1)], block_size: 1024 }),
             Ok(Reply::Offset(1 << 40)),
             Ok(Reply::SeekChoices(ext4_model::SeekChoices { exact: vec![3, 9], block_starts: std::iter::once(4096..8192).collect(), block_size: 4096, enxio: true })),
+            Ok(Reply::DataOrEinval(vec![0; 5])),
         ];
         let results = vec![
             GuestResult { error: None, outcomes, kernel_log: vec!["EXT4-fs warning (device vdb): x".into()] },

@@ -101,6 +101,8 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
         | Op::Stat { path }
         | Op::Write { path, .. }
         | Op::Read { path, .. }
+        | Op::DirectWrite { path, .. }
+        | Op::DirectRead { path, .. }
         | Op::Truncate { path, .. }
         | Op::Fsync { path }
         | Op::Fdatasync { path }

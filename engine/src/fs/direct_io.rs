@@ -1,0 +1,284 @@
+//! O_DIRECT: file data between an op and the device, around the page
+//! cache, as ext4's iomap path moves it (the model's direct_io.rs says
+//! what a user sees).
+//!
+//! - A data=journal inode has no direct path (ext4_dio_alignment is 0):
+//!   its calls are buffered.
+//! - The range's dirty pages are written back first and its cached blocks
+//!   dropped (kiocb_invalidate_pages), so the cache never holds older
+//!   bytes than the device.
+//! - Writes map their holes unwritten, write the data (whole zero-padded
+//!   blocks where the block is not the file's yet, the sectors asked for
+//!   where it is), then convert: a crash or a failed write never exposes a
+//!   block's old contents. Nothing waits for a commit: the data is on the
+//!   device before the allocation and the size can commit.
+//! - iomap checks [`DIO_ALIGN`] per mapped extent once it is mapped, so
+//!   a misaligned write does part of its work before its EINVAL, and a
+//!   misaligned read fails only on a written block (`misaligned_write`).
+
+use std::ops::Range;
+
+use ext4_model::op::DIO_ALIGN;
+use ext4_model::{Errno, FileKind, InodeJournalMode};
+
+use crate::device::{BlockDevice, IoClass, WriteFlags};
+use crate::error::Error;
+use crate::format::InodeNumber;
+
+use super::data::{block_span, LOFF_MAX};
+use super::node::Node;
+use super::{Ctx, Ext4};
+
+/// Blocks ext4_iomap_alloc maps for one direct write at most (DIO_MAX_BLOCKS).
+const DIO_MAX_BLOCKS: u64 = 4096;
+
+/// What the direct path did, for a run's report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectIoStats {
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Device commands the direct path issued.
+    pub commands: u64,
+    /// Refused for alignment (EINVAL from iomap).
+    pub misaligned: u64,
+    /// Calls on data=journal inodes, run buffered.
+    pub buffered: u64,
+}
+
+impl<D: BlockDevice> Ctx<D> {
+    fn direct_path(&self, node: &Node) -> bool {
+        self.data_mode(node) != InodeJournalMode::Journal
+    }
+
+    /// `data` (file bytes from `offset`, sector aligned) to the blocks
+    /// `node` maps for them: whole blocks padded with zeros where a block
+    /// is unwritten, only the sectors asked for where it is written.
+    fn write_direct(&mut self, node: &Node, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let bs = self.bs();
+        let end = offset + data.len() as u64;
+        let per_io = (self.max_io_bytes() / bs).max(1);
+        let mut staged = std::mem::take(&mut self.scratch);
+        let mut result = Ok(());
+        'pieces: for p in node.map.pieces(block_span(offset, data.len() as u64, bs)) {
+            let mut l = p.logical;
+            while l < p.logical + p.len {
+                let n = per_io.min(p.logical + p.len - l);
+                let at = (p.physical + (l - p.logical)) * bs;
+                let (lo, hi) = ((l * bs).max(offset), ((l + n) * bs).min(end));
+                let bytes = &data[(lo - offset) as usize..(hi - offset) as usize];
+                let wrote = if p.unwritten {
+                    staged.clear();
+                    staged.resize((n * bs) as usize, 0);
+                    staged[(lo - l * bs) as usize..(hi - l * bs) as usize].copy_from_slice(bytes);
+                    self.dev.write(at, &staged, WriteFlags::DATA)
+                } else {
+                    self.dev.write(at + (lo - l * bs), bytes, WriteFlags::DATA)
+                };
+                if let Err(e) = wrote {
+                    result = Err(Error::from(e).into());
+                    break 'pieces;
+                }
+                self.dio_stats.commands += 1;
+                l += n;
+            }
+        }
+        self.scratch = staged;
+        result
+    }
+
+    /// Bytes `offset..` of the file into `out` from the device: written
+    /// blocks read whole (one command per physically contiguous stretch),
+    /// the rest zeros.
+    fn read_direct(&mut self, node: &Node, offset: u64, out: &mut [u8]) -> Result<(), Errno> {
+        let bs = self.bs();
+        let end = offset + out.len() as u64;
+        let per_io = (self.max_io_bytes() / bs).max(1);
+        out.fill(0);
+        let mut staged = std::mem::take(&mut self.scratch);
+        let mut result = Ok(());
+        'pieces: for p in node.map.pieces(block_span(offset, out.len() as u64, bs)).into_iter().filter(|p| !p.unwritten) {
+            let mut l = p.logical;
+            while l < p.logical + p.len {
+                let n = per_io.min(p.logical + p.len - l);
+                let at = (p.physical + (l - p.logical)) * bs;
+                staged.resize((n * bs) as usize, 0);
+                if let Err(e) = self.dev.read(at, &mut staged, IoClass::Data) {
+                    result = Err(Error::from(e).into());
+                    break 'pieces;
+                }
+                self.overlay_unhomed_data(at / bs, &mut staged);
+                self.dio_stats.commands += 1;
+                let (lo, hi) = ((l * bs).max(offset), ((l + n) * bs).min(end));
+                out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&staged[(lo - l * bs) as usize..(hi - l * bs) as usize]);
+                l += n;
+            }
+        }
+        self.scratch = staged;
+        result
+    }
+
+    /// What a misaligned write does before iomap refuses it, extent by
+    /// extent (see the model's direct_io.rs): holes inside EOF up to the
+    /// refused extent mapped unwritten (only the first extent's, at most
+    /// DIO_MAX_BLOCKS, when the offset is misaligned), and written blocks
+    /// of the extents before it overwritten in place. Extents here are runs
+    /// of one state, as the model takes them; ext4's also end where the
+    /// blocks stop being contiguous on disk.
+    fn misaligned_write(&mut self, ino: InodeNumber, node: &mut Node, offset: u64, data: &[u8]) -> Result<(), Errno> {
+        let bs = self.bs();
+        let end = offset + data.len() as u64;
+        let span = block_span(offset, data.len() as u64, bs);
+        let state = |b: u64| node.map.lookup(b).map(|p| p.unwritten);
+        let at = if offset % DIO_ALIGN != 0 { span.start } else { span.end - 1 };
+        let (mut first, mut last) = (at, at + 1);
+        while first > span.start && state(first - 1) == state(at) {
+            first -= 1;
+        }
+        while last < span.end && state(last) == state(at) {
+            last += 1;
+        }
+        let reached = if offset % DIO_ALIGN != 0 { span.start } else { first };
+        let eof_block = node.disk.size.div_ceil(bs);
+        let mut holes: Vec<Range<u64>> = node.map.holes(span.start..last.min(eof_block)).into_iter().filter(|h| h.start < h.end).collect();
+        if offset % DIO_ALIGN != 0 {
+            holes.truncate(1);
+            if let Some(h) = holes.first_mut() {
+                h.end = h.end.min(h.start + DIO_MAX_BLOCKS);
+            }
+        }
+        let need: u64 = holes.iter().map(|h| h.end - h.start).sum();
+        self.check_room_blocks(need)?;
+        for h in holes {
+            self.map_range(ino, node, h, true)?;
+        }
+        let written: Vec<Range<u64>> = node.map.pieces(span.start..reached).into_iter().filter(|p| !p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        for r in written {
+            let (lo, hi) = ((r.start * bs).max(offset), (r.end * bs).min(end));
+            self.write_direct(node, lo, &data[(lo - offset) as usize..(hi - offset) as usize])?;
+        }
+        Ok(())
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    pub(crate) fn do_direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let ino = self.open_for_write(path, false)?;
+        let written = self.direct_write_at(ino, offset, data);
+        self.closing(ino, written)
+    }
+
+    fn direct_write_at(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EINVAL);
+        }
+        let (ctx, node) = self.split(ino)?;
+        if !ctx.direct_path(node) {
+            ctx.dio_stats.buffered += 1;
+            return self.write_at(ino, offset, data);
+        }
+        let count = ext4_model::vfs::write_count(offset, data.len(), ctx.mount.max_file_size())?;
+        if count == 0 {
+            return Ok(0);
+        }
+        let data = &data[..count];
+        let bs = ctx.bs();
+        let end = offset + count as u64;
+        let span = block_span(offset, count as u64, bs);
+        let old_size = node.disk.size;
+        // ext4_extending_io, asked before the range is written back.
+        let extending = end > old_size || end > node.disksize.unwrap_or(old_size);
+        if offset > old_size {
+            ctx.zero_past_eof(ino, node, old_size, offset)?;
+        }
+        self.write_back_quietly(ino, span.start).map_err(Errno::from)?;
+        let (ctx, node) = self.split(ino)?;
+        ctx.pages.invalidate(ino, span.clone());
+        let misaligned = (offset | count as u64) % DIO_ALIGN != 0;
+        let written = if misaligned {
+            ctx.dio_stats.misaligned += 1;
+            Err(ctx.misaligned_write(ino, node, offset, data).err().unwrap_or(Errno::EINVAL))
+        } else {
+            ctx.map_range(ino, node, span.clone(), true).and_then(|()| ctx.write_direct(node, offset, data))
+        };
+        self.mark_dirty(ino);
+        if let Err(e) = written {
+            // ext4_inode_extension_cleanup: a failed extending write truncates.
+            if extending {
+                self.truncate_inode(ino, old_size)?;
+            }
+            return Err(e);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let converting: Vec<Range<u64>> = node.map.pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        for r in converting {
+            node.es.forget_mapped(r.clone());
+            node.map.set_state(r, false);
+            node.map_dirty = true;
+        }
+        node.disk.size = node.disk.size.max(end);
+        // ext4_handle_inode_extension moves i_disksize to the write's end.
+        if let Some(d) = node.disksize {
+            let d = d.max(end);
+            node.disksize = (d < node.disk.size).then_some(d);
+        }
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        ctx.dio_stats.writes += 1;
+        ctx.dio_stats.bytes_written += count as u64;
+        Ok(count as u64)
+    }
+
+    pub(crate) fn do_direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let ino = self.open_path(path)?;
+        let read = self.direct_read_open(ino, offset, len);
+        self.closing(ino, read)
+    }
+
+    fn direct_read_open(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        // Only regular files set FMODE_CAN_ODIRECT (do_dentry_open).
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EINVAL);
+        }
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let (ctx, node) = self.split(ino)?;
+        if !ctx.direct_path(node) {
+            ctx.dio_stats.buffered += 1;
+            return self.read_open(ino, offset, len);
+        }
+        let size = node.disk.size;
+        if len == 0 || offset >= size {
+            return Ok(Vec::new());
+        }
+        let span = block_span(offset, u64::from(len), ctx.bs());
+        if !self.ctx.mount.read_only {
+            self.write_back_quietly(ino, span.start).map_err(Errno::from)?;
+        }
+        let (ctx, node) = self.split(ino)?;
+        // ext4_iomap_begin refuses blocks past the last logical block,
+        // which a direct read reaches where a buffered one stops.
+        if offset + u64::from(len) > ctx.mount.max_file_size() {
+            return Err(Errno::EINVAL);
+        }
+        // A mapped extent starting or ending off a sector is refused: the
+        // first when the offset is off one, the last when the end is. The
+        // simulated disk moves any byte: an extent that only lands off a
+        // sector in the buffer (after a hole) is read.
+        let edge = if offset % DIO_ALIGN != 0 { span.start } else { span.end - 1 };
+        let looked_at = if (offset | u64::from(len)) % DIO_ALIGN != 0 { edge..edge + 1 } else { 0..0 };
+        if node.map.pieces(looked_at).iter().any(|p| !p.unwritten) {
+            ctx.dio_stats.misaligned += 1;
+            return Err(Errno::EINVAL);
+        }
+        let end = size.min(offset.saturating_add(u64::from(len)));
+        let mut out = vec![0u8; (end - offset) as usize];
+        ctx.read_direct(node, offset, &mut out)?;
+        ctx.dio_stats.reads += 1;
+        ctx.dio_stats.bytes_read += out.len() as u64;
+        Ok(out)
+    }
+}
