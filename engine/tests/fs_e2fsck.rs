@@ -75,6 +75,10 @@ fn workload(bs: u64, seed: u64) -> Vec<Op> {
     ops.push(Op::Truncate { path: file(4), size: bs * 64 });
     ops.push(Op::DirectWrite { path: file(4), offset: bs * 40 + 1, len: 3000, seed: 600 });
     ops.push(Op::DirectWrite { path: file(4), offset: bs * 50, len: (bs * 3 + 100) as u32, seed: 601 });
+    // Writes through a shared mapping: into holes, over data, cut at EOF.
+    for k in 0..6u64 {
+        ops.push(Op::MapWrite { path: file(k * 5 + 2), offset: r.below(bs * 12), len: 1 + r.below(bs * 3) as u32, seed: 700 + k });
+    }
     // A file with many extents: contiguous data, then every other block punched.
     let holes = deep_holes(bs);
     ops.push(Op::Create { path: "/deep".into(), perm: 0o600 });

@@ -92,7 +92,8 @@ impl Model {
 fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result<FileData, CrashViolation> {
     let extents = fs.fiemap(path, FiemapRequest::whole(0)).map_err(|errno| CrashViolation::Unreadable { call: format!("fiemap {path}"), errno })?;
     let mut file = FileData { size, ..FileData::default() };
-    for e in &extents {
+    // Blocks a model says may be holes are taken as holes.
+    for e in extents.iter().filter(|e| !e.maybe_hole) {
         if e.logical % bs != 0 || e.length % bs != 0 {
             return Err(inconsistent(path, format!("extent {e:?} is not block aligned")));
         }

@@ -14,6 +14,7 @@ pub enum Call {
     Append { path: String, data: Arc<[u8]> },
     WriteFd { slot: u8, offset: u64, data: Arc<[u8]> },
     DirectWrite { path: String, offset: u64, data: Arc<[u8]> },
+    MapWrite { path: String, offset: u64, data: Arc<[u8]> },
 }
 
 /// The state at the last sync and every call since.

@@ -44,6 +44,13 @@ pub struct FileData {
     pub size: u64,
     pub blocks: RangeMap<Alloc>,
     pub content: Content,
+    /// Holes a page fault may have allocated with the rest of its folio
+    /// (block_page_mkwrite backs every block of the folio inside EOF): how
+    /// large the kernel's folio was is the page cache's choice, so each of
+    /// these reads as zeros and is either still a hole or allocated
+    /// (delayed, or written as zeros once written back). Only where
+    /// `blocks` has no entry; kept out of `used_blocks`.
+    pub folio_rest: RangeMap<()>,
     /// ext4's i_disksize where it lags the size: a delayed-allocation
     /// write grew the file and write-back has not reached its end yet.
     /// None where it is the size. Direct I/O asks it (ext4_extending_io).
@@ -136,11 +143,47 @@ impl FileData {
         self.disksize.unwrap_or(self.size)
     }
 
+    /// Holes of `span` a page fault may have allocated (see `folio_rest`).
+    pub fn maybe_allocated(&self, span: Range<u64>) -> Vec<Range<u64>> {
+        let mut out = Vec::new();
+        for (r, ()) in self.folio_rest.overlapping(span) {
+            let mut at = r.start;
+            for (b, _) in self.blocks.overlapping(r.clone()) {
+                if b.start > at {
+                    out.push(at..b.start);
+                }
+                at = b.end;
+            }
+            if at < r.end {
+                out.push(at..r.end);
+            }
+        }
+        out
+    }
+
+    /// A page fault's write access to blocks `span` (its folio's blocks
+    /// inside EOF): holes are backed as `fill`, unwritten blocks turn
+    /// dirty. Returns blocks newly allocated.
+    pub fn fault_in(&mut self, span: Range<u64>, bs: u64, fill: Alloc) -> u64 {
+        let new_blocks = self.holes_in(span.clone());
+        let existing = self.blocks.overlapping(span.clone());
+        self.blocks.insert(span, fill);
+        for (r, old) in existing {
+            let converts = matches!(old, Alloc::Unwritten | Alloc::Zeroed);
+            self.blocks.insert(r.clone(), if converts { Alloc::UnwrittenDirty } else { old });
+            if converts {
+                self.zeroout_around(r, bs);
+            }
+        }
+        new_blocks
+    }
+
     /// Drops blocks `span` entirely (allocation and content). Returns blocks freed.
     pub fn free_blocks(&mut self, span: Range<u64>, bs: u64) -> u64 {
         if span.is_empty() {
             return 0;
         }
+        self.folio_rest.remove(span.clone());
         let freed: u64 = self.blocks.overlapping(span.clone()).iter().map(|(r, _)| r.end - r.start).sum();
         self.blocks.remove(span.clone());
         self.content.clear(byte_span(&span, bs));
@@ -172,6 +215,7 @@ impl FileData {
     /// Moves blocks at or after `from` by `delta` blocks, content with them.
     pub fn shift_blocks(&mut self, from: u64, delta: i64, bs: u64) {
         self.blocks.shift_from(from, delta);
+        self.folio_rest.shift_from(from, delta);
         self.content.shift_from(from * bs, delta * bs as i64);
     }
 
@@ -179,19 +223,20 @@ impl FileData {
     /// of equal state, clipped to `blocks`, the last one flagged LAST. Dirty
     /// ranges carry `writeback_pending`.
     pub fn fiemap(&self, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
-        let mut out: Vec<FiemapExtent> = self
-            .blocks
-            .overlapping(blocks)
+        let maybe: Vec<(Range<u64>, Option<Alloc>)> = self.maybe_allocated(blocks.clone()).into_iter().map(|r| (r, None)).collect();
+        let mut runs: Vec<(Range<u64>, Option<Alloc>)> = self.blocks.overlapping(blocks).into_iter().map(|(r, a)| (r, Some(a))).chain(maybe).collect();
+        runs.sort_by_key(|(r, _)| r.start);
+        let mut out: Vec<FiemapExtent> = runs
             .into_iter()
             .map(|(r, a)| {
                 let (flags, pending) = match a {
-                    Alloc::Written => (0, false),
-                    Alloc::Unwritten => (fiemap_flags::UNWRITTEN, false),
-                    Alloc::UnwrittenDirty => (fiemap_flags::UNWRITTEN, true),
-                    Alloc::Delayed => (fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN, true),
-                    Alloc::Zeroed => (fiemap_flags::UNWRITTEN, true),
+                    Some(Alloc::Written) => (0, false),
+                    Some(Alloc::Unwritten) => (fiemap_flags::UNWRITTEN, false),
+                    Some(Alloc::UnwrittenDirty) => (fiemap_flags::UNWRITTEN, true),
+                    Some(Alloc::Delayed) | None => (fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN, true),
+                    Some(Alloc::Zeroed) => (fiemap_flags::UNWRITTEN, true),
                 };
-                FiemapExtent { writeback_pending: pending, ..FiemapExtent::new(r.start * bs, (r.end - r.start) * bs, flags) }
+                FiemapExtent { writeback_pending: pending, maybe_hole: a.is_none(), ..FiemapExtent::new(r.start * bs, (r.end - r.start) * bs, flags) }
             })
             .collect();
         if let Some(last) = out.last_mut() {

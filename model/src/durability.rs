@@ -168,6 +168,7 @@ impl Model {
             Call::Append { path, data } => self.append_literal(path, data.clone()).map(|_| ()),
             Call::WriteFd { slot, offset, data } => self.pwrite(*slot, *offset, data).map(|_| ()),
             Call::DirectWrite { path, offset, data } => self.direct_write(path, *offset, data).map(|_| ()),
+            Call::MapWrite { path, offset, data } => self.map_write(path, *offset, data).map(|_| ()),
         };
     }
 }
@@ -182,11 +183,12 @@ fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
 
 fn call_path(call: &Call) -> Option<&str> {
     match call {
-        Call::Write { path, .. } | Call::Append { path, .. } | Call::DirectWrite { path, .. } => Some(path),
+        Call::Write { path, .. } | Call::Append { path, .. } | Call::DirectWrite { path, .. } | Call::MapWrite { path, .. } => Some(path),
         Call::Op(
             Op::Create { path, .. }
             | Op::Write { path, .. }
             | Op::DirectWrite { path, .. }
+            | Op::MapWrite { path, .. }
             | Op::Append { path, .. }
             | Op::Truncate { path, .. }
             | Op::Fallocate { path, .. },

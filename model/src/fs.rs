@@ -85,6 +85,13 @@ pub trait FileSystem {
     fn direct_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
         self.direct_write(path, offset, &pattern(seed, len as usize))
     }
+    /// open(O_RDWR) + mmap(MAP_SHARED) + store + msync(MS_SYNC) + munmap +
+    /// close ([`Op::MapWrite`]); returns the bytes stored (none past EOF).
+    fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno>;
+    /// [`FileSystem::map_write`] of [`pattern`]`(seed, len)`.
+    fn map_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.map_write(path, offset, &pattern(seed, len as usize))
+    }
     /// open(O_RDONLY|O_DIRECT) + pread + close.
     fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno>;
     /// [`FileSystem::direct_read`] as an outcome; the model may answer
@@ -192,6 +199,12 @@ pub trait FileSystem {
                     return Err(Errno::EINVAL);
                 }
                 self.direct_read_outcome(path, *offset, *len)
+            }
+            Op::MapWrite { path, offset, len, seed } => {
+                if *len > MAX_IO_LEN {
+                    return Err(Errno::EINVAL);
+                }
+                self.map_write_pattern(path, *offset, *len, *seed).map(Reply::Written)
             }
             Op::Lseek { path, offset, whence } => match self.lseek(path, *offset, *whence) {
                 Ok(choices) => choices.only().unwrap_or(Ok(Reply::SeekChoices(choices))),

@@ -20,6 +20,7 @@ mod direct_io;
 pub mod durability;
 mod errno;
 mod fallocate;
+mod mapped_write;
 mod file_ops;
 pub mod fs;
 pub mod model;

@@ -257,8 +257,12 @@ impl Model {
             size,
             blocks: if kind == FileKind::Directory { 1 } else { inode_blocks(inode) } * (bs / 512),
             flags: inode.flags,
+            // Tree blocks, and holes a page fault may have allocated.
             blocks_slack: match &inode.node {
-                Node::File(_) => extent_tree_blocks_bound(inode_blocks(inode), bs) * (bs / 512),
+                Node::File(f) => {
+                    let maybe: u64 = f.maybe_allocated(0..u64::MAX).iter().map(|r| r.end - r.start).sum();
+                    (extent_tree_blocks_bound(inode_blocks(inode) + maybe, bs) + maybe) * (bs / 512)
+                }
                 _ => 0,
             },
         }
@@ -533,6 +537,16 @@ impl FileSystem for Model {
     fn direct_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
         self.record(|| Call::Op(Op::DirectWrite { path: path.into(), offset, len, seed }));
         self.do_direct_write(path, offset, len as usize, Source::Pattern { seed, at: 0 })
+    }
+    fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let bytes: Arc<[u8]> = data.into();
+        let len = bytes.len();
+        self.record(|| Call::MapWrite { path: path.into(), offset, data: bytes.clone() });
+        self.do_map_write(path, offset, len, Source::Literal { bytes, at: 0 })
+    }
+    fn map_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {
+        self.record(|| Call::Op(Op::MapWrite { path: path.into(), offset, len, seed }));
+        self.do_map_write(path, offset, len as usize, Source::Pattern { seed, at: 0 })
     }
     fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         match self.do_direct_read(path, offset, len)? {

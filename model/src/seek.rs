@@ -37,16 +37,30 @@ impl FileData {
             _ => runs.push((r, l)),
         };
         let mut at = span.start;
+        // A hole a page fault may have allocated is data or a hole.
+        let hole = |r: Range<u64>, push: &mut dyn FnMut(Range<u64>, Looks)| {
+            let mut at = r.start;
+            for m in self.maybe_allocated(r.clone()) {
+                if m.start > at {
+                    push(at..m.start, Looks::Hole);
+                }
+                push(m.clone(), Looks::Either);
+                at = m.end;
+            }
+            if at < r.end {
+                push(at..r.end, Looks::Hole);
+            }
+        };
         for (r, a) in self.blocks.overlapping(span.clone()) {
             let r = r.start.max(span.start)..r.end.min(span.end);
             if r.start > at {
-                push(at..r.start, Looks::Hole);
+                hole(at..r.start, &mut push);
             }
             push(r.clone(), looks(Some(a)));
             at = r.end;
         }
         if at < span.end {
-            push(at..span.end, looks(None));
+            hole(at..span.end, &mut push);
         }
         runs
     }

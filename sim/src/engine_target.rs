@@ -219,6 +219,7 @@ impl FileSystem for EngineTarget {
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.pwrite(s, o, d) }
     fn direct_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.direct_write(p, o, d) }
     fn direct_read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.direct_read(p, o, l) }
+    fn map_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.map_write(p, o, d) }
     fn close_all(&mut self) -> Result<(), Errno> { self.fs()?.close_all() }
 }
 
@@ -405,6 +406,14 @@ impl Target for EngineTarget {
                 ("commands", Figure::Count(data.direct.commands)),
                 ("misaligned", Figure::Count(data.direct.misaligned)),
                 ("buffered (data=journal)", Figure::Count(data.direct.buffered)),
+            ]),
+        ));
+        out.push((
+            "mapped writes".to_string(),
+            group(vec![
+                ("writes", Figure::Count(data.mapped.writes)),
+                ("faulted folios", Figure::Count(data.mapped.faulted_folios)),
+                ("faulted blocks", Figure::Count(data.mapped.faulted_blocks)),
             ]),
         ));
         let mut orphans = self.past_orphans;

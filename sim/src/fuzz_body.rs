@@ -15,7 +15,7 @@ pub const MAX_FUZZ_WRITE: u32 = 1 << 20;
 /// each value keeps a few raw.
 fn tame(op: &mut Op) {
     match op {
-        Op::Write { len, .. } | Op::DirectWrite { len, .. } => *len %= MAX_FUZZ_WRITE,
+        Op::Write { len, .. } | Op::DirectWrite { len, .. } | Op::MapWrite { len, .. } => *len %= MAX_FUZZ_WRITE,
         Op::Fiemap { start, len, flags, .. } => {
             if *start >> 63 == 0 {
                 *start %= 16 << 20;

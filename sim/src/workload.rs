@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
 /// Base weight of each op kind, in [`OpKind::ALL`] order.
-const BASE_WEIGHTS: [u32; 32] = [
+const BASE_WEIGHTS: [u32; 33] = [
     8,  // create
     4,  // mkdir
     3,  // unlink
@@ -45,6 +45,7 @@ const BASE_WEIGHTS: [u32; 32] = [
     1,  // ftruncate
     3,  // direct_write
     2,  // direct_read
+    2,  // map_write
 ];
 /// Kinds swarm testing never switches off: without them nothing else has targets.
 const ALWAYS_ON: [OpKind; 3] = [OpKind::Create, OpKind::Mkdir, OpKind::Write];
@@ -90,7 +91,7 @@ pub struct Workload {
     /// shaping FIEMAP requests moved no other op of any seed.
     fiemap_rng: ChaCha8Rng,
     cfg: WorkloadConfig,
-    weights: [u32; 32],
+    weights: [u32; 33],
     total_weight: u32,
     dirs: Vec<String>,
     files: Vec<String>,
@@ -433,6 +434,13 @@ impl Workload {
                 let path = self.file_path();
                 let (offset, len) = self.direct_range(&path, false);
                 Op::DirectRead { path, offset, len }
+            }
+            // Stores stop at EOF: aim inside the file.
+            OpKind::MapWrite => {
+                let path = self.file_path();
+                let size = self.sizes.get(&path).copied().unwrap_or(0);
+                let offset = if size > 0 && self.rng.random_ratio(7, 8) { self.rng.random_range(0..size) } else { self.offset_for(&path) };
+                Op::MapWrite { path, offset, len: self.length(), seed: self.rng.random() }
             }
             OpKind::Lseek => {
                 // Mostly files; a directory's answer is checked too.

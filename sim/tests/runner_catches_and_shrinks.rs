@@ -62,6 +62,7 @@ impl FileSystem for Buggy {
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.inner.pwrite(s, o, d) }
     fn direct_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.inner.direct_write(p, o, d) }
     fn direct_read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.inner.direct_read(p, o, l) }
+    fn map_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.inner.map_write(p, o, d) }
 }
 
 impl Target for Buggy {

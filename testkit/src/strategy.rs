@@ -95,6 +95,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (slot(), offset()).prop_map(|(slot, size)| Op::FtruncateFd { slot, size }),
         2 => (path(), direct_range(), any::<u64>()).prop_map(|(path, (offset, len), seed)| Op::DirectWrite { path, offset, len, seed }),
         1 => (path(), direct_range()).prop_map(|(path, (offset, len))| Op::DirectRead { path, offset, len }),
+        2 => (path(), offset(), 0u32..20_000, any::<u64>()).prop_map(|(path, offset, len, seed)| Op::MapWrite { path, offset, len, seed }),
     ]
 }
 

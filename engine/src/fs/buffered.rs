@@ -59,7 +59,7 @@ impl<D: BlockDevice> Ctx<D> {
     /// they hold: written blocks from the device (one command per
     /// physically contiguous stretch), everything else zeros. Then zeroes
     /// what lies past `size`.
-    fn fill_blocks(&mut self, ino: InodeNumber, node: &Node, blocks: Range<u64>, size: u64) -> Result<(), Errno> {
+    pub(super) fn fill_blocks(&mut self, ino: InodeNumber, node: &Node, blocks: Range<u64>, size: u64) -> Result<(), Errno> {
         let bs = self.bs();
         let mut staged = std::mem::take(&mut self.scratch);
         let filled = self.fill_blocks_with(ino, node, blocks.clone(), &mut staged);
@@ -123,7 +123,7 @@ impl<D: BlockDevice> Ctx<D> {
     }
 
     /// Blocks of `range` in cached folios that are not uptodate, as runs.
-    fn stale_runs(&self, ino: InodeNumber, range: Range<u64>) -> Vec<Range<u64>> {
+    pub(super) fn stale_runs(&self, ino: InodeNumber, range: Range<u64>) -> Vec<Range<u64>> {
         let mut out: Vec<Range<u64>> = Vec::new();
         for b in range {
             let stale = match self.pages.locate(ino, b) {

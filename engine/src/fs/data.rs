@@ -123,7 +123,7 @@ impl<D: BlockDevice> Ctx<D> {
     /// now, unwritten or written (nodelalloc). Written allocations are
     /// ordered before the next commit once their data is in the cache.
     /// Returns the blocks allocated now: their bytes on disk are not the file's.
-    fn back_write(&mut self, ino: InodeNumber, node: &mut Node, span: Range<u64>) -> Result<Vec<Range<u64>>, Errno> {
+    pub(super) fn back_write(&mut self, ino: InodeNumber, node: &mut Node, span: Range<u64>) -> Result<Vec<Range<u64>>, Errno> {
         if self.delays_allocation(node) {
             self.reserve_delayed(node, span)?;
             return Ok(Vec::new());

@@ -367,3 +367,26 @@ fn a_misaligned_direct_write_leaves_its_first_hole_unwritten_and_nothing_else() 
     assert_eq!(fs.read("/f", 0, 16 * BS as u32).unwrap(), vec![0; 16 * BS as usize]);
     assert_eq!(fs.data_path_stats().direct.misaligned, 1);
 }
+
+#[test]
+fn a_mapped_write_backs_its_whole_folio_and_msync_writes_it_back() {
+    let (mut fs, log) = mounted(64 << 20, "bs=1k");
+    fs.create("/f", 0o644).unwrap();
+    fs.truncate("/f", 64 << 10).unwrap();
+    log.borrow_mut().writes.clear();
+    // Ten bytes near the end: the page's four 1 KiB blocks are backed,
+    // and whatever folio the cache made for it; stores stop at EOF.
+    assert_eq!(fs.map_write("/f", (64 << 10) - 10, &[7; 100]).unwrap(), 10);
+    let stats = fs.data_path_stats();
+    assert_eq!((stats.mapped.writes, stats.dirty_blocks), (1, 0), "msync wrote everything back");
+    assert!(stats.mapped.faulted_blocks >= 4, "{:?}", stats.mapped);
+    let data_written: usize = log.borrow().writes.iter().map(|w| w.1).sum();
+    assert!(data_written >= 4096, "the whole page went to the device: {:?}", log.borrow().writes);
+    let map = fs.fiemap("/f", FiemapRequest::whole(0)).unwrap();
+    let last = map.last().unwrap();
+    assert_eq!((last.logical + last.length, last.flags & fiemap_flags::DELALLOC), (64 << 10, 0), "written up to EOF: {map:?}");
+    let mut want = vec![0u8; 64 << 10];
+    want[(64 << 10) - 10..].fill(7);
+    assert_eq!(fs.read("/f", 0, 1 << 20).unwrap(), want);
+    assert_eq!(fs.map_write("/f", 64 << 10, &[1; 10]).unwrap(), 0, "nothing to store at EOF");
+}

@@ -64,6 +64,7 @@ mod inode_flags;
 mod journal_switch;
 mod journaling;
 mod lifecycle;
+mod mapped_write;
 pub mod locks;
 mod namespace;
 mod node;
@@ -104,6 +105,7 @@ pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket};
 pub use timers::TimerStats;
 pub use direct_io::DirectIoStats;
+pub use mapped_write::MappedWriteStats;
 pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
 
@@ -127,6 +129,7 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub reserved_blocks: u64,
     pub wb_stats: writepages::WritebackStats,
     pub dio_stats: direct_io::DirectIoStats,
+    pub mapped_stats: mapped_write::MappedWriteStats,
     /// Data blocks of journal-mode inodes the running transaction logs.
     pub(crate) journaled_data: data_journal::StagedData,
     /// Those of the committing transaction, until it is in the log.
@@ -291,6 +294,7 @@ impl<D: BlockDevice> Ext4<D> {
             reserved_blocks: 0,
             wb_stats: writepages::WritebackStats::default(),
             dio_stats: direct_io::DirectIoStats::default(),
+            mapped_stats: mapped_write::MappedWriteStats::default(),
             journaled_data: Default::default(),
             committing_data: Default::default(),
             bug_unordered_data: false,
@@ -406,6 +410,7 @@ impl<D: BlockDevice> Ext4<D> {
             reserved_blocks: c.reserved_blocks,
             wb_stats: c.wb_stats,
             dio_stats: c.dio_stats,
+            mapped_stats: c.mapped_stats,
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),
             bug_unordered_data: c.bug_unordered_data,

@@ -166,6 +166,10 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.make_room_for_edges()?;
         self.do_direct_write(path, offset, data)
     }
+    fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
+        self.do_map_write(path, offset, data)
+    }
     fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         // Write-back waits where a handle would (see `locks`).
         if !self.ctx.mount.read_only {

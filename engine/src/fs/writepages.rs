@@ -296,6 +296,7 @@ impl<D: BlockDevice> Ext4<D> {
             reserved_blocks: self.ctx.reserved_blocks,
             writeback: self.ctx.wb_stats,
             direct: self.ctx.dio_stats,
+            mapped: self.ctx.mapped_stats,
         }
     }
 }
@@ -312,4 +313,5 @@ pub struct DataPathStats {
     pub reserved_blocks: u64,
     pub writeback: WritebackStats,
     pub direct: super::DirectIoStats,
+    pub mapped: super::MappedWriteStats,
 }

@@ -189,6 +189,12 @@ pub enum Op {
     DirectWrite { path: String, offset: u64, len: u32, seed: u64 },
     /// open(O_RDONLY|O_DIRECT) + pread into a page-aligned buffer + close.
     DirectRead { path: String, offset: u64, len: u32 },
+    /// open(O_RDWR) + mmap(MAP_SHARED) of the whole file + a store of
+    /// [`pattern`]`(seed, len)` at `offset`, cut at EOF (a store past it
+    /// would be SIGBUS) + msync(MS_SYNC) of the mapping + munmap + close.
+    /// Writes through page faults (ext4_page_mkwrite) and returns the
+    /// bytes stored; with none to store, nothing is mapped or synced.
+    MapWrite { path: String, offset: u64, len: u32, seed: u64 },
 }
 
 impl Op {
@@ -219,6 +225,7 @@ impl Op {
             | Op::Rewrite { path, .. }
             | Op::DirectWrite { path, .. }
             | Op::DirectRead { path, .. }
+            | Op::MapWrite { path, .. }
             | Op::Open { path, .. } => vec![path],
         }
     }
@@ -275,6 +282,7 @@ impl Op {
             Op::FtruncateFd { .. } => OpKind::FtruncateFd,
             Op::DirectWrite { .. } => OpKind::DirectWrite,
             Op::DirectRead { .. } => OpKind::DirectRead,
+            Op::MapWrite { .. } => OpKind::MapWrite,
         }
     }
 }
@@ -314,10 +322,11 @@ pub enum OpKind {
     FtruncateFd,
     DirectWrite,
     DirectRead,
+    MapWrite,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 32] = [
+    pub const ALL: [OpKind; 33] = [
         OpKind::Create,
         OpKind::Mkdir,
         OpKind::Unlink,
@@ -350,6 +359,7 @@ impl OpKind {
         OpKind::FtruncateFd,
         OpKind::DirectWrite,
         OpKind::DirectRead,
+        OpKind::MapWrite,
     ];
 }
 
@@ -460,12 +470,16 @@ pub struct FiemapExtent {
     /// may be fewer (see [`FiemapExtent::directory_blocks`]). Implementations
     /// set false.
     pub directory: bool,
+    /// Model only: blocks a page fault may have allocated with the rest of
+    /// its folio ([`crate::data::FileData::folio_rest`]): absent, delayed or
+    /// written are all allowed. Implementations set false.
+    pub maybe_hole: bool,
 }
 
 impl FiemapExtent {
     /// An extent as an implementation reports it.
     pub fn new(logical: u64, length: u64, flags: u32) -> FiemapExtent {
-        FiemapExtent { logical, length, flags, writeback_pending: false, directory: false }
+        FiemapExtent { logical, length, flags, writeback_pending: false, directory: false, maybe_hole: false }
     }
 
     /// The model's FIEMAP answer for a directory asked about bytes `range`
@@ -473,7 +487,7 @@ impl FiemapExtent {
     /// but how many there are is layout (entry packing, htree index blocks),
     /// so only that shape is checked ([`crate::agree`]).
     pub fn directory_blocks(range: std::ops::Range<u64>) -> FiemapExtent {
-        FiemapExtent { logical: range.start, length: range.end - range.start, flags: fiemap_flags::LAST, writeback_pending: false, directory: true }
+        FiemapExtent { logical: range.start, length: range.end - range.start, flags: fiemap_flags::LAST, writeback_pending: false, directory: true, maybe_hole: false }
     }
 }
 
@@ -517,7 +531,7 @@ mod tests {
     fn kinds_cover_every_op() {
         // Declaration order, each kind once, the last one last.
         assert!(OpKind::ALL.windows(2).all(|w| w[0] < w[1]));
-        assert_eq!(OpKind::ALL.len(), OpKind::DirectRead as usize + 1);
+        assert_eq!(OpKind::ALL.len(), OpKind::MapWrite as usize + 1);
         assert_eq!(Op::Sync.kind(), OpKind::Sync);
         assert_eq!(Op::Close { slot: 0 }.kind(), OpKind::Close);
     }

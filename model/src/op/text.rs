@@ -99,6 +99,7 @@ impl fmt::Display for Op {
             Op::FtruncateFd { slot, size } => write!(f, "ftruncate slot={slot} size={size}"),
             Op::DirectWrite { path, offset, len, seed } => write!(f, "direct_write path={} offset={offset} len={len} seed={seed}", q(path)),
             Op::DirectRead { path, offset, len } => write!(f, "direct_read path={} offset={offset} len={len}", q(path)),
+            Op::MapWrite { path, offset, len, seed } => write!(f, "map_write path={} offset={offset} len={len} seed={seed}", q(path)),
         }
     }
 }
@@ -158,6 +159,7 @@ impl FromStr for Op {
             "ftruncate" => Op::FtruncateFd { slot: f.num("slot")?, size: f.num("size")? },
             "direct_write" => Op::DirectWrite { path: path()?, offset: f.num("offset")?, len: f.num("len")?, seed: f.num("seed")? },
             "direct_read" => Op::DirectRead { path: path()?, offset: f.num("offset")?, len: f.num("len")? },
+            "map_write" => Op::MapWrite { path: path()?, offset: f.num("offset")?, len: f.num("len")?, seed: f.num("seed")? },
             "lseek" => Op::Lseek {
                 path: path()?,
                 offset: f.num("offset")?,
@@ -195,6 +197,7 @@ mod tests {
             Op::WriteFd { slot: 1, offset: 1, len: 2, seed: 3 },
             Op::DirectWrite { path: "/d".into(), offset: 4096, len: 512, seed: 9 },
             Op::DirectRead { path: "/d".into(), offset: 513, len: 1024 },
+            Op::MapWrite { path: "/d".into(), offset: 100, len: 9000, seed: 2 },
             Op::FsyncFd { slot: 2 },
             Op::FtruncateFd { slot: 3, size: u64::MAX },
             Op::Lseek { path: "/a".into(), offset: 4097, whence: SeekWhence::Data },

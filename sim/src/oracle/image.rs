@@ -76,7 +76,7 @@ impl Needs {
         let written_bytes = ops
             .iter()
             .map(|op| match op {
-                Op::Write { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::WriteFd { len, .. } | Op::DirectWrite { len, .. } => written(u64::from(*len)),
+                Op::Write { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::WriteFd { len, .. } | Op::DirectWrite { len, .. } | Op::MapWrite { len, .. } => written(u64::from(*len)),
                 // Zeroing and small unwritten extents may be written out as zeros.
                 Op::Fallocate { len, .. } => written(*len),
                 _ => written(0),

@@ -392,6 +392,33 @@ impl FileSystem for SyscallFs {
         Ok(n as u64)
     }
 
+    fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let fd = self.open_fd(path, libc::O_RDWR, 0)?;
+        // SAFETY: fstat(2) fills the struct it is given.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        check(unsafe { libc::fstat(fd.0, &mut st) })?;
+        let size = st.st_size as u64;
+        if data.is_empty() || offset >= size {
+            return Ok(0);
+        }
+        // Stores past EOF would be SIGBUS: stop there.
+        let n = (size - offset).min(data.len() as u64) as usize;
+        let len = usize::try_from(size).map_err(|_| Errno::EFBIG)?;
+        // SAFETY: a fresh shared mapping of the whole file; it is written
+        // only below its size and unmapped before the descriptor closes.
+        unsafe {
+            let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0);
+            if map == libc::MAP_FAILED {
+                return Err(errno());
+            }
+            std::ptr::copy_nonoverlapping(data.as_ptr(), map.cast::<u8>().add(offset as usize), n);
+            let synced = (libc::msync(map, len, libc::MS_SYNC) == 0).then_some(()).ok_or_else(errno);
+            libc::munmap(map, len);
+            synced?;
+        }
+        Ok(n as u64)
+    }
+
     fn direct_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
         let fd = self.open_fd(path, libc::O_RDONLY | libc::O_DIRECT, 0)?;
         let mut buf = AlignedBuf::zeroed(len as usize);

@@ -123,6 +123,7 @@ impl FileSystem for Plain {
     fn pwrite(&mut self, s: u8, o: u64, d: &[u8]) -> Result<u64, Errno> { self.view().pwrite(s, o, d) }
     fn direct_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.view().direct_write(p, o, d) }
     fn direct_read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.view().direct_read(p, o, l) }
+    fn map_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.view().map_write(p, o, d) }
     fn close_all(&mut self) -> Result<(), Errno> { self.view().close_all() }
 
     // The runner sends every op but a write through here.

@@ -103,6 +103,7 @@ fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
         | Op::Read { path, .. }
         | Op::DirectWrite { path, .. }
         | Op::DirectRead { path, .. }
+        | Op::MapWrite { path, .. }
         | Op::Truncate { path, .. }
         | Op::Fsync { path }
         | Op::Fdatasync { path }

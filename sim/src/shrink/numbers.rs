@@ -47,10 +47,10 @@ impl Number {
 
 fn get(op: &Op, number: Number) -> Option<u64> {
     match (op, number) {
-        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. } | Op::DirectWrite { offset, .. } | Op::DirectRead { offset, .. }, Number::Position) => Some(*offset),
+        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. } | Op::DirectWrite { offset, .. } | Op::DirectRead { offset, .. } | Op::MapWrite { offset, .. }, Number::Position) => Some(*offset),
         (Op::Truncate { size, .. } | Op::FtruncateFd { size, .. }, Number::Position) => Some(*size),
         (Op::Fiemap { start, .. }, Number::Position) => Some(*start),
-        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. } | Op::DirectWrite { len, .. } | Op::DirectRead { len, .. }, Number::Length) => Some(u64::from(*len)),
+        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. } | Op::DirectWrite { len, .. } | Op::DirectRead { len, .. } | Op::MapWrite { len, .. }, Number::Length) => Some(u64::from(*len)),
         (Op::Fallocate { len, .. }, Number::Length) => Some(*len),
         (Op::Fiemap { len, .. }, Number::Length) => (*len != u64::MAX).then_some(*len),
         _ => None,
@@ -61,9 +61,9 @@ fn get(op: &Op, number: Number) -> Option<u64> {
 /// than what was there) leaves it.
 fn set(op: &mut Op, number: Number, value: u64) {
     match (op, number) {
-        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. } | Op::DirectWrite { offset, .. } | Op::DirectRead { offset, .. }, Number::Position) => *offset = value,
+        (Op::Write { offset, .. } | Op::Read { offset, .. } | Op::Fallocate { offset, .. } | Op::Lseek { offset, .. } | Op::ReadFd { offset, .. } | Op::WriteFd { offset, .. } | Op::DirectWrite { offset, .. } | Op::DirectRead { offset, .. } | Op::MapWrite { offset, .. }, Number::Position) => *offset = value,
         (Op::Truncate { size, .. } | Op::Fiemap { start: size, .. } | Op::FtruncateFd { size, .. }, Number::Position) => *size = value,
-        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. } | Op::DirectWrite { len, .. } | Op::DirectRead { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
+        (Op::Write { len, .. } | Op::Read { len, .. } | Op::Append { len, .. } | Op::Rewrite { len, .. } | Op::ReadFd { len, .. } | Op::WriteFd { len, .. } | Op::DirectWrite { len, .. } | Op::DirectRead { len, .. } | Op::MapWrite { len, .. }, Number::Length) => *len = u32::try_from(value).unwrap_or(*len),
         (Op::Fallocate { len, .. } | Op::Fiemap { len, .. }, Number::Length) => *len = value,
         _ => {}
     }
@@ -136,7 +136,7 @@ fn renumber_seeds(current: &mut Trace, trial: &mut Trial) {
     let mut renumbered: BTreeMap<u64, u64> = BTreeMap::new();
     let mut candidate = current.clone();
     for op in candidate.steps.iter_mut().filter_map(op_mut) {
-        if let Op::Write { seed, .. } | Op::Append { seed, .. } | Op::Rewrite { seed, .. } | Op::WriteFd { seed, .. } | Op::DirectWrite { seed, .. } = op {
+        if let Op::Write { seed, .. } | Op::Append { seed, .. } | Op::Rewrite { seed, .. } | Op::WriteFd { seed, .. } | Op::DirectWrite { seed, .. } | Op::MapWrite { seed, .. } = op {
             let next = renumbered.len() as u64 + 1;
             *seed = *renumbered.entry(*seed).or_insert(next);
         }

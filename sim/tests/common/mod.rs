@@ -23,7 +23,7 @@ impl Drop for Scratch {
 /// Hand-written traces whose every answer was checked on a real kernel when
 /// they were written: the model must still give the kernel's answers
 /// (tests/oracle.rs), and the engine the same (tests/engine_lockstep.rs).
-pub const KERNEL_VERIFIED: [&str; 14] = [
+pub const KERNEL_VERIFIED: [&str; 15] = [
     include_str!("../traces/chattr_append_kernel_verified.trace"),
     include_str!("../traces/renameat2_kernel_verified.trace"),
     include_str!("../traces/immutable_writes_back_kernel_verified.trace"),
@@ -38,4 +38,5 @@ pub const KERNEL_VERIFIED: [&str; 14] = [
     include_str!("../traces/orphan_sync_truncate_kernel_verified.trace"),
     include_str!("../traces/large_folio_truncate_kernel_verified.trace"),
     include_str!("../traces/direct_io_kernel_verified.trace"),
+    include_str!("../traces/mapped_write_kernel_verified.trace"),
 ];

@@ -1,0 +1,90 @@
+//! Writes through a shared mapping (the model's mapped_write.rs says what
+//! a user sees): the page-fault path ext4_page_mkwrite, then msync.
+//!
+//! - The fault brings each touched page's folio into the cache uptodate
+//!   (filemap_fault reads it), then backs every block of the folio inside
+//!   EOF as a buffered write would back them (block_page_mkwrite): delayed
+//!   under delalloc, allocated under nodelalloc, journaled for a
+//!   data=journal inode. The whole folio is dirtied; the stores land in it.
+//! - msync(MS_SYNC) of the whole mapping writes the file back and commits,
+//!   as fdatasync.
+//! - The folio the engine's page cache picks may be larger than the page
+//!   (up to the mapping's largest order): the model allows its other
+//!   blocks to be holes or allocated.
+
+use ext4_model::{Errno, FileKind};
+
+use crate::device::BlockDevice;
+use crate::error::Error;
+use crate::format::InodeNumber;
+
+use super::Ext4;
+
+/// What mapped writes did, for a run's report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MappedWriteStats {
+    pub writes: u64,
+    /// Folios write faults backed.
+    pub faulted_folios: u64,
+    /// Blocks those folios backed (holes reserved or allocated, the rest dirtied).
+    pub faulted_blocks: u64,
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    pub(crate) fn do_map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        let ino = self.open_for_write(path, false)?;
+        let stored = self.map_write_open(ino, offset, data);
+        self.closing(ino, stored)
+    }
+
+    fn map_write_open(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EISDIR);
+        }
+        let (ctx, node) = self.split(ino)?;
+        let size = node.disk.size;
+        if data.is_empty() || offset >= size {
+            return Ok(0);
+        }
+        let end = size.min(offset.saturating_add(data.len() as u64));
+        let data = &data[..(end - offset) as usize];
+        let (bs, ps) = (ctx.bs(), u64::from(ctx.mount.page_size));
+        let pages = offset / ps..end.div_ceil(ps);
+        let orders = ctx.folio_orders(node);
+        let need = ctx.pages.uncached_bytes(ino, orders, pages.clone());
+        self.make_room(need, Some((ino, pages.clone()))).map_err(Errno::from)?;
+        let (ctx, node) = self.split(ino)?;
+        let (_, refused) = ctx.pages.add_folios(ino, orders, pages.clone(), orders.1);
+        if let Some(r) = refused {
+            return Err(Error::NoMemory(r.to_string()).into());
+        }
+        let first = ctx.pages.folio_span(ino, pages.start).map_or(pages.start, |s| s.start);
+        let last = ctx.pages.folio_span(ino, pages.end - 1).map_or(pages.end, |s| s.end);
+        let blocks = ctx.pages.block_of_page(first)..ctx.pages.block_of_page(last).min(size.div_ceil(bs));
+        // filemap_fault: the folios uptodate; then ext4_page_mkwrite.
+        for run in ctx.stale_runs(ino, blocks.clone()) {
+            ctx.fill_blocks(ino, node, run, size)?;
+        }
+        ctx.back_write(ino, node, blocks.clone())?;
+        if !ctx.pages.write_bytes(ino, offset, data) {
+            return Err(Error::NoMemory(format!("no folio for bytes {offset}..{end} of inode {ino}")).into());
+        }
+        let mut folios = std::collections::BTreeSet::new();
+        for b in blocks.clone() {
+            if let Some((index, i)) = ctx.pages.locate(ino, b) {
+                ctx.pages.mark_dirty(ino, index, i);
+                folios.insert(index);
+            }
+        }
+        ctx.mapped_stats.writes += 1;
+        ctx.mapped_stats.faulted_folios += folios.len() as u64;
+        ctx.mapped_stats.faulted_blocks += blocks.end - blocks.start;
+        let now = ctx.now();
+        node.disk.mtime = now;
+        node.disk.ctime = now;
+        self.mark_dirty(ino);
+        // msync(MS_SYNC) of the whole mapping: vfs_fsync_range, datasync.
+        self.sync_file(ino)?;
+        Ok(end - offset)
+    }
+}

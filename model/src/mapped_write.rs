@@ -1,0 +1,111 @@
+//! Writes through a shared mapping ([`crate::op::Op::MapWrite`]): stores
+//! into pages of an `mmap(MAP_SHARED)` of the whole file, then
+//! `msync(MS_SYNC)` of the mapping.
+//!
+//! - The first store to a page faults (ext4_page_mkwrite), which backs
+//!   every block of the page's folio inside EOF: under delalloc holes are
+//!   reserved (delayed), under nodelalloc allocated (unwritten with
+//!   dioread_nolock), a data=journal inode's folio is journaled. The
+//!   blocks of the touched pages are certain; the rest of the folio is
+//!   the page cache's choice of folio size (`FileData::folio_rest`).
+//! - Stores never move EOF: the harness stores only bytes before it (past
+//!   it a store is SIGBUS), so no mapping is made when none would be
+//!   stored.
+//! - msync(MS_SYNC) over the whole mapping is vfs_fsync_range(0, size,
+//!   datasync): every dirty page inside EOF written back and what the data
+//!   needs committed, as fdatasync.
+//! - A fault that cannot reserve space is SIGBUS in a real program; the
+//!   model answers ENOSPC and changes nothing.
+
+use crate::content::Source;
+use crate::model::Model;
+use crate::state::Ino;
+use crate::Errno;
+
+impl Model {
+    pub(crate) fn do_map_write(&mut self, path: &str, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
+        // O_RDWR: a shared writable mapping needs it.
+        let ino = self.open_for_write(path, false)?;
+        let stored = self.map_write_open(ino, offset, len as u64, source);
+        self.release(ino);
+        stored
+    }
+
+    fn map_write_open(&mut self, ino: Ino, offset: u64, len: u64, source: Source) -> Result<u64, Errno> {
+        let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
+        let size = file.size;
+        if len == 0 || offset >= size {
+            return Ok(0);
+        }
+        let end = size.min(offset.saturating_add(len));
+        let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
+        let eof_block = size.div_ceil(bs);
+        let pages = offset / ps * ps..end.div_ceil(ps) * ps;
+        let faulted = pages.start / bs..pages.end.div_ceil(bs).min(eof_block);
+        let (_, max_order) = self.mount.folio_orders(self.journal_mode(ino));
+        let folio = ps << max_order;
+        let could_be = pages.start / folio * folio / bs..(pages.end.div_ceil(folio) * folio).div_ceil(bs).min(eof_block);
+        let new_blocks = file.holes_in(faulted.clone());
+        self.reserve_blocks(new_blocks)?;
+        let fill = self.write_fill(ino);
+        let file = self.file_mut(ino);
+        file.fault_in(faulted.clone(), bs, fill);
+        file.content.put(offset, end - offset, source);
+        for rest in [could_be.start..faulted.start, faulted.end..could_be.end] {
+            file.folio_rest.insert(rest, ());
+        }
+        self.st.used_blocks += new_blocks;
+        if new_blocks > 0 {
+            self.touch_datasync(ino);
+        }
+        self.writeback(ino);
+        self.mark_synced(ino, true);
+        Ok(end - offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::op::{fiemap_flags, Op, Reply};
+    use crate::{Errno, FileSystem, Model, MountConfig};
+
+    fn model(options: &str) -> Model {
+        let mut m = Model::new(&options.parse::<MountConfig>().unwrap()).unwrap();
+        m.apply(&Op::Create { path: "/f".into(), perm: 0o644 }).unwrap();
+        m
+    }
+
+    fn fiemap(m: &mut Model) -> Vec<(u64, u64, u32, bool)> {
+        match m.apply(&Op::Fiemap { path: "/f".into(), start: 0, len: u64::MAX, flags: 0, count_only: false }) {
+            Ok(Reply::Extents(e)) => e.into_iter().map(|e| (e.logical, e.length, e.flags & !fiemap_flags::LAST, e.maybe_hole)).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn stores_stop_at_eof_and_fill_their_pages_blocks() {
+        let mut m = model("bs=1k");
+        m.apply(&Op::Truncate { path: "/f".into(), size: 64 << 10 }).unwrap();
+        assert_eq!(m.apply(&Op::MapWrite { path: "/f".into(), offset: (64 << 10) - 10, len: 100, seed: 3 }), Ok(Reply::Written(10)));
+        assert_eq!(m.apply(&Op::MapWrite { path: "/f".into(), offset: 64 << 10, len: 100, seed: 3 }), Ok(Reply::Written(0)));
+        assert_eq!(m.apply(&Op::Stat { path: "/f".into() }).map(|r| matches!(r, Reply::Stat(s) if s.size == 64 << 10)), Ok(true));
+        // The page's four 1 KiB blocks are written back; the rest of a
+        // folio of up to 2 MiB around it (here the whole file) may be.
+        let map = fiemap(&mut m);
+        assert!(map.contains(&((60 << 10), 4096, 0, false)), "{map:?}");
+        assert!(map.contains(&(0, 60 << 10, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN, true)), "{map:?}");
+        let p = crate::op::pattern(3, 10);
+        assert_eq!(m.apply(&Op::Read { path: "/f".into(), offset: (64 << 10) - 12, len: 100 }), Ok(Reply::Data([&[0, 0][..], &p[..]].concat())));
+    }
+
+    #[test]
+    fn a_data_journal_folio_is_its_one_page_and_the_open_refuses_as_for_writing() {
+        let mut m = model("data=journal");
+        m.apply(&Op::Truncate { path: "/f".into(), size: 40960 }).unwrap();
+        assert_eq!(m.apply(&Op::MapWrite { path: "/f".into(), offset: 5000, len: 10, seed: 1 }), Ok(Reply::Written(10)));
+        assert_eq!(fiemap(&mut m), vec![(4096, 4096, 0, false)], "minimum-order folios only: no maybe blocks");
+        assert_eq!(m.apply(&Op::MapWrite { path: "/".into(), offset: 0, len: 10, seed: 1 }), Err(Errno::EISDIR));
+        m.apply(&Op::Chattr { path: "/f".into(), flag: crate::op::ChattrFlag::Append, enable: true }).unwrap();
+        assert_eq!(m.apply(&Op::MapWrite { path: "/f".into(), offset: 0, len: 10, seed: 1 }), Err(Errno::EPERM));
+    }
+}
