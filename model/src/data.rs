@@ -44,13 +44,15 @@ pub struct FileData {
     pub size: u64,
     pub blocks: RangeMap<Alloc>,
     pub content: Content,
-    /// Holes a page fault may have allocated with the rest of its folio
-    /// (block_page_mkwrite backs every block of the folio inside EOF): how
-    /// large the kernel's folio was is the page cache's choice, so each of
-    /// these reads as zeros and is either still a hole or allocated
-    /// (delayed, or written as zeros once written back). Only where
-    /// `blocks` has no entry; kept out of `used_blocks`.
-    pub folio_rest: RangeMap<()>,
+    /// Holes ext4 may have allocated, where how many it allocated is not
+    /// the filesystem's promise: the rest of a page fault's folio
+    /// (block_page_mkwrite backs every block of the folio inside EOF, and
+    /// the folio's size is the page cache's choice), and the rest of the
+    /// one extent a misaligned direct write maps (mballoc may give fewer
+    /// blocks than asked). Each reads as zeros and is a hole or allocated
+    /// (delayed, unwritten, or written as zeros). Only where `blocks` has
+    /// no entry; kept out of `used_blocks`.
+    pub maybe_allocated: RangeMap<()>,
     /// ext4's i_disksize where it lags the size: a delayed-allocation
     /// write grew the file and write-back has not reached its end yet.
     /// None where it is the size. Direct I/O asks it (ext4_extending_io).
@@ -143,10 +145,10 @@ impl FileData {
         self.disksize.unwrap_or(self.size)
     }
 
-    /// Holes of `span` a page fault may have allocated (see `folio_rest`).
-    pub fn maybe_allocated(&self, span: Range<u64>) -> Vec<Range<u64>> {
+    /// Holes of `span` ext4 may have allocated (see `maybe_allocated`).
+    pub fn maybe_allocated_in(&self, span: Range<u64>) -> Vec<Range<u64>> {
         let mut out = Vec::new();
-        for (r, ()) in self.folio_rest.overlapping(span) {
+        for (r, ()) in self.maybe_allocated.overlapping(span) {
             let mut at = r.start;
             for (b, _) in self.blocks.overlapping(r.clone()) {
                 if b.start > at {
@@ -183,7 +185,7 @@ impl FileData {
         if span.is_empty() {
             return 0;
         }
-        self.folio_rest.remove(span.clone());
+        self.maybe_allocated.remove(span.clone());
         let freed: u64 = self.blocks.overlapping(span.clone()).iter().map(|(r, _)| r.end - r.start).sum();
         self.blocks.remove(span.clone());
         self.content.clear(byte_span(&span, bs));
@@ -215,7 +217,7 @@ impl FileData {
     /// Moves blocks at or after `from` by `delta` blocks, content with them.
     pub fn shift_blocks(&mut self, from: u64, delta: i64, bs: u64) {
         self.blocks.shift_from(from, delta);
-        self.folio_rest.shift_from(from, delta);
+        self.maybe_allocated.shift_from(from, delta);
         self.content.shift_from(from * bs, delta * bs as i64);
     }
 
@@ -223,7 +225,7 @@ impl FileData {
     /// of equal state, clipped to `blocks`, the last one flagged LAST. Dirty
     /// ranges carry `writeback_pending`.
     pub fn fiemap(&self, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
-        let maybe: Vec<(Range<u64>, Option<Alloc>)> = self.maybe_allocated(blocks.clone()).into_iter().map(|r| (r, None)).collect();
+        let maybe: Vec<(Range<u64>, Option<Alloc>)> = self.maybe_allocated_in(blocks.clone()).into_iter().map(|r| (r, None)).collect();
         let mut runs: Vec<(Range<u64>, Option<Alloc>)> = self.blocks.overlapping(blocks).into_iter().map(|(r, a)| (r, Some(a))).chain(maybe).collect();
         runs.sort_by_key(|(r, _)| r.start);
         let mut out: Vec<FiemapExtent> = runs

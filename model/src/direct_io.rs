@@ -109,11 +109,15 @@ impl Model {
             }
             at = r.end;
         }
+        // Only the first extent was mapped: one allocation of at most
+        // DIO_MAX_BLOCKS, of which mballoc may give fewer than asked (its
+        // first block it gives).
+        let mut maybe = 0..0;
         if last.state == State::Hole && offset % DIO_ALIGN != 0 {
-            // Only the first extent was mapped: one allocation, at most DIO_MAX_BLOCKS.
             holes.truncate(1);
             if let Some(h) = holes.first_mut() {
-                h.end = h.end.min(h.start + DIO_MAX_BLOCKS);
+                maybe = h.start + 1..h.end.min(h.start + DIO_MAX_BLOCKS);
+                h.end = h.start + 1;
             }
         }
         let written: Vec<std::ops::Range<u64>> =
@@ -126,6 +130,7 @@ impl Model {
                 for h in holes {
                     file.blocks.insert(h, Alloc::Unwritten);
                 }
+                file.maybe_allocated.insert(maybe, ());
                 for r in written {
                     let (lo, hi) = ((r.start * bs).max(offset), (r.end * bs).min(end));
                     file.content.put(lo, hi - lo, source.advanced(lo - offset));

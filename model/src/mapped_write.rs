@@ -7,7 +7,7 @@
 //!   reserved (delayed), under nodelalloc allocated (unwritten with
 //!   dioread_nolock), a data=journal inode's folio is journaled. The
 //!   blocks of the touched pages are certain; the rest of the folio is
-//!   the page cache's choice of folio size (`FileData::folio_rest`).
+//!   the page cache's choice of folio size (`FileData::maybe_allocated`).
 //! - Stores never move EOF: the harness stores only bytes before it (past
 //!   it a store is SIGBUS), so no mapping is made when none would be
 //!   stored.
@@ -52,7 +52,7 @@ impl Model {
         file.fault_in(faulted.clone(), bs, fill);
         file.content.put(offset, end - offset, source);
         for rest in [could_be.start..faulted.start, faulted.end..could_be.end] {
-            file.folio_rest.insert(rest, ());
+            file.maybe_allocated.insert(rest, ());
         }
         self.st.used_blocks += new_blocks;
         if new_blocks > 0 {

@@ -260,7 +260,7 @@ impl Model {
             // Tree blocks, and holes a page fault may have allocated.
             blocks_slack: match &inode.node {
                 Node::File(f) => {
-                    let maybe: u64 = f.maybe_allocated(0..u64::MAX).iter().map(|r| r.end - r.start).sum();
+                    let maybe: u64 = f.maybe_allocated_in(0..u64::MAX).iter().map(|r| r.end - r.start).sum();
                     (extent_tree_blocks_bound(inode_blocks(inode) + maybe, bs) + maybe) * (bs / 512)
                 }
                 _ => 0,

@@ -40,7 +40,7 @@ impl FileData {
         // A hole a page fault may have allocated is data or a hole.
         let hole = |r: Range<u64>, push: &mut dyn FnMut(Range<u64>, Looks)| {
             let mut at = r.start;
-            for m in self.maybe_allocated(r.clone()) {
+            for m in self.maybe_allocated_in(r.clone()) {
                 if m.start > at {
                     push(at..m.start, Looks::Hole);
                 }

@@ -471,7 +471,7 @@ pub struct FiemapExtent {
     /// set false.
     pub directory: bool,
     /// Model only: blocks a page fault may have allocated with the rest of
-    /// its folio ([`crate::data::FileData::folio_rest`]): absent, delayed or
+    /// its folio ([`crate::data::FileData::maybe_allocated`]): absent, delayed or
     /// written are all allowed. Implementations set false.
     pub maybe_hole: bool,
 }
