@@ -112,7 +112,7 @@ impl<D: BlockDevice> Ext4<D> {
             txn.add(b, bytes.to_vec());
         }
         for (b, bytes) in &data {
-            txn.add(*b, bytes.to_vec());
+            txn.add_data(*b, bytes.to_vec());
         }
         // Until the log holds them, reads find these blocks here.
         self.ctx.committing_data = data;

@@ -21,21 +21,23 @@ impl Journal {
     pub fn checkpoint<D: BlockDevice>(&mut self, dev: &mut D, clear_recovery: bool) -> Result<()> {
         if self.tail != 0 {
             let bs = self.bs();
-            let mut run: Option<(u64, Vec<u8>)> = None;
+            // Runs of one class: journaled file data counts as data I/O.
+            let mut run: Option<(u64, Vec<u8>, WriteFlags)> = None;
             for (&b, data) in &self.unhomed {
-                let joins = run.as_ref().is_some_and(|(s, buf)| s + (buf.len() as u64) / bs == b && buf.len() < MAX_WRITE_BYTES);
+                let flags = if self.unhomed_data.contains(&b) { WriteFlags::DATA } else { WriteFlags::METADATA };
+                let joins = run.as_ref().is_some_and(|(s, buf, f)| s + (buf.len() as u64) / bs == b && buf.len() < MAX_WRITE_BYTES && *f == flags);
                 if !joins {
-                    if let Some((s, buf)) = run.take() {
-                        dev.write(s * bs, &buf, WriteFlags::METADATA)?;
+                    if let Some((s, buf, f)) = run.take() {
+                        dev.write(s * bs, &buf, f)?;
                     }
-                    run = Some((b, Vec::new()));
+                    run = Some((b, Vec::new(), flags));
                 }
-                if let Some((_, buf)) = run.as_mut() {
+                if let Some((_, buf, _)) = run.as_mut() {
                     buf.extend_from_slice(data);
                 }
             }
-            if let Some((s, buf)) = run.take() {
-                dev.write(s * bs, &buf, WriteFlags::METADATA)?;
+            if let Some((s, buf, f)) = run.take() {
+                dev.write(s * bs, &buf, f)?;
             }
             dev.flush()?;
             self.jsb.start = 0;
@@ -44,6 +46,7 @@ impl Journal {
             self.tail = 0;
             self.used = 0;
             self.unhomed.clear();
+            self.unhomed_data.clear();
             self.stats.checkpoints += 1;
         }
         if clear_recovery {

@@ -75,6 +75,8 @@ pub struct Journal {
     /// Newest committed copy of every block whose home copy is older.
     /// Invariant: empty exactly when `tail == 0`.
     unhomed: BTreeMap<BlockNumber, Box<[u8]>>,
+    /// Those of `unhomed` that are file data: their checkpoint writes count as data I/O.
+    unhomed_data: std::collections::BTreeSet<BlockNumber>,
     stats: JournalStats,
     /// journal_async_commit: the commit block goes out with the log blocks,
     /// one flush after both (see [`transaction`]).
@@ -135,6 +137,7 @@ impl Journal {
             used: 0,
             next_tid,
             unhomed: BTreeMap::new(),
+            unhomed_data: Default::default(),
             stats: JournalStats::default(),
             async_commit: false,
         })

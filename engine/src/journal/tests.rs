@@ -271,3 +271,45 @@ fn async_commit_sends_the_commit_block_with_the_log_and_flushes_once() {
         assert_eq!(block(&mut dev, FREE_AREA + 1), pattern(FREE_AREA + 1, 7));
     }
 }
+
+/// Records the class of every write it passes on.
+struct Classes {
+    inner: MemDevice,
+    writes: Vec<(u64, usize, IoClass)>,
+}
+
+impl BlockDevice for Classes {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), crate::device::DeviceError> {
+        self.inner.read(offset, buf, class)
+    }
+    fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), crate::device::DeviceError> {
+        self.writes.push((offset / BS, buf.len(), flags.class));
+        self.inner.write(offset, buf, flags)
+    }
+    fn flush(&mut self) -> Result<(), crate::device::DeviceError> {
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn checkpointed_file_data_counts_as_data_io_and_metadata_over_it_does_not() {
+    let (dev, sb) = fresh();
+    let mut dev = Classes { inner: dev, writes: Vec::new() };
+    let mut j = Journal::open(&mut dev, &sb).unwrap();
+    let mut txn = Transaction::new();
+    txn.add_data(FREE_AREA, pattern(FREE_AREA, 1));
+    txn.add_data(FREE_AREA + 1, pattern(FREE_AREA + 1, 1));
+    txn.add(FREE_AREA + 2, pattern(FREE_AREA + 2, 1));
+    j.commit(&mut dev, txn, (1, 0)).unwrap();
+    // The next transaction logs block 1 again, as metadata (freed, reused).
+    let mut txn = Transaction::new();
+    txn.add(FREE_AREA + 1, pattern(FREE_AREA + 1, 2));
+    j.commit(&mut dev, txn, (2, 0)).unwrap();
+    dev.writes.clear();
+    j.checkpoint(&mut dev, true).unwrap();
+    let home: Vec<(u64, usize, IoClass)> = dev.writes.iter().copied().filter(|w| (FREE_AREA..FREE_AREA + 3).contains(&w.0)).collect();
+    assert_eq!(home, vec![(FREE_AREA, BS as usize, IoClass::Data), (FREE_AREA + 1, 2 * BS as usize, IoClass::Metadata)]);
+}

@@ -36,6 +36,9 @@ use super::{revoke, set_needs_recovery, Journal};
 pub struct Transaction {
     blocks: BTreeMap<BlockNumber, Vec<u8>>,
     revokes: BTreeSet<BlockNumber>,
+    /// Those of `blocks` that are file data (data=journal), for the
+    /// checkpoint's I/O accounting.
+    data: BTreeSet<BlockNumber>,
 }
 
 impl Transaction {
@@ -46,7 +49,14 @@ impl Transaction {
     /// Logs `data` as the new contents of `block` (a later add replaces it).
     pub fn add(&mut self, block: BlockNumber, data: Vec<u8>) {
         self.revokes.remove(&block);
+        self.data.remove(&block);
         self.blocks.insert(block, data);
+    }
+
+    /// Logs file data (a data=journal inode's block) as `block`'s contents.
+    pub fn add_data(&mut self, block: BlockNumber, data: Vec<u8>) {
+        self.add(block, data);
+        self.data.insert(block);
     }
 
     /// Revokes earlier logged copies of `block`; a block logged in this same
@@ -181,9 +191,15 @@ impl Journal {
         self.stats.revokes += txn.revokes.len() as u64;
         for b in &txn.revokes {
             self.unhomed.remove(b);
+            self.unhomed_data.remove(b);
         }
         for (b, data) in txn.blocks {
             self.unhomed.insert(b, data.into_boxed_slice());
+            if txn.data.contains(&b) {
+                self.unhomed_data.insert(b);
+            } else {
+                self.unhomed_data.remove(&b);
+            }
         }
         Ok(Some(tid))
     }
