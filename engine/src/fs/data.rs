@@ -178,6 +178,9 @@ impl<D: BlockDevice> Ext4<D> {
             // last byte lands in a written block moves i_disksize at once.
             let last_written = node.map.lookup((end - 1) / bs).is_some_and(|p| !p.unwritten);
             node.disksize = if ctx.delays_allocation(node) && !last_written { Some(node.disksize.unwrap_or(old_size)) } else { None };
+            if node.disksize.is_some() {
+                ctx.disksize_lagging.insert(ino);
+            }
         }
         if offset > old_size {
             ctx.zero_past_eof(ino, node, old_size, offset)?;

@@ -130,6 +130,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub wb_stats: writepages::WritebackStats,
     pub dio_stats: direct_io::DirectIoStats,
     pub mapped_stats: mapped_write::MappedWriteStats,
+    /// Inodes whose `Node::disksize` lags their size (sync clears them).
+    pub(crate) disksize_lagging: std::collections::BTreeSet<InodeNumber>,
     /// Data blocks of journal-mode inodes the running transaction logs.
     pub(crate) journaled_data: data_journal::StagedData,
     /// Those of the committing transaction, until it is in the log.
@@ -295,6 +297,7 @@ impl<D: BlockDevice> Ext4<D> {
             wb_stats: writepages::WritebackStats::default(),
             dio_stats: direct_io::DirectIoStats::default(),
             mapped_stats: mapped_write::MappedWriteStats::default(),
+            disksize_lagging: Default::default(),
             journaled_data: Default::default(),
             committing_data: Default::default(),
             bug_unordered_data: false,
@@ -411,6 +414,7 @@ impl<D: BlockDevice> Ext4<D> {
             wb_stats: c.wb_stats,
             dio_stats: c.dio_stats,
             mapped_stats: c.mapped_stats,
+            disksize_lagging: c.disksize_lagging.clone(),
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),
             bug_unordered_data: c.bug_unordered_data,

@@ -236,8 +236,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Writes back every inode's dirty data (sync, unmount).
     pub(crate) fn write_back_all_data(&mut self) -> Result<()> {
-        for n in self.nodes.values_mut() {
-            n.disksize = None;
+        for ino in std::mem::take(&mut self.ctx.disksize_lagging) {
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                n.disksize = None;
+            }
         }
         for ino in self.ctx.pages.dirty_inodes() {
             self.write_back_data(ino, 0)?;
