@@ -100,16 +100,8 @@ impl FileData {
             self.disksize = if fill == Alloc::Delayed && !last_written { Some(self.disksize.unwrap_or(self.size)) } else { None };
         }
         self.content.put(offset, len, source);
-        let existing = self.blocks.overlapping(span.clone());
-        self.blocks.insert(span, fill);
         self.size = self.size.max(offset + len);
-        for (r, old) in existing {
-            let converts = matches!(old, Alloc::Unwritten | Alloc::Zeroed);
-            self.blocks.insert(r.clone(), if converts { Alloc::UnwrittenDirty } else { old });
-            if converts {
-                self.zeroout_around(r, bs);
-            }
-        }
+        self.fault_in(span, bs, fill);
         new_blocks
     }
 
@@ -163,9 +155,9 @@ impl FileData {
         out
     }
 
-    /// A page fault's write access to blocks `span` (its folio's blocks
-    /// inside EOF): holes are backed as `fill`, unwritten blocks turn
-    /// dirty. Returns blocks newly allocated.
+    /// Blocks `span` get dirty data, as a write or a page fault's write
+    /// access (its folio's blocks inside EOF) gives them: holes are backed
+    /// as `fill`, unwritten blocks turn dirty. Returns blocks newly allocated.
     pub fn fault_in(&mut self, span: Range<u64>, bs: u64, fill: Alloc) -> u64 {
         let new_blocks = self.holes_in(span.clone());
         let existing = self.blocks.overlapping(span.clone());
