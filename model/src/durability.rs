@@ -115,7 +115,7 @@ pub struct CrashEnvelope {
     floor: u64,
     end: u64,
     durable_at: BTreeMap<Ino, u64>,
-    writeback_mode: BTreeMap<Ino, bool>,
+    journal_mode: BTreeMap<Ino, InodeJournalMode>,
 }
 
 impl Model {
@@ -137,12 +137,7 @@ impl Model {
     pub fn crash_envelope(&self) -> CrashEnvelope {
         let log = self.log.as_ref().expect("crash_envelope needs the crash log (Model::set_crash_log(true))");
         let durable_at = self.st.inodes.iter().map(|(i, n)| (*i, n.marks.durable_at)).collect();
-        let writeback_mode = self
-            .st
-            .inodes
-            .keys()
-            .map(|i| (*i, self.journal_mode(*i) == InodeJournalMode::Writeback))
-            .collect();
+        let journal_mode = self.st.inodes.keys().map(|i| (*i, self.journal_mode(*i))).collect();
         CrashEnvelope {
             mount: self.mount,
             limits: self.limits,
@@ -151,7 +146,7 @@ impl Model {
             floor: self.st.namespace_floor,
             end: self.st.seq,
             durable_at,
-            writeback_mode,
+            journal_mode,
         }
     }
 
@@ -386,7 +381,7 @@ impl CrashEnvelope {
         let bs = self.mount.block_size as u64;
         // A file gone from the model since (unlinked after the prefix the
         // disk shows) had the mount's mode unless it was flagged.
-        let mount_writeback = self.mount.inode_journal_mode(true, false) == InodeJournalMode::Writeback;
+        let mount_mode = self.mount.inode_journal_mode(true, false);
         for (path, (_, size)) in &seen.files {
             let (ino, _) = model_view.files[path];
             let empty = Vec::new();
@@ -410,7 +405,10 @@ impl CrashEnvelope {
             if total > MAX_CHECKED_BYTES {
                 return Err(CrashViolation::Inconsistent { path: path.clone(), detail: format!("{total} bytes of data is more than a crash check reads") });
             }
-            let stale_ok = self.writeback_mode.get(&ino).copied().unwrap_or(mount_writeback);
+            let mode = self.journal_mode.get(&ino).copied().unwrap_or(mount_mode);
+            let stale_ok = mode == InodeJournalMode::Writeback;
+            // data=journal logs the EOF block's bytes with the size.
+            let tail_loose = mode != InodeJournalMode::Journal;
             for range in ranges {
                 let bytes = read_range(recovered, path, range.clone())?;
                 let mut off = range.start;
@@ -431,10 +429,9 @@ impl CrashEnvelope {
                     // data only for blocks a transaction allocates, so a size
                     // grown inside that block can commit before the bytes
                     // (and the tail may hold a write an earlier crash lost).
-                    // Real data=journal logs those bytes with the size; this
-                    // stays loose for it until the engine logs data too.
+                    // data=journal logs those bytes with the size.
                     let durable = list.first();
-                    let eof_tail = durable.is_some_and(|v| v.size % bs != 0 && block == v.size / bs);
+                    let eof_tail = tail_loose && durable.is_some_and(|v| v.size % bs != 0 && block == v.size / bs);
                     let stale_allowed = (stale_ok || eof_tail) && durable.is_some_and(|v| off >= v.size)
                         || stale_ok && (durable.is_none() || list.iter().any(|v| v.blocks.get(block).is_none()));
                     // The sector holding the durable size is the file's for
