@@ -413,8 +413,11 @@ impl CrashEnvelope {
                 let bytes = read_range(recovered, path, range.clone())?;
                 let mut off = range.start;
                 while off < range.end {
-                    // Sectors are aligned to the file, so a range start mid-sector is split.
-                    let len = (SECTOR - off % SECTOR).min(range.end - off);
+                    // Sectors are aligned to the file, so a range start mid-sector
+                    // is split. A journaled block is logged and replayed whole:
+                    // its sectors come from one version.
+                    let unit = if tail_loose { SECTOR } else { bs };
+                    let len = (unit - off % unit).min(range.end - off);
                     let at = (off - range.start) as usize;
                     let got = &bytes[at..at + len as usize];
                     let block = off / bs;

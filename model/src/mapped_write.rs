@@ -31,6 +31,21 @@ impl Model {
         stored
     }
 
+    /// For a mapped write about to run: the states a crash may leave when
+    /// its msync fails part way (some pages written back, the commit not
+    /// made): its stores are written but not synced, as a plain write of
+    /// the bytes before EOF would leave them. None for other ops.
+    pub fn crash_envelope_unsynced(&self, op: &crate::op::Op) -> Option<crate::CrashEnvelope> {
+        let crate::op::Op::MapWrite { path, offset, len, seed } = op else { return None };
+        let ino = self.open_path(path).ok()?;
+        let size = self.file(ino)?.size;
+        let stored = size.saturating_sub(*offset).min(u64::from(*len));
+        let mut stores = self.clone();
+        let bytes: std::sync::Arc<[u8]> = crate::op::pattern(*seed, *len as usize)[..stored as usize].into();
+        crate::FileSystem::write(&mut stores, path, *offset, &bytes).ok()?;
+        Some(stores.crash_envelope())
+    }
+
     fn map_write_open(&mut self, ino: Ino, offset: u64, len: u64, source: Source) -> Result<u64, Errno> {
         let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
         let size = file.size;

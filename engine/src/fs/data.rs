@@ -294,7 +294,7 @@ impl<D: BlockDevice> Ext4<D> {
 impl<D: BlockDevice> Ctx<D> {
     /// Bytes a write puts into the cache between two chances to make room:
     /// a quarter of the bound, whole blocks, at least one.
-    fn write_chunk_bytes(&self) -> u64 {
+    pub(super) fn write_chunk_bytes(&self) -> u64 {
         let bs = self.bs();
         (self.pages.bound_bytes() / 4 / bs * bs).max(bs)
     }

@@ -51,34 +51,47 @@ impl<D: BlockDevice> Ext4<D> {
         let (bs, ps) = (ctx.bs(), u64::from(ctx.mount.page_size));
         let pages = offset / ps..end.div_ceil(ps);
         let orders = ctx.folio_orders(node);
-        let need = ctx.pages.uncached_bytes(ino, orders, pages.clone());
-        self.make_room(need, Some((ino, pages.clone()))).map_err(Errno::from)?;
-        let (ctx, node) = self.split(ino)?;
-        let (_, refused) = ctx.pages.add_folios(ino, orders, pages.clone(), orders.1);
-        if let Some(r) = refused {
-            return Err(Error::NoMemory(r.to_string()).into());
-        }
-        let first = ctx.pages.folio_span(ino, pages.start).map_or(pages.start, |s| s.start);
-        let last = ctx.pages.folio_span(ino, pages.end - 1).map_or(pages.end, |s| s.end);
-        let blocks = ctx.pages.block_of_page(first)..ctx.pages.block_of_page(last).min(size.div_ceil(bs));
-        // filemap_fault: the folios uptodate; then ext4_page_mkwrite.
-        for run in ctx.stale_runs(ino, blocks.clone()) {
-            ctx.fill_blocks(ino, node, run, size)?;
-        }
-        ctx.back_write(ino, node, blocks.clone())?;
-        if !ctx.pages.write_bytes(ino, offset, data) {
-            return Err(Error::NoMemory(format!("no folio for bytes {offset}..{end} of inode {ino}")).into());
-        }
-        let mut folios = std::collections::BTreeSet::new();
-        for b in blocks.clone() {
-            if let Some((index, i)) = ctx.pages.locate(ino, b) {
-                ctx.pages.mark_dirty(ino, index, i);
-                folios.insert(index);
+        // A chunk of pages at a time, making room before each, as a
+        // buffered write does: no fault needs more than the cache holds.
+        let chunk = (ctx.write_chunk_bytes() / ps).max(1);
+        let mut at = pages.start;
+        while at < pages.end {
+            let these = at..pages.end.min(at + chunk);
+            let need = {
+                let (ctx, node) = self.split(ino)?;
+                ctx.pages.uncached_bytes(ino, ctx.folio_orders(node), these.clone())
+            };
+            self.make_room(need, Some((ino, these.clone()))).map_err(Errno::from)?;
+            let (ctx, node) = self.split(ino)?;
+            let (_, refused) = ctx.pages.add_folios(ino, orders, these.clone(), orders.1);
+            if let Some(r) = refused {
+                return Err(Error::NoMemory(r.to_string()).into());
             }
+            let first = ctx.pages.folio_span(ino, these.start).map_or(these.start, |s| s.start);
+            let last = ctx.pages.folio_span(ino, these.end - 1).map_or(these.end, |s| s.end);
+            let blocks = ctx.pages.block_of_page(first)..ctx.pages.block_of_page(last).min(size.div_ceil(bs));
+            // filemap_fault: the folios uptodate; then ext4_page_mkwrite.
+            for run in ctx.stale_runs(ino, blocks.clone()) {
+                ctx.fill_blocks(ino, node, run, size)?;
+            }
+            ctx.back_write(ino, node, blocks.clone())?;
+            let (lo, hi) = ((these.start * ps).max(offset), (these.end * ps).min(end));
+            if !ctx.pages.write_bytes(ino, lo, &data[(lo - offset) as usize..(hi - offset) as usize]) {
+                return Err(Error::NoMemory(format!("no folio for bytes {lo}..{hi} of inode {ino}")).into());
+            }
+            let mut folios = std::collections::BTreeSet::new();
+            for b in blocks.clone() {
+                if let Some((index, i)) = ctx.pages.locate(ino, b) {
+                    ctx.pages.mark_dirty(ino, index, i);
+                    folios.insert(index);
+                }
+            }
+            ctx.mapped_stats.faulted_folios += folios.len() as u64;
+            ctx.mapped_stats.faulted_blocks += blocks.end - blocks.start;
+            at = these.end;
         }
+        let (ctx, node) = self.split(ino)?;
         ctx.mapped_stats.writes += 1;
-        ctx.mapped_stats.faulted_folios += folios.len() as u64;
-        ctx.mapped_stats.faulted_blocks += blocks.end - blocks.start;
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;
