@@ -16,6 +16,8 @@
 //!   the durable EOF may show its own old tail past it). Under data=writeback
 //!   a block allocated since the durability point (or freed and allocated
 //!   again), and any byte past the size at that point, may hold anything.
+//!   A data=journal inode's blocks are logged and replayed whole: each block
+//!   reads as one version, and the durable EOF block shows no old tail.
 //!
 //! What this check cannot see: which prefix the journal really committed (any
 //! consistent one passes), ordered mode's guarantee that an extending write's
