@@ -394,8 +394,9 @@ impl FileSystem for SyscallFs {
 
     fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let fd = self.open_fd(path, libc::O_RDWR, 0)?;
-        // SAFETY: fstat(2) fills the struct it is given.
+        // SAFETY: an all-zero stat is a valid value of the plain C struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat(2) fills the struct it is given; fd is open.
         check(unsafe { libc::fstat(fd.0, &mut st) })?;
         let size = st.st_size as u64;
         if data.is_empty() || offset >= size {
