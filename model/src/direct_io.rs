@@ -23,7 +23,7 @@ use crate::content::Source;
 use crate::data::Alloc;
 use crate::model::Model;
 use crate::op::{Op, Outcome, Reply, DIO_ALIGN};
-use crate::state::Ino;
+use crate::state::{Ino, Node};
 use crate::vfs::{block_span, write_count, LOFF_MAX};
 use crate::{Errno, InodeJournalMode};
 
@@ -33,6 +33,21 @@ const DIO_MAX_BLOCKS: u64 = 4096;
 impl Model {
     fn direct_path(&self, ino: Ino) -> bool {
         self.journal_mode(ino) != InodeJournalMode::Journal
+    }
+
+    /// The range's write-back before direct I/O (kiocb_write_and_wait)
+    /// moves i_disksize to the end of the page of its last delayed block
+    /// (mpage_map_and_submit_extent). Its blocks' states stay pending.
+    fn range_written_back(&mut self, ino: Ino, offset: u64, len: u64) {
+        let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
+        let Node::File(file) = &mut self.st.inode_mut(ino).node else { return };
+        let Some(d) = file.disksize else { return };
+        let span = block_span(offset, len, bs);
+        let last = file.blocks.overlapping(span).into_iter().filter(|(_, a)| *a == Alloc::Delayed).map(|(r, _)| r.end).max();
+        if let Some(end_block) = last {
+            let d = d.max((end_block * bs).div_ceil(ps).saturating_mul(ps).min(file.size));
+            file.disksize = (d < file.size).then_some(d);
+        }
     }
 
     pub(crate) fn do_direct_write(&mut self, path: &str, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
@@ -53,6 +68,7 @@ impl Model {
         if (offset | count) % DIO_ALIGN != 0 {
             return Err(self.refuse_misaligned_write(ino, offset, count, source));
         }
+        self.range_written_back(ino, offset, count);
         let bs = self.bs();
         let span = block_span(offset, count, bs);
         let file = self.file(ino).ok_or(Errno::EINVAL)?;
@@ -92,6 +108,8 @@ impl Model {
         let end = offset + count;
         // ext4_extending_io, asked before the range is written back.
         let extending = end > size || end > file.disk_size();
+        self.range_written_back(ino, offset, count);
+        let Some(file) = self.file(ino) else { return Errno::EINVAL };
         let (reached, last) = if offset % DIO_ALIGN != 0 {
             (span.start, Extent::of(file, span.start, span.clone()))
         } else {
@@ -151,6 +169,10 @@ impl Model {
 
     pub(crate) fn do_direct_read(&mut self, path: &str, offset: u64, len: u32) -> Outcome {
         let ino = self.open_path(path)?;
+        let flushes = self.file(ino).is_some_and(|f| len > 0 && offset < f.size) && self.direct_path(ino);
+        if flushes {
+            self.range_written_back(ino, offset, u64::from(len));
+        }
         let read = self.direct_read_open(ino, offset, len);
         self.release_looking(ino, || Op::DirectRead { path: path.into(), offset, len });
         read

@@ -86,7 +86,8 @@ pub trait FileSystem {
         self.direct_write(path, offset, &pattern(seed, len as usize))
     }
     /// open(O_RDWR) + mmap(MAP_SHARED) + store + msync(MS_SYNC) + munmap +
-    /// close ([`Op::MapWrite`]); returns the bytes stored (none past EOF).
+    /// fdatasync + close ([`Op::MapWrite`]); returns the bytes stored (none
+    /// past EOF).
     fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno>;
     /// [`FileSystem::map_write`] of [`pattern`]`(seed, len)`.
     fn map_write_pattern(&mut self, path: &str, offset: u64, len: u32, seed: u64) -> Result<u64, Errno> {

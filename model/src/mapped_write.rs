@@ -1,6 +1,6 @@
 //! Writes through a shared mapping ([`crate::op::Op::MapWrite`]): stores
-//! into pages of an `mmap(MAP_SHARED)` of the whole file, then
-//! `msync(MS_SYNC)` of the mapping.
+//! into pages of an `mmap(MAP_SHARED)` of the pages stored to, then
+//! `msync(MS_SYNC)` of the mapping and `fdatasync` of the file.
 //!
 //! - The first store to a page faults (ext4_page_mkwrite), which backs
 //!   every block of the page's folio inside EOF: under delalloc holes are
@@ -11,9 +11,11 @@
 //! - Stores never move EOF: the harness stores only bytes before it (past
 //!   it a store is SIGBUS), so no mapping is made when none would be
 //!   stored.
-//! - msync(MS_SYNC) over the whole mapping is vfs_fsync_range(0, size,
-//!   datasync): every dirty page inside EOF written back and what the data
-//!   needs committed, as fdatasync.
+//! - msync(MS_SYNC) is vfs_fsync_range over the mapped pages, datasync:
+//!   they are written back and what their data needs committed. The
+//!   fdatasync after it does the same for the rest of the file, so the
+//!   op's durability is the whole file's (the model keeps durability per
+//!   file, not per range).
 //! - A fault that cannot reserve space is SIGBUS in a real program; the
 //!   model answers ENOSPC and changes nothing.
 

@@ -52,6 +52,15 @@ impl<D: BlockDevice> Ctx<D> {
         self.data_mode(node) != InodeJournalMode::Journal
     }
 
+    /// Where the range's write-back before direct I/O moves i_disksize:
+    /// the end of the page of its last delayed block (as the model's
+    /// direct_io.rs says). Asked before that write-back, applied after.
+    fn disksize_after_range(&self, node: &Node, span: Range<u64>) -> Option<u64> {
+        let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
+        let end_block = node.es.delayed_in(span).map(|r| r.end).max()?;
+        Some((end_block * bs).div_ceil(ps).saturating_mul(ps).min(node.disk.size))
+    }
+
     /// `data` (file bytes from `offset`, sector aligned) to the blocks
     /// `node` maps for them: whole blocks padded with zeros where a block
     /// is unwritten, only the sectors asked for where it is written.
@@ -189,11 +198,13 @@ impl<D: BlockDevice> Ext4<D> {
         let old_size = node.disk.size;
         // ext4_extending_io, asked before the range is written back.
         let extending = end > old_size || end > node.disksize.unwrap_or(old_size);
+        let moved = ctx.disksize_after_range(node, span.clone());
         if offset > old_size {
             ctx.zero_past_eof(ino, node, old_size, offset)?;
         }
         self.write_back_quietly(ino, span.start).map_err(Errno::from)?;
         let (ctx, node) = self.split(ino)?;
+        node.move_disksize(moved);
         ctx.pages.invalidate(ino, span.clone());
         let misaligned = (offset | count as u64) % DIO_ALIGN != 0;
         let written = if misaligned {
@@ -219,10 +230,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         node.disk.size = node.disk.size.max(end);
         // ext4_handle_inode_extension moves i_disksize to the write's end.
-        if let Some(d) = node.disksize {
-            let d = d.max(end);
-            node.disksize = (d < node.disk.size).then_some(d);
-        }
+        node.move_disksize(Some(end));
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;
@@ -255,10 +263,12 @@ impl<D: BlockDevice> Ext4<D> {
             return Ok(Vec::new());
         }
         let span = block_span(offset, u64::from(len), ctx.bs());
+        let moved = ctx.disksize_after_range(node, span.clone());
         if !self.ctx.mount.read_only {
             self.write_back_quietly(ino, span.start).map_err(Errno::from)?;
         }
         let (ctx, node) = self.split(ino)?;
+        node.move_disksize(moved);
         // ext4_iomap_begin refuses blocks past the last logical block,
         // which a direct read reaches where a buffered one stops.
         if offset + u64::from(len) > ctx.mount.max_file_size() {

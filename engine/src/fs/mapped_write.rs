@@ -6,8 +6,8 @@
 //!   EOF as a buffered write would back them (block_page_mkwrite): delayed
 //!   under delalloc, allocated under nodelalloc, journaled for a
 //!   data=journal inode. The whole folio is dirtied; the stores land in it.
-//! - msync(MS_SYNC) of the whole mapping writes the file back and commits,
-//!   as fdatasync.
+//! - msync(MS_SYNC) of the mapped pages, then fdatasync: the file is
+//!   written back and committed.
 //! - The folio the engine's page cache picks may be larger than the page
 //!   (up to the mapping's largest order): the model allows its other
 //!   blocks to be holes or allocated.
@@ -96,7 +96,7 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.mtime = now;
         node.disk.ctime = now;
         self.mark_dirty(ino);
-        // msync(MS_SYNC) of the whole mapping: vfs_fsync_range, datasync.
+        // msync(MS_SYNC) of the mapped pages, then fdatasync of the rest.
         self.sync_file(ino)?;
         Ok(end - offset)
     }

@@ -57,6 +57,14 @@ impl Node {
         }
     }
 
+    /// i_disksize moves up to `to` (never down, never past the size).
+    pub fn move_disksize(&mut self, to: Option<u64>) {
+        if let (Some(d), Some(to)) = (self.disksize, to) {
+            let d = d.max(to);
+            self.disksize = (d < self.disk.size).then_some(d);
+        }
+    }
+
     /// A symlink whose target lives in `i_block`.
     pub fn is_fast_symlink(&self) -> bool {
         self.disk.is_symlink() && !self.disk.has_flag(FL_EXTENTS) && self.disk.size < I_BLOCK_LEN as u64

@@ -189,11 +189,12 @@ pub enum Op {
     DirectWrite { path: String, offset: u64, len: u32, seed: u64 },
     /// open(O_RDONLY|O_DIRECT) + pread into a page-aligned buffer + close.
     DirectRead { path: String, offset: u64, len: u32 },
-    /// open(O_RDWR) + mmap(MAP_SHARED) of the whole file + a store of
+    /// open(O_RDWR) + mmap(MAP_SHARED) of the pages stored to + a store of
     /// [`pattern`]`(seed, len)` at `offset`, cut at EOF (a store past it
-    /// would be SIGBUS) + msync(MS_SYNC) of the mapping + munmap + close.
-    /// Writes through page faults (ext4_page_mkwrite) and returns the
-    /// bytes stored; with none to store, nothing is mapped or synced.
+    /// would be SIGBUS) + msync(MS_SYNC) of the mapping + munmap +
+    /// fdatasync + close. Writes through page faults (ext4_page_mkwrite)
+    /// and returns the bytes stored; with none to store, nothing is mapped
+    /// or synced.
     MapWrite { path: String, offset: u64, len: u32, seed: u64 },
 }
 

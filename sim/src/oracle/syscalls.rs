@@ -402,21 +402,28 @@ impl FileSystem for SyscallFs {
         if data.is_empty() || offset >= size {
             return Ok(0);
         }
-        // Stores past EOF would be SIGBUS: stop there.
+        // Stores past EOF would be SIGBUS: stop there. The mapping covers
+        // the pages stored to (a sparse file can outgrow the address space).
         let n = (size - offset).min(data.len() as u64) as usize;
-        let len = usize::try_from(size).map_err(|_| Errno::EFBIG)?;
-        // SAFETY: a fresh shared mapping of the whole file; it is written
-        // only below its size and unmapped before the descriptor closes.
+        let page = 4096u64;
+        let start = offset / page * page;
+        let len = usize::try_from((offset + n as u64).div_ceil(page) * page - start).map_err(|_| Errno::EFBIG)?;
+        // SAFETY: a fresh shared mapping of the pages stored to; it is
+        // written only below the file's size and unmapped before the
+        // descriptor closes.
         unsafe {
-            let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, 0);
+            let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.0, start as libc::off_t);
             if map == libc::MAP_FAILED {
                 return Err(errno());
             }
-            std::ptr::copy_nonoverlapping(data.as_ptr(), map.cast::<u8>().add(offset as usize), n);
+            std::ptr::copy_nonoverlapping(data.as_ptr(), map.cast::<u8>().add((offset - start) as usize), n);
             let synced = (libc::msync(map, len, libc::MS_SYNC) == 0).then_some(()).ok_or_else(errno);
             libc::munmap(map, len);
             synced?;
         }
+        // The rest of the file's dirty data too: the op's durability is the file's.
+        // SAFETY: fd is open.
+        check(unsafe { libc::fdatasync(fd.0) })?;
         Ok(n as u64)
     }
 
