@@ -107,6 +107,7 @@ fn adopt_file(fs: &mut dyn FileSystem, path: &str, size: u64, bs: u64) -> Result
         } else {
             Alloc::Written
         };
+        file.writeback_pending |= alloc.settled() != alloc;
         file.blocks.insert(e.logical / bs..(e.logical + e.length) / bs, alloc);
     }
     let ranges = data_ranges(fs, path, size)?;

@@ -57,6 +57,10 @@ pub struct FileData {
     /// write grew the file and write-back has not reached its end yet.
     /// None where it is the size. Direct I/O asks it (ext4_extending_io).
     pub disksize: Option<u64>,
+    /// Some block may await write-back (delayed, or unwritten under dirty
+    /// pages): set whenever blocks get dirty data, cleared by write-back of
+    /// the whole file. Spares a sync the scan of files with nothing dirty.
+    pub writeback_pending: bool,
     /// Truncated to 0 since its last close: the next close starts write-back
     /// of its delayed blocks (auto_da_alloc). In memory only.
     pub da_alloc_close: bool,
@@ -159,6 +163,7 @@ impl FileData {
     /// access (its folio's blocks inside EOF) gives them: holes are backed
     /// as `fill`, unwritten blocks turn dirty. Returns blocks newly allocated.
     pub fn fault_in(&mut self, span: Range<u64>, bs: u64, fill: Alloc) -> u64 {
+        self.writeback_pending = true;
         let new_blocks = self.holes_in(span.clone());
         let existing = self.blocks.overlapping(span.clone());
         self.blocks.insert(span, fill);
@@ -191,6 +196,12 @@ impl FileData {
     pub fn settle_from(&mut self, from: u64, bs: u64) {
         // Write-back to the end pushes i_disksize to the size.
         self.disksize = None;
+        if !self.writeback_pending {
+            return;
+        }
+        if from == 0 {
+            self.writeback_pending = false;
+        }
         if !self.blocks.iter().any(|(r, a)| r.end > from && a.settled() != *a) {
             return;
         }
@@ -241,6 +252,9 @@ impl FileData {
 
     /// Invariants that hold after every op.
     pub fn check(&self, bs: u64) -> Result<(), String> {
+        if !self.writeback_pending && self.blocks.iter().any(|(_, a)| a.settled() != *a) {
+            return Err("blocks await write-back but the file is not marked as having any".into());
+        }
         // Only unwritten blocks may lie wholly past EOF: e2fsck rejects
         // initialised ones, and writeback never reaches dirty ones there.
         let first_past = self.size.div_ceil(bs);
