@@ -390,10 +390,17 @@ fn cases() -> u32 {
     std::env::var("CRASH_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
 }
 
+/// Same seed, same cases: CI runs one fixed stream; PROPTEST_RNG_SEED picks
+/// another, to explore.
+fn rng_seed() -> proptest::test_runner::RngSeed {
+    let seed = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x6a62_6432);
+    proptest::test_runner::RngSeed::Fixed(seed)
+}
+
 macro_rules! crash_prop {
     ($name:ident, $cfg:expr) => {
         proptest! {
-            #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+            #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, rng_seed: rng_seed(), ..ProptestConfig::default() })]
             #[test]
             fn $name(
                 ops in prop::collection::vec(prop_oneof![8 => strategy::op(), 1 => Just(Op::Sync)], 1..60),
