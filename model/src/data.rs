@@ -96,7 +96,6 @@ impl FileData {
     /// blocks newly allocated.
     pub fn write(&mut self, offset: u64, len: u64, source: Source, bs: u64, fill: Alloc) -> u64 {
         let span = block_span(offset, len, bs);
-        let new_blocks = self.holes_in(span.clone());
         if offset + len > self.size {
             // ext4_da_should_update_i_disksize: only a delayed write whose
             // last byte lands in a written block moves i_disksize at once.
@@ -105,8 +104,7 @@ impl FileData {
         }
         self.content.put(offset, len, source);
         self.size = self.size.max(offset + len);
-        self.fault_in(span, bs, fill);
-        new_blocks
+        self.fault_in(span, bs, fill)
     }
 
     /// Converting part of an unwritten extent, ext4 writes zeros over short
@@ -141,22 +139,18 @@ impl FileData {
         self.disksize.unwrap_or(self.size)
     }
 
+    /// i_disksize moves up to `to` where it lags (never down, never past
+    /// the size).
+    pub fn move_disksize(&mut self, to: u64) {
+        if let Some(d) = self.disksize {
+            let d = d.max(to);
+            self.disksize = (d < self.size).then_some(d);
+        }
+    }
+
     /// Holes of `span` ext4 may have allocated (see `maybe_allocated`).
     pub fn maybe_allocated_in(&self, span: Range<u64>) -> Vec<Range<u64>> {
-        let mut out = Vec::new();
-        for (r, ()) in self.maybe_allocated.overlapping(span) {
-            let mut at = r.start;
-            for (b, _) in self.blocks.overlapping(r.clone()) {
-                if b.start > at {
-                    out.push(at..b.start);
-                }
-                at = b.end;
-            }
-            if at < r.end {
-                out.push(at..r.end);
-            }
-        }
-        out
+        self.maybe_allocated.overlapping(span).into_iter().flat_map(|(r, ())| self.blocks.gaps(r)).collect()
     }
 
     /// Blocks `span` get dirty data, as a write or a page fault's write

@@ -41,12 +41,13 @@ impl Model {
     fn range_written_back(&mut self, ino: Ino, offset: u64, len: u64) {
         let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
         let Node::File(file) = &mut self.st.inode_mut(ino).node else { return };
-        let Some(d) = file.disksize else { return };
+        if file.disksize.is_none() {
+            return;
+        }
         let span = block_span(offset, len, bs);
         let last = file.blocks.overlapping(span).into_iter().filter(|(_, a)| *a == Alloc::Delayed).map(|(r, _)| r.end).max();
         if let Some(end_block) = last {
-            let d = d.max((end_block * bs).div_ceil(ps).saturating_mul(ps).min(file.size));
-            file.disksize = (d < file.size).then_some(d);
+            file.move_disksize((end_block * bs).div_ceil(ps).saturating_mul(ps));
         }
     }
 
@@ -69,26 +70,13 @@ impl Model {
             return Err(self.refuse_misaligned_write(ino, offset, count, source));
         }
         self.range_written_back(ino, offset, count);
-        let bs = self.bs();
-        let span = block_span(offset, count, bs);
-        let file = self.file(ino).ok_or(Errno::EINVAL)?;
-        let new_blocks = file.holes_in(span.clone());
-        self.reserve_blocks(new_blocks)?;
-        let old_size = file.size;
+        self.write_backed(ino, offset, count, source, Alloc::Written)?;
+        let span = block_span(offset, count, self.bs());
         let file = self.file_mut(ino);
-        file.write(offset, count, source, bs, Alloc::Written);
         // Written on disk and converted at completion, whatever each block was.
         file.blocks.insert(span, Alloc::Written);
         // ext4_handle_inode_extension moves i_disksize to the write's end.
-        if let Some(d) = file.disksize {
-            let d = d.max(offset + count);
-            file.disksize = (d < file.size).then_some(d);
-        }
-        let grew = file.size != old_size;
-        self.st.used_blocks += new_blocks;
-        if grew || new_blocks > 0 {
-            self.touch_datasync(ino);
-        }
+        file.move_disksize(offset + count);
         Ok(count)
     }
 
@@ -118,15 +106,7 @@ impl Model {
         };
         // Holes inside EOF up to the refused extent are allocated (past
         // EOF too, but the cleanup below frees those again).
-        let mut holes: Vec<std::ops::Range<u64>> = Vec::new();
-        let mut at = span.start;
-        for (r, _) in file.blocks.overlapping(span.start..last.blocks.end).into_iter().chain(std::iter::once((last.blocks.end..last.blocks.end, Alloc::Written))) {
-            let hole = at.max(span.start)..r.start.min(last.blocks.end).min(size.div_ceil(bs));
-            if hole.start < hole.end {
-                holes.push(hole);
-            }
-            at = r.end;
-        }
+        let mut holes = file.blocks.gaps(span.start..last.blocks.end.min(size.div_ceil(bs)));
         // Only the first extent was mapped: one allocation of at most
         // DIO_MAX_BLOCKS, of which mballoc may give fewer than asked (its
         // first block it gives).

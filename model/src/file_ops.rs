@@ -31,21 +31,27 @@ impl Model {
         if count == 0 {
             return Ok(0);
         }
-        let bs = self.bs();
         let fill = self.write_fill(ino);
-        let span = block_span(offset, count as u64, bs);
+        self.write_backed(ino, offset, count as u64, source, fill)
+    }
+
+    /// `count` bytes (already held to the size limit) at `offset`, holes
+    /// backed as `fill`: space reserved, size and marks kept.
+    pub(crate) fn write_backed(&mut self, ino: Ino, offset: u64, count: u64, source: Source, fill: crate::data::Alloc) -> Result<u64, Errno> {
+        let bs = self.bs();
+        let span = block_span(offset, count, bs);
         let file = self.file(ino).ok_or(Errno::EINVAL)?;
         let new_blocks = file.holes_in(span);
         self.reserve_blocks(new_blocks)?;
         let old_size = file.size;
         let file = self.file_mut(ino);
-        file.write(offset, count as u64, source, bs, fill);
+        file.write(offset, count, source, bs, fill);
         let grew = file.size != old_size;
         self.st.used_blocks += new_blocks;
         if grew || new_blocks > 0 {
             self.touch_datasync(ino);
         }
-        Ok(count as u64)
+        Ok(count)
     }
 
     pub(crate) fn do_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {

@@ -68,6 +68,22 @@ impl<V: Clone + Eq> RangeMap<V> {
         out
     }
 
+    /// The parts of `range` no stored range covers, in order.
+    pub fn gaps(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        let mut out = Vec::new();
+        let mut at = range.start;
+        for (r, _) in self.overlapping(range.clone()) {
+            if r.start > at {
+                out.push(at..r.start);
+            }
+            at = r.end;
+        }
+        if at < range.end {
+            out.push(at..range.end);
+        }
+        out
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (Range<u64>, &V)> {
         self.ranges.iter().map(|(s, (e, v))| (*s..*e, v))
     }
@@ -207,6 +223,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gaps_are_what_no_range_covers() {
+        let mut m = RangeMap::new();
+        m.insert(2..4, 'a');
+        m.insert(6..7, 'b');
+        assert_eq!(m.gaps(0..10), vec![0..2, 4..6, 7..10]);
+        assert_eq!(m.gaps(3..6), vec![4..6]);
+        assert_eq!(m.gaps(2..4), Vec::<std::ops::Range<u64>>::new());
+        let (from, to) = (5, 3);
+        assert_eq!(m.gaps(from..to), Vec::<std::ops::Range<u64>>::new(), "a reversed range has none");
     }
 
     #[test]

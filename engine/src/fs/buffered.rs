@@ -181,9 +181,6 @@ impl<D: BlockDevice> Ctx<D> {
         if missing.is_empty() {
             return Ok(());
         }
-        let bs = self.bs();
-        let end = offset + out.len() as u64;
-        let per_io = (self.max_io_bytes() / bs).max(1);
         self.pages.count_read_around(missing.len() as u64);
         let mut runs: Vec<Range<u64>> = Vec::new();
         for &b in missing {
@@ -192,9 +189,20 @@ impl<D: BlockDevice> Ctx<D> {
                 _ => runs.push(b..b + 1),
             }
         }
+        self.read_from_device(node, offset, out, &runs, &mut 0)
+    }
+
+    /// Blocks `runs` of `node` from the device into `out` (bytes from
+    /// `offset`): written pieces one command per physically contiguous
+    /// stretch, with the journal's newer copies laid over, the rest zeros.
+    /// `commands` counts the reads issued.
+    pub(super) fn read_from_device(&mut self, node: &Node, offset: u64, out: &mut [u8], runs: &[Range<u64>], commands: &mut u64) -> Result<(), Errno> {
+        let bs = self.bs();
+        let end = offset + out.len() as u64;
+        let per_io = (self.max_io_bytes() / bs).max(1);
         let mut staged = std::mem::take(&mut self.scratch);
         let mut result = Ok(());
-        'runs: for run in runs {
+        'runs: for run in runs.iter().cloned() {
             // What is not read below is a hole or unwritten: zeros.
             let (lo, hi) = ((run.start * bs).max(offset), (run.end * bs).min(end));
             out[(lo - offset) as usize..(hi - offset) as usize].fill(0);
@@ -220,6 +228,7 @@ impl<D: BlockDevice> Ctx<D> {
                         result = Err(Error::from(e).into());
                         break 'runs;
                     }
+                    *commands += 1;
                     l += n;
                 }
             }

@@ -21,7 +21,7 @@ use std::ops::Range;
 use ext4_model::op::DIO_ALIGN;
 use ext4_model::{Errno, FileKind, InodeJournalMode};
 
-use crate::device::{BlockDevice, IoClass, WriteFlags};
+use crate::device::{BlockDevice, WriteFlags};
 use crate::error::Error;
 use crate::format::InodeNumber;
 
@@ -90,37 +90,6 @@ impl<D: BlockDevice> Ctx<D> {
                     break 'pieces;
                 }
                 self.dio_stats.commands += 1;
-                l += n;
-            }
-        }
-        self.scratch = staged;
-        result
-    }
-
-    /// Bytes `offset..` of the file into `out` from the device: written
-    /// blocks read whole (one command per physically contiguous stretch),
-    /// the rest zeros.
-    fn read_direct(&mut self, node: &Node, offset: u64, out: &mut [u8]) -> Result<(), Errno> {
-        let bs = self.bs();
-        let end = offset + out.len() as u64;
-        let per_io = (self.max_io_bytes() / bs).max(1);
-        out.fill(0);
-        let mut staged = std::mem::take(&mut self.scratch);
-        let mut result = Ok(());
-        'pieces: for p in node.map.pieces(block_span(offset, out.len() as u64, bs)).into_iter().filter(|p| !p.unwritten) {
-            let mut l = p.logical;
-            while l < p.logical + p.len {
-                let n = per_io.min(p.logical + p.len - l);
-                let at = (p.physical + (l - p.logical)) * bs;
-                staged.resize((n * bs) as usize, 0);
-                if let Err(e) = self.dev.read(at, &mut staged, IoClass::Data) {
-                    result = Err(Error::from(e).into());
-                    break 'pieces;
-                }
-                self.overlay_unhomed_data(at / bs, &mut staged);
-                self.dio_stats.commands += 1;
-                let (lo, hi) = ((l * bs).max(offset), ((l + n) * bs).min(end));
-                out[(lo - offset) as usize..(hi - offset) as usize].copy_from_slice(&staged[(lo - l * bs) as usize..(hi - l * bs) as usize]);
                 l += n;
             }
         }
@@ -286,7 +255,11 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let end = size.min(offset.saturating_add(u64::from(len)));
         let mut out = vec![0u8; (end - offset) as usize];
-        ctx.read_direct(node, offset, &mut out)?;
+        let blocks = block_span(offset, out.len() as u64, ctx.bs());
+        let mut commands = 0;
+        let read = ctx.read_from_device(node, offset, &mut out, &[blocks], &mut commands);
+        ctx.dio_stats.commands += commands;
+        read?;
         ctx.dio_stats.reads += 1;
         ctx.dio_stats.bytes_read += out.len() as u64;
         Ok(out)
