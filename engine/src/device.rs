@@ -74,6 +74,12 @@ pub trait BlockDevice {
     fn read(&mut self, offset: u64, buf: &mut [u8], class: IoClass) -> Result<(), DeviceError>;
     /// Write `buf` at `offset`; durable only after [`BlockDevice::flush`] unless `flags.fua`.
     fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DeviceError>;
+    /// Write `bufs` back to back from `offset` as one command, as a bio of
+    /// several segments is one. The default joins them for
+    /// [`BlockDevice::write`]; a device that can take them apart saves the copy.
+    fn write_vectored(&mut self, offset: u64, bufs: &[&[u8]], flags: WriteFlags) -> Result<(), DeviceError> {
+        self.write(offset, &bufs.concat(), flags)
+    }
     /// Make every write issued so far durable.
     fn flush(&mut self) -> Result<(), DeviceError>;
     /// The device's clock in nanoseconds, which the filesystem's timers
@@ -105,6 +111,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for &mut T {
     }
     fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
         (**self).write(offset, buf, flags)
+    }
+    fn write_vectored(&mut self, offset: u64, bufs: &[&[u8]], flags: WriteFlags) -> Result<(), DeviceError> {
+        (**self).write_vectored(offset, bufs, flags)
     }
     fn flush(&mut self) -> Result<(), DeviceError> {
         (**self).flush()

@@ -20,6 +20,7 @@ use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
 use ext4_engine::memory::BoundedFolios;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
+use ext4_model::pattern::pattern_into;
 use ext4_model::{DirEntry, Errno, FallocFlags, FiemapExtent, FiemapRequest, FileSystem, MountConfig, Op, Outcome, Stat};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -34,6 +35,9 @@ use crate::target::{FaultPlane, ReadBack, Target, TargetFactory};
 /// as metadata the model does not count, not as a divergence.
 pub const NEARLY_FULL_BLOCKS: u64 = 512;
 
+/// Pattern buffers up to this size are kept for the next write.
+const PATTERN_BUF_KEPT: usize = 16 << 20;
+
 pub struct EngineTarget {
     /// None only after a remount failed; every op then reports EIO.
     fs: Option<Ext4<SimDisk>>,
@@ -47,6 +51,10 @@ pub struct EngineTarget {
     check_ns: u64,
     /// The orphan list's work in mounts that have ended.
     past_orphans: OrphanStats,
+    /// Bytes of the current pattern write, kept between ops at the largest
+    /// size seen: a fresh buffer per write was zeroed, then overwritten,
+    /// and large ones were fresh pages from the host every time.
+    pattern_buf: Vec<u8>,
 }
 
 impl EngineTarget {
@@ -171,7 +179,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default() })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default(), pattern_buf: Vec::new() })
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -182,6 +190,26 @@ impl TargetFactory for EngineFactory {
     type Target = EngineTarget;
     fn make(&self, spec: &RunSpec) -> Result<EngineTarget, String> {
         make_engine(spec)
+    }
+}
+
+impl EngineTarget {
+    /// Runs `write` on the engine with `pattern(seed, len)`.
+    fn with_pattern(&mut self, seed: u64, len: u32, write: impl FnOnce(&mut Ext4<SimDisk>, &[u8]) -> Result<u64, Errno>) -> Result<u64, Errno> {
+        let len = len as usize;
+        let mut buf = std::mem::take(&mut self.pattern_buf);
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        pattern_into(seed, &mut buf[..len]);
+        let written = match self.fs() {
+            Ok(fs) => write(fs, &buf[..len]),
+            Err(e) => Err(e),
+        };
+        if buf.len() <= PATTERN_BUF_KEPT {
+            self.pattern_buf = buf;
+        }
+        written
     }
 }
 
@@ -221,6 +249,12 @@ impl FileSystem for EngineTarget {
     fn direct_read(&mut self, p: &str, o: u64, l: u32) -> Result<Vec<u8>, Errno> { self.fs()?.direct_read(p, o, l) }
     fn map_write(&mut self, p: &str, o: u64, d: &[u8]) -> Result<u64, Errno> { self.fs()?.map_write(p, o, d) }
     fn close_all(&mut self) -> Result<(), Errno> { self.fs()?.close_all() }
+    fn write_pattern(&mut self, p: &str, o: u64, l: u32, seed: u64) -> Result<u64, Errno> { self.with_pattern(seed, l, |fs, d| fs.write(p, o, d)) }
+    fn append_pattern(&mut self, p: &str, l: u32, seed: u64) -> Result<u64, Errno> { self.with_pattern(seed, l, |fs, d| fs.append(p, d)) }
+    fn rewrite_pattern(&mut self, p: &str, l: u32, seed: u64) -> Result<u64, Errno> { self.with_pattern(seed, l, |fs, d| fs.rewrite(p, d)) }
+    fn pwrite_pattern(&mut self, s: u8, o: u64, l: u32, seed: u64) -> Result<u64, Errno> { self.with_pattern(seed, l, |fs, d| fs.pwrite(s, o, d)) }
+    fn direct_write_pattern(&mut self, p: &str, o: u64, l: u32, seed: u64) -> Result<u64, Errno> { self.with_pattern(seed, l, |fs, d| fs.direct_write(p, o, d)) }
+    fn map_write_pattern(&mut self, p: &str, o: u64, l: u32, seed: u64) -> Result<u64, Errno> { self.with_pattern(seed, l, |fs, d| fs.map_write(p, o, d)) }
 }
 
 impl Target for EngineTarget {

@@ -78,9 +78,11 @@ impl<D: BlockDevice> Ctx<D> {
     fn fill_blocks_with(&mut self, ino: InodeNumber, node: &Node, blocks: Range<u64>, staged: &mut Vec<u8>) -> Result<(), Errno> {
         let bs = self.bs();
         let per_io = (self.max_io_bytes() / bs).max(1);
-        // Blocks that are not uptodate hold zeros (new folios are zeroed,
-        // invalidated blocks cleared): holes and unwritten blocks are done.
-        for p in node.map.pieces(blocks.clone()).into_iter().filter(|p| !p.unwritten) {
+        // Written blocks come from the device; the rest (holes, unwritten
+        // extents) are zeroed below, as a folio's bytes are undefined until
+        // a block is uptodate.
+        let written: Vec<_> = node.map.pieces(blocks.clone()).into_iter().filter(|p| !p.unwritten).collect();
+        for p in &written {
             let mut l = p.logical;
             while l < p.logical + p.len {
                 let n = per_io.min(p.logical + p.len - l);
@@ -111,10 +113,15 @@ impl<D: BlockDevice> Ctx<D> {
                 l += n;
             }
         }
+        let mut next = written.iter().peekable();
         for b in blocks {
+            while next.next_if(|p| p.logical + p.len <= b).is_some() {}
+            let read = next.peek().is_some_and(|p| p.logical <= b);
             if let Some((index, i)) = self.pages.locate(ino, b) {
                 if let Some(f) = self.pages.folio_mut(ino, index) {
-                    debug_assert!(f.is_uptodate(i) || node.map.lookup(b).is_some_and(|p| !p.unwritten) || f.block(i).iter().all(|x| *x == 0), "stale block {b} of inode {ino} is not zero");
+                    if !read && !f.is_uptodate(i) {
+                        f.block_mut(i).fill(0);
+                    }
                     f.set_uptodate(i);
                 }
             }

@@ -7,7 +7,7 @@
 //!    extent status tree; the reservation becomes real blocks.
 //! 2. Dirty blocks are written, one device command per physically
 //!    contiguous run (at most [`super::buffered::MAX_IO_PAGES`] pages),
-//!    straight from the folio when the run lies in one, else staged.
+//!    straight from the folios (a segment each, as a bio's vectors).
 //! 3. Blocks written into unwritten extents convert them to written, after
 //!    the data is on its way: a commit never marks data written before it
 //!    was written.
@@ -119,7 +119,6 @@ impl<D: BlockDevice> Ctx<D> {
         let bs = self.bs();
         let per_io = (self.max_io_bytes() / bs).max(1);
         let journaled = self.journal.is_some() && self.data_mode(node) == InodeJournalMode::Journal;
-        let mut staged = std::mem::take(&mut self.scratch);
         let mut result = Ok(());
         'runs: for run in runs {
             for p in node.map.pieces(run) {
@@ -127,7 +126,7 @@ impl<D: BlockDevice> Ctx<D> {
                 while l < p.logical + p.len {
                     let n = per_io.min(p.logical + p.len - l);
                     let physical = p.physical + (l - p.logical);
-                    let wrote = if journaled { self.log_blocks(ino, l, n, physical) } else { self.write_blocks(ino, l, n, physical, &mut staged) };
+                    let wrote = if journaled { self.log_blocks(ino, l, n, physical) } else { self.write_blocks(ino, l, n, physical) };
                     if let Err(e) = wrote {
                         result = Err(e);
                         break 'runs;
@@ -148,7 +147,6 @@ impl<D: BlockDevice> Ctx<D> {
                 }
             }
         }
-        self.scratch = staged;
         result.map(|()| changed)
     }
 
@@ -166,26 +164,22 @@ impl<D: BlockDevice> Ctx<D> {
     }
 
     /// One device command: logical blocks `l..l + n` of `ino`, all cached
-    /// uptodate, to physical `physical..`.
-    fn write_blocks(&mut self, ino: InodeNumber, l: u64, n: u64, physical: u64, staged: &mut Vec<u8>) -> Result<()> {
+    /// uptodate, to physical `physical..`, a segment per folio they lie in.
+    fn write_blocks(&mut self, ino: InodeNumber, l: u64, n: u64, physical: u64) -> Result<()> {
         let bs = self.bs();
         let Ctx { pages, dev, .. } = self;
-        let (index, i) = pages.locate(ino, l).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: dirty block {l} has no folio")))?;
-        let folio = pages.folio(ino, index).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: folio {index} vanished")))?;
-        if u64::from(i) + n <= u64::from(folio.blocks()) {
-            // The run lies in one folio: write from it as it stands.
+        let mut segments: Vec<&[u8]> = Vec::new();
+        let mut b = l;
+        while b < l + n {
+            let (index, i) = pages.locate(ino, b).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: dirty block {b} has no folio")))?;
+            let folio = pages.folio(ino, index).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: folio {index} vanished")))?;
+            let take = u64::from(folio.blocks() - i).min(l + n - b);
+            debug_assert!((i..i + take as u32).all(|j| folio.is_uptodate(j)), "writing back blocks from {b} that are not uptodate");
             let start = folio.block_range(i).start;
-            dev.write(physical * bs, &folio.bytes()[start..start + (n * bs) as usize], WriteFlags::DATA)?;
-        } else {
-            staged.clear();
-            for b in l..l + n {
-                let (index, i) = pages.locate(ino, b).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: dirty block {b} has no folio")))?;
-                let folio = pages.folio(ino, index).ok_or_else(|| Error::InvalidArgument(format!("inode {ino}: folio {index} vanished")))?;
-                debug_assert!(folio.is_uptodate(i), "writing back block {b} that is not uptodate");
-                staged.extend_from_slice(folio.block(i));
-            }
-            dev.write(physical * bs, staged, WriteFlags::DATA)?;
+            segments.push(&folio.bytes()[start..start + (take * bs) as usize]);
+            b += take;
         }
+        dev.write_vectored(physical * bs, &segments, WriteFlags::DATA)?;
         self.wb_stats.commands += 1;
         self.wb_stats.bytes += n * bs;
         Ok(())

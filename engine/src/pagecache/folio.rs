@@ -74,16 +74,15 @@ impl Folio {
     }
 
     /// [`Folio::new`] over a buffer a dropped folio left (see
-    /// [`Folio::into_buffer`]), zeroed here: warm memory instead of fresh
-    /// pages from the host for every folio.
+    /// [`Folio::into_buffer`]): warm memory instead of fresh pages from the
+    /// host for every folio. Its old bytes stay: no block is uptodate, and
+    /// whatever makes one uptodate fills it whole (read, write, zeroing),
+    /// as a page from the kernel's allocator holds garbage until then.
     pub fn from_buffer(order: u8, page_size: u32, block_size: u32, mut buf: Vec<u8>) -> Self {
         let bytes = (page_size as usize) << order;
         debug_assert!(bytes >= block_size as usize && bytes % block_size as usize == 0, "an order-{order} folio cannot hold {block_size}-byte blocks");
         let blocks = (bytes / block_size as usize) as u32;
-        if buf.capacity() == bytes {
-            buf.clear();
-            buf.resize(bytes, 0);
-        } else {
+        if buf.len() != bytes {
             buf = vec![0u8; bytes];
         }
         Folio { order, block_size, data: Arc::new(buf), uptodate: BlockBits::new(blocks), dirty: BlockBits::new(blocks), stamp: 0 }
@@ -156,13 +155,10 @@ impl Folio {
     }
 
     /// Forgets block `i` (truncated or punched away): neither uptodate nor
-    /// dirty, and its bytes zero so nothing stale survives in the folio.
+    /// dirty. Its bytes stay until something fills the block again.
     pub fn invalidate(&mut self, i: u32) {
         self.dirty.clear(i);
-        let was = self.uptodate.clear(i);
-        if was {
-            self.block_mut(i).fill(0);
-        }
+        self.uptodate.clear(i);
     }
 
     pub fn dirty_blocks(&self) -> u32 {
@@ -196,8 +192,7 @@ mod tests {
         assert!(f.clear_dirty(3));
         assert!(f.is_uptodate(3) && !f.is_dirty(3));
         f.invalidate(3);
-        assert!(!f.is_uptodate(3));
-        assert!(f.block(3).iter().all(|b| *b == 0), "an invalidated block keeps nothing stale");
+        assert!(!f.is_uptodate(3) && !f.is_dirty(3), "an invalidated block must be filled again before it is read");
     }
 
     #[test]

@@ -195,9 +195,15 @@ impl WriteCache {
 
     /// Accepts a write into the cache; it is not durable.
     pub fn write_pending(&mut self, offset: u64, data: &[u8], class: IoClass) -> WriteRecord {
-        let record = self.next_record(offset, data.len(), class);
-        self.newest.claim(sector_range(offset, data.len()), record.seq);
-        let data = self.spares.copy_of(offset, data);
+        self.write_pending_segments(offset, &[data], class)
+    }
+
+    /// [`WriteCache::write_pending`] of one command of several buffers.
+    pub fn write_pending_segments(&mut self, offset: u64, segments: &[&[u8]], class: IoClass) -> WriteRecord {
+        let len = segments.iter().map(|s| s.len()).sum();
+        let record = self.next_record(offset, len, class);
+        self.newest.claim(sector_range(offset, len), record.seq);
+        let data = self.spares.copy_of_segments(offset, segments);
         self.pending.insert(record.seq, Pending { record, data });
         self.pending_bytes += record.len;
         record
@@ -205,12 +211,22 @@ impl WriteCache {
 
     /// Writes straight to the medium; durable when this returns.
     pub fn write_through(&mut self, offset: u64, data: &[u8], class: IoClass) -> WriteRecord {
-        let record = self.next_record(offset, data.len(), class);
-        self.durable.write(offset, data);
+        self.write_through_segments(offset, &[data], class)
+    }
+
+    /// [`WriteCache::write_through`] of one command of several buffers.
+    pub fn write_through_segments(&mut self, offset: u64, segments: &[&[u8]], class: IoClass) -> WriteRecord {
+        let len = segments.iter().map(|s| s.len()).sum();
+        let record = self.next_record(offset, len, class);
+        let mut at = offset;
+        for segment in segments {
+            self.durable.write(at, segment);
+            at += segment.len() as u64;
+        }
         if !self.pending.is_empty() {
             // Every pending write is older than this one, so none of them may
             // show through or later land on these sectors.
-            let sectors = sector_range(offset, data.len());
+            let sectors = sector_range(offset, len);
             self.newest.clear_range(sectors.clone());
             for sector in sectors {
                 self.through.insert(sector, record.seq);

@@ -366,7 +366,11 @@ impl BlockDevice for SimDisk {
     }
 
     fn write(&mut self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
-        let len = buf.len() as u64;
+        self.write_vectored(offset, &[buf], flags)
+    }
+
+    fn write_vectored(&mut self, offset: u64, bufs: &[&[u8]], flags: WriteFlags) -> Result<(), DeviceError> {
+        let len = bufs.iter().map(|b| b.len() as u64).sum();
         check_range(offset, len, self.size_bytes)?;
         if len == 0 {
             return Ok(());
@@ -377,7 +381,7 @@ impl BlockDevice for SimDisk {
         let capacity = self.profile.write_cache_bytes;
         if flags.fua || len > capacity {
             let cost = self.media_access(offset, len, true);
-            self.cache.write_through(offset, buf, flags.class);
+            self.cache.write_through_segments(offset, bufs, flags.class);
             self.spend(flags.class, &cost);
             self.stats.fua_writes += u64::from(flags.fua);
         } else {
@@ -389,7 +393,7 @@ impl BlockDevice for SimDisk {
                 self.charge_destage(vec![record]);
             }
             assert!(self.cache.pending_bytes() + len <= capacity, "destaging must make room");
-            self.cache.write_pending(offset, buf, flags.class);
+            self.cache.write_pending_segments(offset, bufs, flags.class);
             let cost = latency::cached_cost(&self.profile, len);
             self.spend(flags.class, &cost);
             self.stats.cached_writes += 1;

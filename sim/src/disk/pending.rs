@@ -53,21 +53,38 @@ pub struct Spares {
 impl Spares {
     /// A copy of `data`, to be written at `offset`.
     pub fn copy_of(&mut self, offset: u64, data: &[u8]) -> PendingBytes {
-        if offset % CHUNK_BYTES == 0 && data.len() % CHUNK == 0 && !data.is_empty() {
-            let chunks = data
-                .chunks_exact(CHUNK)
-                .map(|piece| match self.chunks.pop() {
+        self.copy_of_segments(offset, &[data])
+    }
+
+    /// A copy of `segments` back to back (one command of several buffers),
+    /// to be written at `offset`: each byte is copied once, straight from
+    /// the caller's buffers into the pending write's.
+    pub fn copy_of_segments(&mut self, offset: u64, segments: &[&[u8]]) -> PendingBytes {
+        let len: usize = segments.iter().map(|s| s.len()).sum();
+        let mut source = Gather { segments, at: 0 };
+        if offset % CHUNK_BYTES == 0 && len % CHUNK == 0 && len > 0 {
+            let chunks = (0..len / CHUNK)
+                .map(|_| match self.chunks.pop() {
                     Some(mut chunk) => {
-                        chunk.copy_from_slice(piece);
+                        source.fill(&mut chunk[..]);
                         chunk
                     }
-                    None => fresh_chunk(0, piece),
+                    None => match source.whole_chunk() {
+                        Some(piece) => fresh_chunk(0, piece),
+                        None => {
+                            let mut chunk = fresh_chunk(0, &[]);
+                            source.fill(&mut chunk[..]);
+                            chunk
+                        }
+                    },
                 })
                 .collect();
             return PendingBytes::Chunks(chunks);
         }
-        let mut copy = self.take_flat(data.len());
-        copy.extend_from_slice(data);
+        let mut copy = self.take_flat(len);
+        for segment in segments {
+            copy.extend_from_slice(segment);
+        }
         PendingBytes::Flat(copy)
     }
 
@@ -112,6 +129,46 @@ impl Spares {
     }
 }
 
+/// Reads a list of buffers front to back as one stream of bytes.
+struct Gather<'a> {
+    segments: &'a [&'a [u8]],
+    /// Position in the first segment.
+    at: usize,
+}
+
+impl<'a> Gather<'a> {
+    /// Fills `out` with the next `out.len()` bytes; the stream holds them.
+    fn fill(&mut self, out: &mut [u8]) {
+        let mut done = 0;
+        while done < out.len() {
+            let segment = self.segments[0];
+            let take = (segment.len() - self.at).min(out.len() - done);
+            out[done..done + take].copy_from_slice(&segment[self.at..self.at + take]);
+            done += take;
+            self.advance(take);
+        }
+    }
+
+    /// The next whole chunk, when one segment holds all of it.
+    fn whole_chunk(&mut self) -> Option<&'a [u8]> {
+        let segment: &'a [u8] = self.segments.first()?;
+        let piece = segment.get(self.at..self.at + CHUNK)?;
+        self.advance(CHUNK);
+        Some(piece)
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.at += n;
+        while let Some(first) = self.segments.first() {
+            if self.at < first.len() {
+                break;
+            }
+            self.at -= first.len();
+            self.segments = &self.segments[1..];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +194,30 @@ mod tests {
         let mut back = vec![0; CHUNK];
         again.copy_out(0, &mut back);
         assert_eq!(back, vec![7; CHUNK]);
+    }
+
+    #[test]
+    fn segments_are_copied_as_one_stream_whatever_their_edges() {
+        let data: Vec<u8> = (0..4 * CHUNK).map(|i| (i % 239) as u8).collect();
+        let whole = |bytes: &PendingBytes| {
+            let mut out = vec![0; data.len()];
+            bytes.copy_out(0, &mut out);
+            out
+        };
+        // Chunk-aligned: segments of a chunk and a half, one short, the rest;
+        // with no spare chunks, then with spares.
+        let cuts = [0, CHUNK + CHUNK / 2, CHUNK + CHUNK / 2 + 1024, 4 * CHUNK];
+        let segments: Vec<&[u8]> = cuts.windows(2).map(|w| &data[w[0]..w[1]]).collect();
+        let mut spares = Spares::default();
+        let fresh = spares.copy_of_segments(0, &segments);
+        assert!(matches!(&fresh, PendingBytes::Chunks(c) if c.len() == 4));
+        assert_eq!(whole(&fresh), data);
+        spares.recycle(fresh);
+        let reused = spares.copy_of_segments(CHUNK_BYTES, &segments);
+        assert_eq!(whole(&reused), data);
+        // Off a chunk boundary: one flat buffer.
+        let flat = spares.copy_of_segments(512, &segments);
+        assert!(matches!(&flat, PendingBytes::Flat(b) if b.len() == data.len()));
+        assert_eq!(whole(&flat), data);
     }
 }
