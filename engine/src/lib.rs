@@ -22,6 +22,7 @@ pub mod image;
 pub mod layout;
 pub mod mkfs;
 pub mod range_set;
+pub mod sync;
 #[cfg(test)]
 mod fixtures;
 
@@ -34,6 +35,7 @@ pub mod extent_status;
 pub mod extent_tree;
 pub mod fs;
 pub mod journal;
+pub mod locking;
 pub mod memory;
 pub mod pagecache;
 

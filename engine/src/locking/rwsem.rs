@@ -1,0 +1,146 @@
+//! A reader-writer semaphore (`struct rw_semaphore`): many readers or one
+//! writer. A waiting writer holds off new readers, as the kernel's does,
+//! so a stream of readers cannot starve the switch.
+
+use crate::sync::{lock, wait, Condvar, Mutex};
+
+use super::{LockClass, WouldWait, Waiting};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct State {
+    readers: u32,
+    writer: bool,
+    writers_waiting: u32,
+}
+
+#[derive(Debug)]
+pub struct RwSem {
+    class: LockClass,
+    waiting: Waiting,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl RwSem {
+    pub fn new(class: LockClass, waiting: Waiting) -> RwSem {
+        RwSem { class, waiting, state: Mutex::new(State::default()), changed: Condvar::new() }
+    }
+
+    pub fn class(&self) -> LockClass {
+        self.class
+    }
+
+    /// down_read.
+    pub fn down_read(&self) -> Result<(), WouldWait> {
+        let mut s = lock(&self.state);
+        while s.writer || s.writers_waiting > 0 {
+            if self.waiting == Waiting::Refuse {
+                return Err(WouldWait(self.class));
+            }
+            s = wait(&self.changed, s);
+        }
+        s.readers += 1;
+        Ok(())
+    }
+
+    /// up_read.
+    pub fn up_read(&self) {
+        let mut s = lock(&self.state);
+        debug_assert!(s.readers > 0, "up_read of {} with no reader", self.class);
+        s.readers = s.readers.saturating_sub(1);
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// down_write.
+    pub fn down_write(&self) -> Result<(), WouldWait> {
+        let mut s = lock(&self.state);
+        if s.writer || s.readers > 0 {
+            if self.waiting == Waiting::Refuse {
+                return Err(WouldWait(self.class));
+            }
+            s.writers_waiting += 1;
+            while s.writer || s.readers > 0 {
+                s = wait(&self.changed, s);
+            }
+            s.writers_waiting -= 1;
+        }
+        s.writer = true;
+        Ok(())
+    }
+
+    /// up_write.
+    pub fn up_write(&self) {
+        let mut s = lock(&self.state);
+        debug_assert!(s.writer, "up_write of {} with no writer", self.class);
+        s.writer = false;
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Whether anyone holds it, shared or exclusive.
+    pub fn is_locked(&self) -> bool {
+        let s = lock(&self.state);
+        s.writer || s.readers > 0
+    }
+
+    /// Whether a writer holds it.
+    pub fn is_write_locked(&self) -> bool {
+        lock(&self.state).writer
+    }
+
+    /// Whether down_read would wait now.
+    pub fn read_would_wait(&self) -> bool {
+        let s = lock(&self.state);
+        s.writer || s.writers_waiting > 0
+    }
+}
+
+/// A copy in the same state (an engine's shadow for a check); nobody waits
+/// on a copy.
+impl Clone for RwSem {
+    fn clone(&self) -> RwSem {
+        let s = *lock(&self.state);
+        RwSem { class: self.class, waiting: self.waiting, state: Mutex::new(State { writers_waiting: 0, ..s }), changed: Condvar::new() }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_share_and_a_writer_excludes_all() {
+        let r = RwSem::new(LockClass::InvalidateLock, Waiting::Refuse);
+        r.down_read().unwrap();
+        r.down_read().unwrap();
+        assert_eq!(r.down_write(), Err(WouldWait(LockClass::InvalidateLock)));
+        r.up_read();
+        r.up_read();
+        r.down_write().unwrap();
+        assert!(r.is_write_locked() && r.read_would_wait());
+        assert_eq!(r.down_read(), Err(WouldWait(LockClass::InvalidateLock)));
+        assert_eq!(r.down_write(), Err(WouldWait(LockClass::InvalidateLock)));
+        r.up_write();
+        assert!(!r.is_locked());
+    }
+
+    #[test]
+    fn a_sleeping_writer_gets_the_lock_when_the_readers_leave() {
+        let r = std::sync::Arc::new(RwSem::new(LockClass::WritepagesRwsem, Waiting::Sleep));
+        r.down_read().unwrap();
+        let w = {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                r.down_write().unwrap();
+                r.up_write();
+            })
+        };
+        while !r.read_would_wait() {
+            std::thread::yield_now();
+        }
+        r.up_read();
+        w.join().unwrap();
+        assert!(!r.is_locked());
+    }
+}
