@@ -40,6 +40,9 @@ pub enum Error {
     /// Write-back could not allocate blocks its reservation promised.
     #[error("delayed allocation failed: {0}")]
     DelayedAllocation(String),
+    /// A lock a split op holds, which this thread could never see released.
+    #[error("{0}")]
+    WouldWait(crate::locking::WouldWait),
 }
 
 /// Which on-disk object a checksum belongs to.

@@ -351,6 +351,10 @@ impl Target for EngineTarget {
         self.fs.as_ref().and_then(|fs| fs.waits_for(op))
     }
 
+    fn lock_violations(&mut self) -> Vec<String> {
+        self.fs.as_ref().map(|fs| fs.lock_violations()).unwrap_or_default()
+    }
+
     fn locks_held(&self) -> Vec<(Lock, LockHolder)> {
         self.fs.as_ref().map(|fs| fs.locks_held()).unwrap_or_default()
     }

@@ -397,15 +397,24 @@ impl<T: Target> Lockstep<T> {
     /// Every lock the target holds belongs to an op in flight (`owed`: the
     /// holders their first halves took), and every op in flight still
     /// holds the lock it took.
-    pub fn check_locks(&self, mut owed: Vec<T::Holder>) -> Result<(), Failure> {
+    pub fn check_locks(&mut self, mut owed: Vec<T::Holder>) -> Result<(), Failure> {
         let op = self.last_op.as_ref().map(Op::kind);
+        let last = self.last_op.as_ref().map(|op| op.to_string()).unwrap_or_default();
+        if let Some(v) = self.target.lock_violations().into_iter().next() {
+            return Err(Failure::Lock { index: self.index, op, what: format!("{v} (last op: {last})") });
+        }
+        // A holder may hold several locks (a switch between its halves
+        // holds four); each owed holder must hold at least one.
+        let mut seen: Vec<T::Holder> = Vec::new();
         for (lock, holder) in self.target.locks_held() {
+            if seen.contains(&holder) {
+                continue;
+            }
             match owed.iter().position(|h| *h == holder) {
                 Some(i) => {
-                    owed.swap_remove(i);
+                    seen.push(owed.swap_remove(i));
                 }
                 None => {
-                    let last = self.last_op.as_ref().map(|op| op.to_string()).unwrap_or_default();
                     let what = format!("{lock} is still held by {holder:?} after its op returned (last op: {last})");
                     return Err(Failure::Lock { index: self.index, op, what });
                 }

@@ -42,7 +42,7 @@ pub fn summary(r: &RunResult) -> String {
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
         let _ = writeln!(
             s,
-            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds the updates lock); {} ops slept on a lock",
+            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds i_rwsem, invalidate_lock, s_writepages_rwsem and the updates barrier across its flush); {} ops slept on a lock",
             r.stats.lock_sleeps
         );
     }

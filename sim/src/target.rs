@@ -152,6 +152,11 @@ pub trait Target: FileSystem {
     fn locks_held(&self) -> Vec<(Self::Lock, Self::Holder)> {
         Vec::new()
     }
+    /// Lock-discipline violations the target saw since the last call
+    /// (order inversions, unbalanced releases), each with its stacks.
+    fn lock_violations(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Builds fresh targets for a spec (the engine, or a test double).

@@ -184,7 +184,7 @@ op write path=\"/g\" offset=0 len=65536 seed=2\nop fiemap path=\"/g\" sync=true\
 /// caught at the switch itself, with one task, and shrinks to a few steps.
 /// The real engine releases the lock on the same path.
 #[test]
-fn a_switch_keeping_the_updates_lock_on_a_failed_flush_is_caught() {
+fn a_switch_keeping_invalidate_lock_on_a_failed_flush_is_caught() {
     let bug = Buggy(InjectedBug::SwitchKeepsLockOnFailedFlush);
     let trace = |command: u32| {
         Trace::parse(&format!(
@@ -208,7 +208,7 @@ op write path=\"/f\" offset=4096 len=4096 seed=2\nop sync\n"
         let failing = run(&buggy, &t);
         match &failing.failure {
             Some(Failure::Lock { what, .. }) => {
-                assert!(what.contains("updates lock") && what.contains("set_journal_data"), "{what}");
+                assert!(what.contains("invalidate_lock") && what.contains("set_journal_data"), "{what}");
                 caught.get_or_insert(failing);
             }
             None => {}

@@ -44,7 +44,11 @@ impl<D: BlockDevice> Ext4<D> {
     /// open(O_WRONLY|O_TRUNC) + write at 0 + close.
     pub(crate) fn do_rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        let written = self.truncate_inode(ino, 0).and_then(|()| self.write_at(ino, 0, data));
+        // The open's truncation (do_truncate under the inode lock), then the write.
+        let rwsem = super::locks::Lock::InodeRwsem;
+        let written = self
+            .under_inode_lock(ino, rwsem, false, "do_truncate", |fs| fs.truncate_inode(ino, 0))
+            .and_then(|()| self.under_inode_lock(ino, rwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, 0, data)));
         self.closing(ino, written)
     }
 }

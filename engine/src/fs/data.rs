@@ -22,6 +22,7 @@ use ext4_model::{Errno, FileKind, InodeJournalMode};
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
+use super::locks::Lock;
 use super::node::Node;
 use super::{Ctx, Ext4};
 
@@ -142,15 +143,17 @@ impl<D: BlockDevice> Ctx<D> {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        let written = self.write_at(ino, offset, data);
+        let written = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, offset, data));
         self.closing(ino, written)
     }
 
     /// write through an O_APPEND descriptor: at EOF, whatever the offset.
     pub(crate) fn do_append(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, true)?;
-        let offset = self.node(ino)?.disk.size;
-        let written = self.write_at(ino, offset, data);
+        let written = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| {
+            let offset = fs.node(ino)?.disk.size;
+            fs.write_at(ino, offset, data)
+        });
         self.closing(ino, written)
     }
 
@@ -263,7 +266,11 @@ impl<D: BlockDevice> Ext4<D> {
         if size > self.ctx.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
-        self.truncate_inode(ino, size)
+        // ext4_setattr: the inode lock, inode_dio_wait, invalidate_lock.
+        self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_setattr", |fs| {
+            fs.dio_wait(ino)?;
+            fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_setattr", |fs| fs.truncate_inode(ino, size))
+        })
     }
 
     /// ext4_setattr's size change, once the caller's checks passed.

@@ -25,6 +25,7 @@ use crate::device::{BlockDevice, WriteFlags};
 use crate::error::Error;
 use crate::format::InodeNumber;
 
+use super::locks::Lock;
 use super::data::{block_span, LOFF_MAX};
 use super::node::Node;
 use super::{Ctx, Ext4};
@@ -143,7 +144,9 @@ impl<D: BlockDevice> Ctx<D> {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        let written = self.direct_write_at(ino, offset, data);
+        // ext4_dio_write_iter: the inode lock (exclusive: this engine does
+        // not tell overwrites apart), the I/O counted in flight.
+        let written = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_dio_write_iter", |fs| fs.as_direct_io(ino, |fs| fs.direct_write_at(ino, offset, data)));
         self.closing(ino, written)
     }
 

@@ -1,27 +1,30 @@
-//! chattr +j / -j: switching an inode into or out of data journaling, as
-//! ext4_change_inode_journal_flag does it.
+//! chattr +j / -j: switching an inode into or out of data journaling.
+//! The locks and their order are ext4_change_inode_journal_flag's, run by
+//! the shared protocol ([`crate::locking::switch`], docs/concurrency.md);
+//! this file supplies the steps between them over the engine:
 //!
-//! - Either way the inode's dirty data is written back first and its page
-//!   cache dropped (filemap_write_and_wait, truncate_pagecache), so the
-//!   mapping starts again with the folio orders of the new mode.
-//! - **+j** then sets the flag under the journal's updates lock without
-//!   sleeping, and commits the flag: one call, nothing held across a sleep.
-//! - **-j** must empty the journal first (jbd2_journal_flush), holding the
-//!   updates lock so no handle starts meanwhile; it sleeps there. So it runs
-//!   in two halves: [`Ext4::begin_journal_switch`] takes the lock and closes
-//!   the running transaction; [`Ext4::finish_journal_switch`] writes it,
-//!   checkpoints the log, clears the flag, drops the lock and commits the
-//!   flag through a synchronous handle.
+//! - the inode's dirty data is written back and its page cache dropped
+//!   (filemap_write_and_wait, truncate_pagecache), so the mapping starts
+//!   again with the folio orders of the new mode;
+//! - **+j** sets the flag under the updates barrier without sleeping and
+//!   commits it: one call, nothing held across a sleep;
+//! - **-j** must empty the journal first (jbd2_journal_flush), every lock
+//!   held, and sleeps there. So it runs in two halves:
+//!   [`Ext4::begin_journal_switch`] closes the running transaction;
+//!   [`Ext4::finish_journal_switch`] writes it, checkpoints the log, clears
+//!   the flag, releases and commits the flag through a synchronous handle.
 //!
-//! The lock is released on every path out of a half that took it, error
-//! paths included; a lock imbalance in exactly this function was a real
-//! ext4 bug. The simulator holds the engine to it after every op.
+//! Every lock is released on every path out of a half, error paths
+//! included; a lock left held in exactly this function was a real ext4
+//! bug. Lockdep records each acquisition and the simulator holds the
+//! engine to it after every op.
 
 use ext4_model::op::inode_flags::JOURNAL_DATA;
 use ext4_model::Errno;
 
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
+use crate::locking::switch::{Halfway, JournalState, Switch, SwitchBug, SwitchSteps};
 
 use super::locks::LockHolder;
 use super::Ext4;
@@ -35,23 +38,84 @@ pub struct SwitchTicket(Option<Clearing>);
 #[derive(Debug, PartialEq, Eq)]
 struct Clearing {
     ino: InodeNumber,
-    /// The updates lock it holds.
+    /// Who holds the switch's locks.
     holder: LockHolder,
+    halfway: Halfway,
     /// The tid of the transaction the first half closed, if any.
     closed: Option<u32>,
 }
 
 impl SwitchTicket {
-    /// The lock this switch holds until its second half.
+    /// Who holds this switch's locks until its second half.
     pub fn holder(&self) -> Option<LockHolder> {
         self.0.as_ref().map(|c| c.holder)
     }
 }
 
+/// The switch's steps over the engine.
+struct EngineSteps<'a, D: BlockDevice> {
+    fs: &'a mut Ext4<D>,
+    ino: InodeNumber,
+    /// The transaction the flush closed.
+    closed: Option<u32>,
+    /// A step's failure that the protocol's infallible steps cannot return.
+    failed: Option<Errno>,
+}
+
+impl<D: BlockDevice> SwitchSteps for EngineSteps<'_, D> {
+    fn journal(&mut self) -> JournalState {
+        match &self.fs.ctx.journal {
+            None => JournalState::None,
+            Some(_) if self.fs.ctx.mount.read_only => JournalState::Aborted,
+            Some(_) => JournalState::Live,
+        }
+    }
+
+    fn write_and_wait(&mut self) -> Result<(), Errno> {
+        self.fs.write_back_data(self.ino, 0).map_err(Errno::from)
+    }
+
+    fn truncate_pagecache(&mut self) {
+        self.fs.ctx.pages.drop_mapping(self.ino);
+    }
+
+    fn start_flush(&mut self) -> Result<(), Errno> {
+        self.closed = self.fs.close_transaction()?;
+        Ok(())
+    }
+
+    fn finish_flush(&mut self) -> Result<(), Errno> {
+        if let Some(tid) = self.closed {
+            self.fs.wait_for_commit(tid)?;
+        }
+        self.fs.checkpoint_log()?;
+        Ok(())
+    }
+
+    fn set_flag(&mut self, enable: bool) {
+        if let Err(e) = self.fs.flip_journal_flag(self.ino, enable) {
+            self.failed.get_or_insert(e);
+        }
+    }
+
+    fn set_aops(&mut self) {
+        // The mapping was dropped whole; its next folio takes the orders of
+        // the new mode (`Ctx::folio_orders`), as ext4_set_aops and the
+        // mapping's order reset leave it.
+        debug_assert!(!self.fs.ctx.pages.has_dirty(self.ino), "the switch left dirty folios of inode {}", self.ino);
+    }
+
+    fn mark_inode_dirty_sync(&mut self) -> Result<(), Errno> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        self.fs.sync_metadata()
+    }
+}
+
 impl<D: BlockDevice> Ext4<D> {
-    /// The first half: finds the inode. A -j that clears the flag takes the
-    /// updates lock and closes the running transaction; any other switch
-    /// is done here.
+    /// The first half: finds the inode, then runs the switch up to a -j's
+    /// journal flush, or whole for a +j.
     pub fn begin_journal_switch(&mut self, path: &str, enable: bool) -> Result<SwitchTicket, Errno> {
         self.start_handle()?;
         let ino = self.open_path(path)?;
@@ -62,47 +126,36 @@ impl<D: BlockDevice> Ext4<D> {
         let no_journal = self.ctx.mount.data.is_none();
         let (_, node) = self.split(ino)?;
         if node.disk.has_flag(JOURNAL_DATA) == enable || no_journal {
-            // ext4 leaves a flag that does not change alone (and without a
-            // journal there is no flag to switch). The sync is this
-            // engine's, more than ext4 promises; done now, it cannot wait
-            // on another switch's lock in the second half.
+            // The ioctl calls the switch only for a flag that changes (and
+            // without a journal there is no flag to switch). The sync is
+            // this engine's, more than ext4 promises; done now, it cannot
+            // wait on another switch's lock in the second half.
             self.sync_metadata()?;
             return Ok(SwitchTicket(None));
         }
-        self.write_back_data(ino, 0).map_err(Errno::from)?;
-        self.ctx.pages.drop_mapping(ino);
-        if enable {
-            self.flip_journal_flag(ino, true)?;
-            self.sync_metadata()?;
-            return Ok(SwitchTicket(None));
-        }
-        let holder = self.locks.lock_updates()?;
-        match self.close_transaction() {
-            Ok(closed) => Ok(SwitchTicket(Some(Clearing { ino, holder, closed }))),
-            Err(e) => {
-                self.release_after_failed_flush(holder);
-                Err(e.into())
-            }
-        }
+        let holder = self.locks.new_holder();
+        self.locks.prune();
+        let (inode, set) = (self.locks.inode(ino), self.locks.set.clone());
+        let switch = Switch { inode: &inode, fs: &set.fs, ino: u64::from(ino), bug: self.switch_bug() };
+        let mut lockdep = self.locks.tracker(holder);
+        let mut steps = EngineSteps { fs: self, ino, closed: None, failed: None };
+        let halfway = switch.first_half(&mut steps, &mut lockdep, enable)?;
+        let closed = steps.closed;
+        Ok(SwitchTicket(halfway.map(|halfway| Clearing { ino, holder, halfway, closed })))
     }
 
     /// The second half: the switch returns once the flag is durable.
     pub fn finish_journal_switch(&mut self, ticket: SwitchTicket) -> Result<(), Errno> {
-        let SwitchTicket(Some(Clearing { ino, holder, closed })) = ticket else { return Ok(()) };
-        if !self.locks.holds_updates(holder) {
+        let SwitchTicket(Some(Clearing { ino, holder, halfway, closed })) = ticket else { return Ok(()) };
+        if !self.locks.holds(holder) {
             // A ticket from an earlier mount: its switch died with it.
             return Err(Errno::EINVAL);
         }
-        let flushed = closed.map_or(Ok(()), |tid| self.wait_for_commit(tid)).and_then(|()| self.checkpoint_log());
-        if let Err(e) = flushed {
-            self.release_after_failed_flush(holder);
-            return Err(e.into());
-        }
-        let flipped = self.flip_journal_flag(ino, false);
-        self.locks.unlock_updates(holder);
-        flipped?;
-        // The synchronous handle that logs the flag.
-        self.sync_metadata()
+        let (inode, set) = (self.locks.inode(ino), self.locks.set.clone());
+        let switch = Switch { inode: &inode, fs: &set.fs, ino: u64::from(ino), bug: self.switch_bug() };
+        let mut lockdep = self.locks.tracker(holder);
+        let mut steps = EngineSteps { fs: self, ino, closed, failed: None };
+        switch.second_half(&mut steps, &mut lockdep, halfway)
     }
 
     /// chattr +j/-j as one call.
@@ -132,13 +185,13 @@ impl<D: BlockDevice> Ext4<D> {
         }
     }
 
-    /// The error path of a failed journal flush: new handles may start again.
-    fn release_after_failed_flush(&mut self, holder: LockHolder) {
+    /// The bug a test re-injects into the switch, if any.
+    fn switch_bug(&self) -> SwitchBug {
         #[cfg(feature = "test-hooks")]
         if self.bug_keeps_lock_on_failed_flush() {
-            return;
+            return SwitchBug::KeepInvalidateOnFlushError;
         }
-        self.locks.unlock_updates(holder);
+        SwitchBug::None
     }
 }
 
@@ -162,7 +215,8 @@ mod tests {
         fs.write("/f", 0, &[7; 5000]).unwrap();
         let ticket = fs.begin_journal_switch("/f", false).unwrap();
         assert!(ticket.holder().is_some());
-        assert_eq!(fs.locks_held().len(), 1);
+        let held: Vec<Lock> = fs.locks_held().iter().map(|(l, _)| *l).collect();
+        assert_eq!(held, vec![Lock::InodeRwsem, Lock::InvalidateLock, Lock::WritepagesRwsem, Lock::JournalUpdates], "every lock of the switch, in order");
         let write = Op::Write { path: "/f".into(), offset: 0, len: 1, seed: 1 };
         assert_eq!(fs.waits_for(&write), Some(Lock::JournalUpdates));
         assert_eq!(fs.waits_for(&Op::Fsync { path: "/f".into() }), Some(Lock::JournalUpdates));
@@ -179,6 +233,24 @@ mod tests {
         assert_eq!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
         assert_eq!(fs.journal_stats().map(|j| j.checkpoints > 0), Some(true), "-j empties the log");
         fs.create("/g", 0o644).unwrap();
+    }
+
+    #[test]
+    fn the_engine_takes_its_locks_in_one_order_and_returns_holding_none() {
+        let mut fs = fresh();
+        let before = fs.lock_acquisitions();
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[1; 9000]).unwrap();
+        fs.truncate("/f", 100).unwrap();
+        fs.direct_write("/f", 4096, &[2; 4096]).unwrap();
+        fs.map_write("/f", 0, &[3; 10]).unwrap();
+        fs.set_journal_data("/f", true).unwrap();
+        fs.write("/f", 0, &[4; 5000]).unwrap();
+        fs.set_journal_data("/f", false).unwrap();
+        fs.sync().unwrap();
+        assert!(fs.lock_acquisitions() >= before + 12, "{} acquisitions", fs.lock_acquisitions() - before);
+        assert_eq!(fs.lock_violations(), Vec::<String>::new());
+        assert!(fs.locks_held().is_empty());
     }
 
     #[test]

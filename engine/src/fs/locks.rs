@@ -1,82 +1,140 @@
-//! Locks that outlive one call. Every op runs to completion under `&mut`, so
-//! a lock taken and dropped inside one call is invisible; what matters is a
-//! lock held between the halves of a split op, while other tasks' ops run.
-//! The scheduler asks [`Ext4::waits_for`] before it runs an op and puts the
-//! task to sleep instead; an op that reaches a held lock anyway cannot sleep
-//! in a single thread and fails with EDEADLK.
+//! The engine's locks (`crate::locking`): the filesystem's own
+//! (s_writepages_rwsem, jbd2's updates barrier) and each inode's (i_rwsem,
+//! invalidate_lock, the DIO count), with lockdep over every acquisition.
 //!
-//! The one such lock today is jbd2's updates lock
-//! (`jbd2_journal_lock_updates`), which a journal-flag switch holds from
-//! before it flushes the journal until the flag has flipped: no handle may
-//! start meanwhile, so every op that changes the filesystem or waits on the
-//! journal sleeps; ops that only look go on.
+//! Every op runs to completion under `&mut` in one thread, so a lock that
+//! cannot be had at once could never be released: it is refused, and the
+//! op fails with EDEADLK. What matters is a lock held between the halves
+//! of a split op while other tasks' ops run: the scheduler asks
+//! [`Ext4::waits_for`] before it runs an op and puts the task to sleep
+//! instead. A -j holds every lock of the switch across its journal flush
+//! (`crate::locking::switch`); no handle may start meanwhile, so every op
+//! that changes the filesystem or waits on the journal sleeps, and ops
+//! that only look go on (none of them writes back).
 
-use std::fmt;
+use std::collections::BTreeMap;
 
 use ext4_model::{Errno, Op};
 
 use crate::device::BlockDevice;
+use crate::format::InodeNumber;
+use crate::locking::lockdep::{Acquired, LockDep, LockViolation};
+use crate::locking::switch::{FsLocks, InodeLocks, Tracker};
+use crate::locking::Waiting;
+use crate::sync::{lock, Arc, Mutex};
 
 use super::Ext4;
 
-/// Who holds a lock: one split op, by a number unique within a mount.
+pub use crate::locking::LockClass as Lock;
+
+/// Inodes' locks are made on first use and forgotten, once idle, when
+/// more than this many are kept.
+const PRUNE_ABOVE: usize = 256;
+
+/// Who holds a lock: one op, by a number unique within a mount. Ops that
+/// return take [`LockHolder::OP`]; a split op keeps its own across halves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LockHolder(u64);
 
-/// A lock an op can wait on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Lock {
-    /// jbd2's updates lock: new handles wait while it is held.
-    JournalUpdates,
+impl LockHolder {
+    /// The op running now, which must hold nothing when it returns.
+    pub const OP: LockHolder = LockHolder(0);
 }
 
-impl fmt::Display for Lock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Lock::JournalUpdates => f.write_str("the journal's updates lock"),
-        }
-    }
+/// The locks, shared (by `Arc`) with a protocol that runs while the
+/// engine itself is borrowed for the steps between them.
+#[derive(Debug)]
+pub(crate) struct LockSet {
+    pub fs: FsLocks,
+    inodes: Mutex<BTreeMap<InodeNumber, Arc<InodeLocks>>>,
+    lockdep: Mutex<LockDep>,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Locks {
-    updates: Option<LockHolder>,
+    pub set: Arc<LockSet>,
     next_holder: u64,
 }
 
+impl Default for Locks {
+    fn default() -> Locks {
+        let set = LockSet { fs: FsLocks::new(Waiting::Refuse), inodes: Mutex::new(BTreeMap::new()), lockdep: Mutex::new(LockDep::default()) };
+        Locks { set: Arc::new(set), next_holder: 0 }
+    }
+}
+
+/// A copy in the same state, sharing nothing (a check's shadow).
+impl Clone for Locks {
+    fn clone(&self) -> Locks {
+        let inodes = lock(&self.set.inodes).iter().map(|(ino, l)| (*ino, Arc::new(InodeLocks::clone(l)))).collect();
+        let set = LockSet { fs: self.set.fs.clone(), inodes: Mutex::new(inodes), lockdep: Mutex::new(lock(&self.set.lockdep).clone()) };
+        Locks { set: Arc::new(set), next_holder: self.next_holder }
+    }
+}
+
 impl Locks {
-    /// Takes the updates lock for a new holder. Taking it twice would sleep
-    /// forever here.
-    pub fn lock_updates(&mut self) -> Result<LockHolder, Errno> {
-        if self.updates.is_some() {
-            return Err(Errno::EDEADLK);
-        }
+    /// A holder for a split op; never reused within a mount.
+    pub fn new_holder(&mut self) -> LockHolder {
         self.next_holder += 1;
-        let holder = LockHolder(self.next_holder);
-        self.updates = Some(holder);
-        Ok(holder)
+        LockHolder(self.next_holder)
     }
 
-    pub fn unlock_updates(&mut self, holder: LockHolder) {
-        debug_assert_eq!(self.updates, Some(holder), "updates lock released by a non-holder");
-        if self.updates == Some(holder) {
-            self.updates = None;
-        }
+    /// Inode `ino`'s locks, made on first use.
+    pub fn inode(&self, ino: InodeNumber) -> Arc<InodeLocks> {
+        lock(&self.set.inodes).entry(ino).or_insert_with(|| Arc::new(InodeLocks::new(Waiting::Refuse))).clone()
     }
 
-    pub fn holds_updates(&self, holder: LockHolder) -> bool {
-        self.updates == Some(holder)
+    pub fn inode_count(&self) -> usize {
+        lock(&self.set.inodes).len()
+    }
+
+    /// Forgets the locks of inodes nobody holds (evicted inodes).
+    pub fn prune(&self) {
+        lock(&self.set.inodes).retain(|_, l| !l.is_idle() || Arc::strong_count(l) > 1);
+    }
+
+    /// A lockdep tracker for `holder`.
+    pub fn tracker(&self, holder: LockHolder) -> HolderTracker {
+        HolderTracker { set: self.set.clone(), holder }
     }
 
     pub fn held(&self) -> Vec<(Lock, LockHolder)> {
-        self.updates.map(|h| (Lock::JournalUpdates, h)).into_iter().collect()
+        let dep = lock(&self.set.lockdep);
+        dep.holders().flat_map(|(h, stack)| stack.iter().map(move |a| (a.class, LockHolder(h)))).collect()
+    }
+
+    pub fn holds(&self, holder: LockHolder) -> bool {
+        !lock(&self.set.lockdep).held_by(holder.0).is_empty()
+    }
+
+    pub fn take_violations(&self) -> Vec<LockViolation> {
+        lock(&self.set.lockdep).take_violations()
+    }
+
+    pub fn acquisitions(&self) -> u64 {
+        lock(&self.set.lockdep).acquisitions()
+    }
+}
+
+/// Records acquisitions for one holder in the engine's lockdep.
+pub(crate) struct HolderTracker {
+    set: Arc<LockSet>,
+    holder: LockHolder,
+}
+
+impl Tracker for HolderTracker {
+    fn acquired(&mut self, a: Acquired) {
+        lock(&self.set.lockdep).acquired(self.holder.0, a);
+    }
+    fn released(&mut self, class: Lock, instance: u64) {
+        lock(&self.set.lockdep).released(self.holder.0, class, instance);
     }
 }
 
 impl<D: BlockDevice> Ext4<D> {
     /// The lock `op` would sleep on now, if any.
     pub fn waits_for(&self, op: &Op) -> Option<Lock> {
-        (self.locks.updates.is_some() && !op.only_looks()).then_some(Lock::JournalUpdates)
+        (self.locks.set.fs.updates.handle_would_wait() && !op.only_looks()).then_some(Lock::JournalUpdates)
     }
 
     /// Every lock held between calls, with its holder.
@@ -84,13 +142,70 @@ impl<D: BlockDevice> Ext4<D> {
         self.locks.held()
     }
 
+    /// Lock-order inversions and unbalanced releases since the last call,
+    /// each with the stacks that show it.
+    pub fn lock_violations(&self) -> Vec<String> {
+        self.locks.take_violations().iter().map(|v| v.to_string()).collect()
+    }
+
+    /// Lock acquisitions lockdep has recorded in this mount.
+    pub fn lock_acquisitions(&self) -> u64 {
+        self.locks.acquisitions()
+    }
+
+    /// Runs `f` holding inode `ino`'s `class` lock (i_rwsem or
+    /// invalidate_lock) as the running op, as `by` takes it in ext4. With
+    /// i_rwsem held exclusive, direct I/O in flight is waited for when
+    /// `dio_wait` (truncate). Lockdep sees both ends.
+    pub(crate) fn under_inode_lock<T>(&mut self, ino: InodeNumber, class: Lock, shared: bool, by: &'static str, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
+        let locks = self.locks.inode(ino);
+        let sem = match class {
+            Lock::InodeRwsem => &locks.rwsem,
+            Lock::InvalidateLock => &locks.invalidate,
+            other => {
+                debug_assert!(false, "{other} is not an inode's lock");
+                return Err(Errno::EINVAL);
+            }
+        };
+        let taken = if shared { sem.down_read() } else { sem.down_write() };
+        taken.map_err(|w| Errno::from(crate::error::Error::WouldWait(w)))?;
+        let mut lockdep = self.locks.tracker(LockHolder::OP);
+        lockdep.acquired(Acquired { class, shared, instance: u64::from(ino), by });
+        let out = f(self);
+        if shared {
+            sem.up_read();
+        } else {
+            sem.up_write();
+        }
+        lockdep.released(class, u64::from(ino));
+        drop(locks);
+        if self.locks.inode_count() > PRUNE_ABOVE {
+            self.locks.prune();
+        }
+        out
+    }
+
+    /// Runs `f` as a direct I/O in flight on `ino` (inode_dio_begin/end).
+    pub(crate) fn as_direct_io<T>(&mut self, ino: InodeNumber, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
+        let locks = self.locks.inode(ino);
+        locks.dio.begin();
+        let out = f(self);
+        locks.dio.end();
+        out
+    }
+
+    /// inode_dio_wait on `ino`.
+    pub(crate) fn dio_wait(&self, ino: InodeNumber) -> Result<(), Errno> {
+        self.locks.inode(ino).dio.wait().map_err(|w| Errno::from(crate::error::Error::WouldWait(w)))
+    }
+
     /// Called where an op starts a handle or waits on the journal: with the
-    /// updates lock held by a split op, it would sleep until that op's
-    /// second half, which cannot run in this thread.
+    /// updates barrier up (a split op holds it), it would sleep until that
+    /// op's second half, which cannot run in this thread.
     pub(crate) fn start_handle(&self) -> Result<(), Errno> {
-        match self.locks.updates {
-            Some(_) => Err(Errno::EDEADLK),
-            None => Ok(()),
+        match self.locks.set.fs.updates.handle_would_wait() {
+            true => Err(Errno::EDEADLK),
+            false => Ok(()),
         }
     }
 }
@@ -100,14 +215,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_updates_lock_has_one_holder_at_a_time() {
-        let mut locks = Locks::default();
-        let a = locks.lock_updates().unwrap();
-        assert_eq!(locks.lock_updates(), Err(Errno::EDEADLK));
-        assert_eq!(locks.held(), vec![(Lock::JournalUpdates, a)]);
-        locks.unlock_updates(a);
-        assert!(locks.held().is_empty());
-        let b = locks.lock_updates().unwrap();
-        assert_ne!(a, b, "holders are never reused within a mount");
+    fn a_copy_shares_no_lock_with_its_original() {
+        let locks = Locks::default();
+        let l = locks.inode(12);
+        l.invalidate.down_write().unwrap();
+        let copy = locks.clone();
+        assert!(copy.inode(12).invalidate.is_write_locked(), "a copy starts in the same state");
+        copy.inode(12).invalidate.up_write();
+        assert!(l.invalidate.is_write_locked(), "and changes apart");
+        l.invalidate.up_write();
     }
 }

@@ -18,6 +18,7 @@ use crate::device::BlockDevice;
 use crate::error::Error;
 use crate::format::InodeNumber;
 
+use super::locks::Lock;
 use super::Ext4;
 
 /// What mapped writes did, for a run's report.
@@ -33,7 +34,8 @@ pub struct MappedWriteStats {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        let stored = self.map_write_open(ino, offset, data);
+        // The write faults (ext4_page_mkwrite) hold invalidate_lock shared.
+        let stored = self.under_inode_lock(ino, Lock::InvalidateLock, true, "ext4_page_mkwrite", |fs| fs.map_write_open(ino, offset, data));
         self.closing(ino, stored)
     }
 

@@ -217,6 +217,7 @@ impl From<Error> for Errno {
             Error::Device(DeviceError::ReadOnly) => Errno::EROFS,
             Error::Device(DeviceError::NoSpace) => Errno::ENOSPC,
             Error::NoMemory(_) => Errno::ENOMEM,
+            Error::WouldWait(_) => Errno::EDEADLK,
             _ => Errno::EIO,
         };
         LAST_ERROR.with(|last| *last.borrow_mut() = Some(e));

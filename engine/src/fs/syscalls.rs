@@ -145,7 +145,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         }
         self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
         self.make_room_for_edges()?;
-        self.write_at(ino, offset, data)
+        self.under_inode_lock(ino, super::locks::Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, offset, data))
     }
     fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
         let ino = self.slot_file(slot)?;

@@ -28,6 +28,10 @@
 use ext4_model::InodeJournalMode;
 
 use crate::device::{BlockDevice, WriteFlags};
+use crate::locking::lockdep::Acquired;
+use crate::locking::switch::Tracker;
+
+use super::locks::{Lock, LockHolder};
 use crate::error::{Error, Result};
 use crate::format::InodeNumber;
 
@@ -210,7 +214,17 @@ impl<D: BlockDevice> Ext4<D> {
             self.ctx.pages.drop_mapping(ino);
             return Ok(());
         };
-        if self.ctx.writepages(ino, node, from, true)? {
+        // ext4_writepages: s_writepages_rwsem shared, then its handles.
+        let set = self.locks.set.clone();
+        set.fs.writepages.down_read().map_err(Error::WouldWait)?;
+        let mut lockdep = self.locks.tracker(LockHolder::OP);
+        lockdep.acquired(Acquired { class: Lock::WritepagesRwsem, shared: true, instance: 0, by: "ext4_writepages" });
+        lockdep.acquired(Acquired { class: Lock::JournalHandle, shared: true, instance: 0, by: "ext4_writepages" });
+        let changed = self.ctx.writepages(ino, node, from, true);
+        lockdep.released(Lock::JournalHandle, 0);
+        set.fs.writepages.up_read();
+        lockdep.released(Lock::WritepagesRwsem, 0);
+        if changed? {
             self.dirty.insert(ino);
         }
         Ok(())
