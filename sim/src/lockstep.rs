@@ -399,9 +399,9 @@ impl<T: Target> Lockstep<T> {
     /// holds the lock it took.
     pub fn check_locks(&mut self, mut owed: Vec<T::Holder>) -> Result<(), Failure> {
         let op = self.last_op.as_ref().map(Op::kind);
-        let last = self.last_op.as_ref().map(|op| op.to_string()).unwrap_or_default();
+        let last = |ls: &Self| ls.last_op.as_ref().map(|op| op.to_string()).unwrap_or_default();
         if let Some(v) = self.target.lock_violations().into_iter().next() {
-            return Err(Failure::Lock { index: self.index, op, what: format!("{v} (last op: {last})") });
+            return Err(Failure::Lock { index: self.index, op, what: format!("{v} (last op: {})", last(self)) });
         }
         // A holder may hold several locks (a switch between its halves
         // holds four); each owed holder must hold at least one.
@@ -415,7 +415,7 @@ impl<T: Target> Lockstep<T> {
                     seen.push(owed.swap_remove(i));
                 }
                 None => {
-                    let what = format!("{lock} is still held by {holder:?} after its op returned (last op: {last})");
+                    let what = format!("{lock} is still held by {holder:?} after its op returned (last op: {})", last(self));
                     return Err(Failure::Lock { index: self.index, op, what });
                 }
             }

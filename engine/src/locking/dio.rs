@@ -31,7 +31,9 @@ impl DioCount {
         *n = n.saturating_sub(1);
         let drained = *n == 0;
         drop(n);
-        if drained {
+        // With Waiting::Refuse nobody sleeps here; a notify would still
+        // cost a futex syscall.
+        if drained && self.waiting == Waiting::Sleep {
             self.drained.notify_all();
         }
     }

@@ -22,6 +22,14 @@ pub struct RwSem {
 }
 
 impl RwSem {
+    /// Wakes sleepers. With Waiting::Refuse nobody sleeps, and a notify
+    /// would still cost a futex syscall per release.
+    fn wake(&self) {
+        if self.waiting == Waiting::Sleep {
+            self.changed.notify_all();
+        }
+    }
+
     pub fn new(class: LockClass, waiting: Waiting) -> RwSem {
         RwSem { class, waiting, state: Mutex::new(State::default()), changed: Condvar::new() }
     }
@@ -49,7 +57,7 @@ impl RwSem {
         debug_assert!(s.readers > 0, "up_read of {} with no reader", self.class);
         s.readers = s.readers.saturating_sub(1);
         drop(s);
-        self.changed.notify_all();
+        self.wake();
     }
 
     /// down_write.
@@ -75,7 +83,7 @@ impl RwSem {
         debug_assert!(s.writer, "up_write of {} with no writer", self.class);
         s.writer = false;
         drop(s);
-        self.changed.notify_all();
+        self.wake();
     }
 
     /// Whether anyone holds it, shared or exclusive.

@@ -25,6 +25,14 @@ pub struct UpdatesBarrier {
 }
 
 impl UpdatesBarrier {
+    /// Wakes sleepers. With Waiting::Refuse nobody sleeps, and a notify
+    /// would still cost a futex syscall per release.
+    fn wake(&self) {
+        if self.waiting == Waiting::Sleep {
+            self.changed.notify_all();
+        }
+    }
+
     pub fn new(waiting: Waiting) -> UpdatesBarrier {
         UpdatesBarrier { waiting, state: Mutex::new(State::default()), changed: Condvar::new() }
     }
@@ -48,7 +56,7 @@ impl UpdatesBarrier {
         debug_assert!(s.updates > 0, "a handle stopped that never started");
         s.updates = s.updates.saturating_sub(1);
         drop(s);
-        self.changed.notify_all();
+        self.wake();
     }
 
     /// jbd2_journal_lock_updates. Under [`Waiting::Refuse`] it is refused
@@ -73,7 +81,7 @@ impl UpdatesBarrier {
         s.barrier_held = false;
         s.barrier_count = s.barrier_count.saturating_sub(1);
         drop(s);
-        self.changed.notify_all();
+        self.wake();
     }
 
     /// jbd2_journal_wait_updates: the commit thread waits for the running
