@@ -331,3 +331,24 @@ fn data_journal_write_back_that_logs_nothing_is_caught() {
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
 }
+
+/// The seed series' bug, re-injected in the engine (the -j flush error path
+/// returning with invalidate_lock held), found by random runs with four
+/// tasks and write faults, as a swarm would find it: the first failing
+/// seed fails on the lock, and the shrunk trace replays.
+#[test]
+fn a_random_tasks_swarm_finds_the_switch_leaking_invalidate_lock() {
+    let bug = Buggy(InjectedBug::SwitchKeepsLockOnFailedFlush);
+    let spec = |seed| RunSpec { tasks: 4, faults: "write".parse().unwrap(), ..RunSpec::new(seed, 1500, MountConfig::default()) };
+    let (seed, failing) = (0..200)
+        .map(|s| (s, run_seed(&bug, &spec(s)).unwrap()))
+        .find(|(_, r)| r.failure.is_some())
+        .expect("200 seeds of four tasks with write faults meet a -j whose flush fails");
+    let Some(Failure::Lock { what, .. }) = &failing.failure else { panic!("seed {seed}: {:?}", failing.failure) };
+    assert!(what.contains("invalidate_lock"), "{what}");
+    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
+    assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.replays, "the shrunk trace replays");
+    eprintln!("found at seed {seed} (the {}th run); shrunk to {} steps in {} runs", seed + 1, shrunk.trace.steps.len(), shrunk.runs);
+}
