@@ -114,3 +114,118 @@ pub fn lockstep_ops(data: &[u8]) {
     let b = ext4_model::durability::view_tree(&mut engine).expect("engine tree after remount");
     assert_eq!(a.nodes, b.nodes, "tree changed across unmount and mount");
 }
+
+/// Mounts the `journal_switch` target draws from: the three data modes,
+/// nodelalloc (where +j journals data), and a block larger than the page.
+const SWITCH_MOUNTS: [&str; 6] = ["", "data=writeback", "data=journal", "nodelalloc", "data=writeback,nodelalloc", "bs=16k,ps=4k,nodelalloc"];
+/// The few files the target's ops aim at, so switches meet writers.
+const SWITCH_FILES: [&str; 3] = ["/a", "/b", "/c"];
+
+/// An offset or length near a block or folio edge, mostly.
+fn switch_offset(u: &mut Unstructured) -> arbitrary::Result<u64> {
+    let block = 4096 * u64::from(u.int_in_range(0u32..=40)?);
+    Ok(match u.int_in_range(0u8..=3)? {
+        0 => block,
+        1 => block.saturating_sub(u64::from(u.int_in_range(1u32..=511)?)),
+        2 => block + u64::from(u.int_in_range(1u32..=4095)?),
+        _ => u64::from(u.int_in_range(0u32..=(256 << 10))?),
+    })
+}
+
+fn switch_len(u: &mut Unstructured) -> arbitrary::Result<u32> {
+    Ok(match u.int_in_range(0u8..=3)? {
+        0 => 4096 * u.int_in_range(1u32..=16)?,
+        1 => 512 * u.int_in_range(1u32..=16)?,
+        _ => u.int_in_range(1u32..=(128 << 10))?,
+    })
+}
+
+/// One step of a `journal_switch` input: ops dense in chattr +j/-j on a
+/// few files, the rivals the switch locks out (writes, faults, direct I/O,
+/// truncate, fallocate, fsync), task switches and split halves for the
+/// seeded scheduler's interleavings, crashes and write faults.
+fn switch_step(u: &mut Unstructured, tasks: u32) -> arbitrary::Result<crate::trace::Step> {
+    use crate::trace::Step;
+    let path = u.choose(&SWITCH_FILES)?.to_string();
+    let seed = u64::from(u.int_in_range(1u32..=1000)?);
+    Ok(match u.int_in_range(0u8..=15)? {
+        0..=2 => Step::Op(Op::SetJournalData { path, enable: u.arbitrary()? }),
+        3 => Step::Begin(Op::SetJournalData { path, enable: false }),
+        4 => Step::Begin(Op::Fsync { path }),
+        5 => Step::Finish,
+        6 => Step::Op(Op::Write { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
+        7 => Step::Op(Op::MapWrite { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
+        8 => Step::Op(Op::DirectWrite { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
+        9 => Step::Op(Op::DirectRead { path, offset: switch_offset(u)?, len: switch_len(u)? }),
+        10 => Step::Op(Op::Truncate { path, size: switch_offset(u)? }),
+        11 => {
+            let mode = ext4_model::FallocFlags(*u.choose(&[0, ext4_model::FallocFlags::KEEP_SIZE, ext4_model::FallocFlags::PUNCH_HOLE | ext4_model::FallocFlags::KEEP_SIZE, ext4_model::FallocFlags::ZERO_RANGE])?);
+            Step::Op(Op::Fallocate { path, mode, offset: switch_offset(u)?, len: u64::from(switch_len(u)?) })
+        }
+        12 => Step::Op(Op::Read { path, offset: switch_offset(u)?, len: switch_len(u)? }),
+        13 => Step::Task(u.int_in_range(0..=tasks - 1)?),
+        14 => Step::Crash { seed },
+        _ => Step::Fault(crate::disk::fault::FaultEvent { kind: crate::disk::fault::ScriptedFault::Write, command: u.int_in_range(0u32..=30)?, sector: 0 }),
+    })
+}
+
+/// chattr +j/-j against its rivals, in lockstep under the seeded scheduler:
+/// any divergence, lock-discipline failure (a lock held after its op, an
+/// order inversion) or crash-state violation panics with the report.
+/// Returns the run, or None for an input the runner refuses as a trace.
+pub fn journal_switch(data: &[u8]) -> Option<crate::run::RunResult> {
+    journal_switch_on(&crate::engine_target::EngineFactory, data)
+}
+
+/// [`journal_switch`] against any target: a bug twin (an engine with a
+/// test hook armed) runs the very same body.
+pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u8]) -> Option<crate::run::RunResult> {
+    use crate::run::{run_steps, RunSpec};
+    use crate::trace::Step;
+    let mut u = Unstructured::new(data);
+    let mount = u.choose(&SWITCH_MOUNTS).ok()?.parse::<MountConfig>().ok()?;
+    let tasks = u.int_in_range(1u32..=4).ok()?;
+    let faults = "write=0".parse().expect("a fault switch");
+    let spec = RunSpec { tasks, faults, disk_bytes: FUZZ_DISK_BYTES, ..RunSpec::new(0, MAX_FUZZ_OPS as u64, mount) };
+    // Made durable first, so a crash step does not leave the rest of the
+    // input aiming at files that are gone.
+    let mut steps: Vec<Step> = SWITCH_FILES.iter().map(|p| Step::Op(Op::Create { path: p.to_string(), perm: 0o644 })).collect();
+    steps.push(Step::Op(Op::Sync));
+    // A valid schedule: a task with an op in flight only finishes it (or
+    // the scheduler moves on); no crash while an op is in flight.
+    let (mut task, mut in_flight) = (0usize, vec![false; tasks as usize]);
+    // An exhausted `Unstructured` answers defaults forever, which could
+    // be a step that never fits: stop at the end of the input.
+    while steps.len() < MAX_FUZZ_OPS && !u.is_empty() {
+        let Ok(step) = switch_step(&mut u, tasks) else { break };
+        let busy = in_flight[task];
+        let fits = match &step {
+            Step::Task(t) => {
+                task = *t as usize;
+                true
+            }
+            Step::Finish => std::mem::take(&mut in_flight[task]),
+            Step::Begin(_) if !busy => {
+                in_flight[task] = true;
+                true
+            }
+            Step::Crash { .. } => !in_flight.contains(&true),
+            Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } => !busy,
+        };
+        if fits {
+            steps.push(step);
+        }
+    }
+    for (t, busy) in in_flight.iter().enumerate() {
+        if *busy {
+            steps.push(Step::Task(t as u32));
+            steps.push(Step::Finish);
+        }
+    }
+    let result = run_steps(factory, &spec, &steps).ok()?;
+    if let Some(failure) = &result.failure {
+        let trace = crate::trace::Trace { spec, steps }.to_text();
+        panic!("journal_switch input failed: {failure}\n{trace}");
+    }
+    Some(result)
+}

@@ -352,3 +352,23 @@ fn a_random_tasks_swarm_finds_the_switch_leaking_invalidate_lock() {
     assert!(shrunk.replays, "the shrunk trace replays");
     eprintln!("found at seed {seed} (the {}th run); shrunk to {} steps in {} runs", seed + 1, shrunk.trace.steps.len(), shrunk.runs);
 }
+
+/// Inputs the `journal_switch` fuzz target found against this bug twin
+/// (`--features switch-bug-twin`, docs/concurrency.md) still fail on it,
+/// on the lock, and pass on the real engine.
+#[test]
+fn the_journal_switch_fuzz_target_finds_still_catch_the_switch_bug() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/twin_finds/journal_switch");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("twin finds directory exists") {
+        let path = entry.unwrap().path();
+        let data = std::fs::read(&path).unwrap();
+        let caught = std::panic::catch_unwind(|| ext4_sim::fuzz_body::journal_switch_on(&Buggy(InjectedBug::SwitchKeepsLockOnFailedFlush), &data));
+        let message = caught.err().and_then(|p| p.downcast::<String>().ok()).unwrap_or_else(|| panic!("{} no longer fails on the bug twin", path.display()));
+        assert!(message.contains("invalidate_lock is still held"), "{}: {message}", path.display());
+        let clean = ext4_sim::fuzz_body::journal_switch(&data).expect("a trace the runner accepts");
+        assert!(clean.failure.is_none());
+        n += 1;
+    }
+    assert!(n >= 2, "{n} twin finds");
+}

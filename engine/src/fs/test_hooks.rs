@@ -15,8 +15,8 @@ pub enum InjectedBug {
     /// A commit frees every held block, also those the running transaction
     /// freed after the committing one closed (whose frees a crash can undo).
     CommitReleasesEveryHold,
-    /// A journal-flag switch whose journal flush fails keeps the updates
-    /// lock (the lock imbalance docs/ARCHITECTURE.md recalls).
+    /// A journal-flag switch whose journal flush fails returns holding
+    /// invalidate_lock (the seed series' lock imbalance, docs/concurrency.md).
     SwitchKeepsLockOnFailedFlush,
     /// Inodes are written back without their other-read permission bit;
     /// the mount's own copy keeps it, so only a cold read of the image can
