@@ -241,7 +241,7 @@ impl<D: BlockDevice> Ext4<D> {
         if let Some(why) = not_modelled::unmodelled_option(config) {
             return Err(Error::InvalidArgument(format!("mount options: {why}")));
         }
-        Self::recover(&mut dev)?;
+        let replayed = Self::recover(&mut dev)?.is_some();
         let img = Image::open(dev)?;
         let sb = img.superblock().clone();
         let geo = img.geometry().clone();
@@ -324,7 +324,18 @@ impl<D: BlockDevice> Ext4<D> {
         };
         // A read-only mount leaves the chain for the next writable one.
         if !fs.ctx.mount.read_only {
+            let orphans = fs.ctx.sb.last_orphan != 0;
             fs.orphan_cleanup()?;
+            // ext4_mark_recovery_complete: after a replay or an orphan
+            // cleanup, mount returns only once the journal is flushed, so
+            // what the cleanup freed is durable before the first op.
+            if replayed || orphans {
+                fs.write_back_all()?;
+                if let Some(j) = fs.ctx.journal.as_mut() {
+                    // The log is empty again; the next commit sets the flag.
+                    j.checkpoint(&mut fs.ctx.dev, true)?;
+                }
+            }
         }
         Ok(fs)
     }
