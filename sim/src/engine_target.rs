@@ -347,8 +347,8 @@ impl Target for EngineTarget {
         half.holder()
     }
 
-    fn waits_for(&self, op: &Op) -> Option<Lock> {
-        self.fs.as_ref().and_then(|fs| fs.waits_for(op))
+    fn waits_for(&mut self, op: &Op) -> Option<Lock> {
+        self.fs.as_mut().and_then(|fs| fs.waits_for(op))
     }
 
     fn lock_violations(&mut self) -> Vec<String> {

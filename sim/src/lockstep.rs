@@ -171,9 +171,10 @@ impl<T: Target> Lockstep<T> {
         (self.model, self.target)
     }
 
-    /// The lock `op` would sleep on now, if any.
-    pub fn waits_for(&self, op: &Op) -> Option<T::Lock> {
-        self.target.waits_for(op)
+    /// The lock `op` would sleep on now, if any. Finding the op's inode
+    /// may read directories: that is the harness's I/O, on a healthy disk.
+    pub fn waits_for(&mut self, op: &Op) -> Option<T::Lock> {
+        self.harness(|ls| ls.target.waits_for(op))
     }
 
     /// Counts a task put to sleep on a lock.

@@ -69,7 +69,7 @@ impl Tasks {
     /// Picks among the tasks that can run, or leaves the pick as it is
     /// (None) when none can: for a task [`Tasks::pick`] chose that sleeps
     /// on a lock.
-    pub fn pick_among(&mut self, runnable: impl Fn(u32) -> bool) -> Option<u32> {
+    pub fn pick_among(&mut self, mut runnable: impl FnMut(u32) -> bool) -> Option<u32> {
         let can: Vec<u32> = (0..self.count()).filter(|&t| runnable(t)).collect();
         if can.is_empty() {
             return None;

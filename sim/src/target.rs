@@ -145,7 +145,7 @@ pub trait Target: FileSystem {
         None
     }
     /// The lock `op` would sleep on now (held by a split op in flight).
-    fn waits_for(&self, _op: &Op) -> Option<Self::Lock> {
+    fn waits_for(&mut self, _op: &Op) -> Option<Self::Lock> {
         None
     }
     /// Locks held between calls, with their holders.

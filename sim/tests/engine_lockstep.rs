@@ -350,21 +350,26 @@ fn interleaved_tasks_are_deterministic_by_seed_and_replay() {
 }
 
 /// A chattr -j split between its halves holds jbd2's updates lock while
-/// it flushes the journal: another task's stat runs (and sees the flag unflipped), its write
-/// sleeps until the switch's second half. In a replay the sleeping op makes
-/// the holder finish first, so the trace's own order cannot deadlock.
+/// it flushes the journal: another task's stat runs (and sees the flag
+/// unflipped), and so does its read of another file; its read of the
+/// switching file sleeps (invalidate_lock), until the switch's second
+/// half. In a replay the sleeping op makes the holder finish first, so the
+/// trace's own order cannot deadlock.
 #[test]
 fn a_split_journal_switch_lets_only_looking_ops_through() {
     let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\n\
-op create path=\"/f\" perm=644\nop set_journal_data path=\"/f\" enable=true\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
-begin set_journal_data path=\"/f\" enable=false\ntask 1\nop stat path=\"/f\"\nop read path=\"/f\" offset=0 len=100\n\
-op write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfinish\n";
+op create path=\"/f\" perm=644\nop create path=\"/g\" perm=644\nop write path=\"/g\" offset=0 len=100 seed=3\n\
+op set_journal_data path=\"/f\" enable=true\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
+begin set_journal_data path=\"/f\" enable=false\ntask 1\nop stat path=\"/f\"\nop read path=\"/g\" offset=0 len=100\n\
+op read path=\"/f\" offset=0 len=100\nop write path=\"/f\" offset=0 len=4096 seed=2\nop stat path=\"/f\"\ntask 0\nfinish\n";
     let r = replay_passes(text);
     assert_eq!(r.stats.lock_sleeps, 1);
     let lines: Vec<String> = r.steps.iter().map(|s| s.to_string()).collect();
     let at = |l: &str| lines.iter().position(|x| x.starts_with(l)).unwrap_or_else(|| panic!("no {l} in {lines:?}"));
-    // Stat and read ran inside the switch; the write waited for its finish.
-    assert!(at("begin set_journal_data") < at("op stat") && at("op read") < at("finish") && at("finish") < at("op write path=\"/f\" offset=0 len=4096"), "{lines:?}");
+    // Stat and the other file's read ran inside the switch; the read of
+    // the switching file waited for its finish, and the write after it.
+    assert!(at("begin set_journal_data") < at("op stat") && at("op read path=\"/g\"") < at("finish"), "{lines:?}");
+    assert!(at("finish") < at("op read path=\"/f\"") && at("op read path=\"/f\"") < at("op write path=\"/f\" offset=0 len=4096"), "{lines:?}");
     // The trace's own finish, after the write, has nothing left to finish.
     assert_eq!(lines.iter().filter(|l| l.as_str() == "finish").count(), 2, "{lines:?}");
 

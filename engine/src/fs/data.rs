@@ -231,17 +231,32 @@ impl<D: BlockDevice> Ext4<D> {
         if offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
-        let (ctx, node) = self.split(ino)?;
-        let size = node.disk.size;
-        if offset >= size {
+        if !self.read_takes_invalidate_lock(ino, offset, len) {
             return Ok(Vec::new());
         }
+        let size = self.node(ino)?.disk.size;
         let end = size.min(offset.saturating_add(u64::from(len)));
         let mut out = vec![0u8; (end - offset) as usize];
-        ctx.cache_read(ino, node, offset, &mut out)?;
+        // ext4 takes it shared where a read misses the cache (readahead,
+        // filemap_create_folio). Between ops only a split -j holds it
+        // exclusive, and that has dropped this inode's cache: any read
+        // inside EOF would miss then, so every one takes it.
+        self.under_inode_lock(ino, Lock::InvalidateLock, true, "page_cache_ra_unbounded", |fs| {
+            let (ctx, node) = fs.split(ino)?;
+            ctx.cache_read(ino, node, offset, &mut out)
+        })?;
         #[cfg(feature = "test-hooks")]
         self.bug_on_read(offset, size, &mut out);
         Ok(out)
+    }
+
+    /// Whether a buffered read of `len` bytes at `offset` reaches the page
+    /// cache (inside EOF, not empty; filemap_read returns before that
+    /// otherwise), where it may take invalidate_lock. `ino` is a regular
+    /// file and `offset` a valid loff_t, or the read fails first.
+    pub(crate) fn read_takes_invalidate_lock(&mut self, ino: InodeNumber, offset: u64, len: u32) -> bool {
+        let regular = self.kind_of(ino).is_ok_and(|k| k == FileKind::Regular);
+        regular && offset <= LOFF_MAX && len > 0 && self.node(ino).is_ok_and(|n| offset < n.disk.size)
     }
 
     pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {

@@ -208,11 +208,14 @@ mod tests {
     }
 
     #[test]
-    fn a_switch_between_its_halves_holds_off_every_op_but_those_that_look() {
+    fn a_switch_between_its_halves_holds_off_every_op_but_those_that_look_elsewhere() {
         let mut fs = fresh();
         fs.create("/f", 0o644).unwrap();
+        fs.create("/other", 0o644).unwrap();
+        fs.write("/other", 0, &[5; 100]).unwrap();
         fs.set_journal_data("/f", true).unwrap();
         fs.write("/f", 0, &[7; 5000]).unwrap();
+        fs.open("/f", 0).unwrap();
         let ticket = fs.begin_journal_switch("/f", false).unwrap();
         assert!(ticket.holder().is_some());
         let held: Vec<Lock> = fs.locks_held().iter().map(|(l, _)| *l).collect();
@@ -224,12 +227,27 @@ mod tests {
         // An op that reaches the lock anyway cannot sleep here.
         assert_eq!(fs.create("/g", 0o644), Err(Errno::EDEADLK));
         assert_eq!(fs.sync(), Err(Errno::EDEADLK));
-        assert_eq!(fs.read("/f", 0, 10).unwrap(), vec![7; 10]);
+        // Ops that only look go on, but not into the switching inode's
+        // page cache (invalidate_lock) or its extent map (i_rwsem).
+        let read = |path: &str, offset, len| Op::Read { path: path.into(), offset, len };
+        assert_eq!(fs.waits_for(&read("/f", 0, 10)), Some(Lock::InvalidateLock));
+        assert_eq!(fs.waits_for(&Op::ReadFd { slot: 0, offset: 4000, len: 10 }), Some(Lock::InvalidateLock));
+        assert_eq!(fs.waits_for(&Op::Lseek { path: "/f".into(), offset: 0, whence: ext4_model::SeekWhence::Hole }), Some(Lock::InodeRwsem));
+        assert_eq!(fs.read("/f", 0, 10), Err(Errno::EDEADLK), "the read takes what waits_for named");
+        assert_eq!(fs.pread(0, 4000, 10), Err(Errno::EDEADLK));
+        assert_eq!(fs.lseek("/f", 0, ext4_model::SeekWhence::Hole), Err(Errno::EDEADLK));
+        for nothing_to_read in [read("/f", 0, 0), read("/f", 5000, 10), read("/other", 0, 10)] {
+            assert_eq!(fs.waits_for(&nothing_to_read), None, "{nothing_to_read:?}");
+        }
+        assert_eq!(fs.read("/f", 5000, 10).unwrap(), Vec::<u8>::new());
+        assert_eq!(fs.read("/other", 0, 10).unwrap(), vec![5; 10]);
         assert_ne!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0, "the flag clears in the second half");
 
         fs.finish_journal_switch(ticket).unwrap();
         assert!(fs.locks_held().is_empty());
         assert_eq!(fs.waits_for(&write), None);
+        assert_eq!(fs.waits_for(&read("/f", 0, 10)), None);
+        assert_eq!(fs.read("/f", 0, 10).unwrap(), vec![7; 10]);
         assert_eq!(fs.stat("/f").unwrap().flags & JOURNAL_DATA, 0);
         assert_eq!(fs.journal_stats().map(|j| j.checkpoints > 0), Some(true), "-j empties the log");
         fs.create("/g", 0o644).unwrap();

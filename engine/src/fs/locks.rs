@@ -9,8 +9,9 @@
 //! [`Ext4::waits_for`] before it runs an op and puts the task to sleep
 //! instead. A -j holds every lock of the switch across its journal flush
 //! (`crate::locking::switch`); no handle may start meanwhile, so every op
-//! that changes the filesystem or waits on the journal sleeps, and ops
-//! that only look go on (none of them writes back).
+//! that changes the filesystem or waits on the journal sleeps. Ops that
+//! only look go on, except into the switching inode: a buffered read
+//! takes its invalidate_lock shared, SEEK_DATA/SEEK_HOLE its i_rwsem.
 
 use std::collections::BTreeMap;
 
@@ -84,6 +85,17 @@ impl Locks {
         lock(&self.set.inodes).entry(ino).or_insert_with(|| Arc::new(InodeLocks::new(Waiting::Refuse))).clone()
     }
 
+    /// Inode `ino`'s locks if anyone has taken them since they were
+    /// last pruned (never taken: free).
+    pub fn inode_if_known(&self, ino: InodeNumber) -> Option<Arc<InodeLocks>> {
+        lock(&self.set.inodes).get(&ino).cloned()
+    }
+
+    /// Whether any lock is held (between ops: by a split op).
+    pub fn any_held(&self) -> bool {
+        lock(&self.set.lockdep).holders().next().is_some()
+    }
+
     pub fn inode_count(&self) -> usize {
         lock(&self.set.inodes).len()
     }
@@ -132,9 +144,37 @@ impl Tracker for HolderTracker {
 }
 
 impl<D: BlockDevice> Ext4<D> {
-    /// The lock `op` would sleep on now, if any.
-    pub fn waits_for(&self, op: &Op) -> Option<Lock> {
-        (self.locks.set.fs.updates.handle_would_wait() && !op.only_looks()).then_some(Lock::JournalUpdates)
+    /// The lock `op` would sleep on now, if any. Only a split op holds
+    /// locks between ops. While one does, an op that would start a handle
+    /// sleeps on the updates barrier, and one that only looks sleeps where
+    /// it takes its inode's lock (a buffered read's invalidate_lock, a
+    /// SEEK_DATA/SEEK_HOLE's i_rwsem) if that inode's is held; finding the
+    /// inode may read directories, as the op itself would first.
+    pub fn waits_for(&mut self, op: &Op) -> Option<Lock> {
+        if !self.locks.any_held() {
+            return None;
+        }
+        if self.locks.set.fs.updates.handle_would_wait() && !op.only_looks() {
+            return Some(Lock::JournalUpdates);
+        }
+        let (ino, class) = match op {
+            Op::Read { path, offset, len } => {
+                let ino = self.open_path(path).ok()?;
+                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then_some(Lock::InvalidateLock)?)
+            }
+            Op::ReadFd { slot, offset, len } => {
+                let ino = self.slot_file(*slot).ok()?;
+                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then_some(Lock::InvalidateLock)?)
+            }
+            Op::Lseek { path, .. } => {
+                let ino = self.open_path(path).ok()?;
+                (ino, self.seek_takes_inode_lock(ino).then_some(Lock::InodeRwsem)?)
+            }
+            _ => return None,
+        };
+        let locks = self.locks.inode_if_known(ino)?;
+        let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+        sem.read_would_wait().then_some(class)
     }
 
     /// Every lock held between calls, with its holder.

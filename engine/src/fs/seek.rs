@@ -14,6 +14,7 @@ use crate::format::superblock::feature;
 use crate::format::InodeNumber;
 use crate::pagecache::PageCache;
 
+use super::locks::Lock;
 use super::node::Node;
 use super::Ext4;
 
@@ -58,8 +59,18 @@ fn next_boundary(node: &Node, b: u64, end: u64) -> u64 {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_lseek(&mut self, path: &str, offset: u64, whence: SeekWhence) -> Result<u64, Errno> {
         let ino = self.open_path(path)?;
-        let found = self.seek_open(ino, offset, whence);
+        let found = match self.seek_takes_inode_lock(ino) {
+            true => self.under_inode_lock(ino, Lock::InodeRwsem, true, "ext4_llseek", |fs| fs.seek_open(ino, offset, whence)),
+            false => self.seek_open(ino, offset, whence),
+        };
         self.closing(ino, found)
+    }
+
+    /// ext4_llseek takes i_rwsem shared for SEEK_DATA and SEEK_HOLE; of
+    /// the inodes whose lock a split op may hold (regular files: the
+    /// journal-flag switch) that is all of them.
+    pub(crate) fn seek_takes_inode_lock(&mut self, ino: InodeNumber) -> bool {
+        self.kind_of(ino).is_ok_and(|k| k == ext4_model::FileKind::Regular)
     }
 
     fn seek_open(&mut self, ino: InodeNumber, offset: u64, whence: SeekWhence) -> Result<u64, Errno> {

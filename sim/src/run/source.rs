@@ -116,6 +116,12 @@ fn pause(rng: &mut ChaCha8Rng) -> Option<u64> {
     })
 }
 
+/// Whether task `t` is asleep on an op that would still wait.
+fn sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> bool {
+    let Some(op) = st.flights.asleep_with(t).cloned() else { return false };
+    st.ls.waits_for(&op).is_some()
+}
+
 /// Once the steps are over, begun ops return.
 fn wind_down<T: Target>(st: &mut RunState<T>) -> Option<Step> {
     let task = st.flights.first()?;
@@ -129,7 +135,6 @@ impl Generated {
             if st.ops_run >= self.ops {
                 return Ok(wind_down(st));
             }
-            let sleeps = |st: &RunState<T>, t: u32| st.flights.asleep_with(t).is_some_and(|op| st.ls.waits_for(op).is_some());
             let mut next = self.tasks.pick(|t| st.flights.has_flight(t));
             if sleeps(st, next) {
                 match self.tasks.pick_among(|t| !sleeps(st, t)) {
