@@ -82,6 +82,8 @@ pub struct OpStats {
     pub faults: u64,
     /// Times a task's op slept on a lock a split op held.
     pub lock_sleeps: u64,
+    /// The same sleeps by the lock slept on.
+    pub lock_sleeps_on: BTreeMap<String, u64>,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -177,9 +179,10 @@ impl<T: Target> Lockstep<T> {
         self.harness(|ls| ls.target.waits_for(op))
     }
 
-    /// Counts a task put to sleep on a lock.
-    pub fn note_lock_sleep(&mut self) {
+    /// Counts a task put to sleep on `lock`.
+    pub fn note_lock_sleep(&mut self, lock: &T::Lock) {
         self.stats.lock_sleeps += 1;
+        *self.stats.lock_sleeps_on.entry(lock.to_string()).or_default() += 1;
     }
 
     /// Arms a trace's fault step for the next op.

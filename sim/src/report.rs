@@ -4,6 +4,7 @@
 //! they are names, not quantities, and 64-bit integers lose precision in
 //! many JSON readers.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ext4_model::{Errno, Op};
@@ -42,8 +43,9 @@ pub fn summary(r: &RunResult) -> String {
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
         let _ = writeln!(
             s,
-            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds i_rwsem, invalidate_lock, s_writepages_rwsem and the updates barrier across its flush); {} ops slept on a lock",
-            r.stats.lock_sleeps
+            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds i_rwsem, invalidate_lock, s_writepages_rwsem and the updates barrier across its flush); {} ops slept on a lock{}",
+            r.stats.lock_sleeps,
+            sleeps_by_lock(&r.stats.lock_sleeps_on)
         );
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
@@ -100,6 +102,15 @@ fn failure_json(f: &Failure) -> String {
     json_object([("kind", json_str(kind)), ("index", f.index().to_string()), ("op", op), ("text", json_str(&f.to_string()))])
 }
 
+/// " (on the updates barrier 3, on invalidate_lock 1)", or nothing.
+fn sleeps_by_lock(by: &BTreeMap<String, u64>) -> String {
+    if by.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by.iter().map(|(lock, n)| format!("on {lock} {n}")).collect();
+    format!(" ({})", parts.join(", "))
+}
+
 /// One run as one JSON object.
 pub fn json(r: &RunResult) -> String {
     let ok: u64 = r.stats.ok.values().sum();
@@ -112,6 +123,7 @@ pub fn json(r: &RunResult) -> String {
         ("latency", latency),
     ]);
     let harness = json_object([("sim_ns", r.time.harness_ns.to_string()), ("fscks", r.stats.fscks.to_string())]);
+    let sleeps_on = json_object(r.stats.lock_sleeps_on.iter().map(|(l, n)| (l.as_str(), n.to_string())));
     let report = json_object(r.report.iter().map(|(k, v)| (k.as_str(), v.json())));
     json_object([
         ("seed", r.spec.seed.to_string()),
@@ -123,6 +135,7 @@ pub fn json(r: &RunResult) -> String {
         ("crashes", r.stats.crashes.to_string()),
         ("faults", r.stats.faults.to_string()),
         ("lock_sleeps", r.stats.lock_sleeps.to_string()),
+        ("lock_sleeps_on", sleeps_on),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("tasks", r.spec.tasks.to_string()),
         ("trace_hash", json_str(&format!("{:#018x}", r.trace_hash))),

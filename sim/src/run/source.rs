@@ -149,8 +149,8 @@ impl Generated {
                     Some(op) => op,
                     None => self.tasks.op(),
                 };
-                if st.ls.waits_for(&op).is_some() {
-                    st.ls.note_lock_sleep();
+                if let Some(lock) = st.ls.waits_for(&op) {
+                    st.ls.note_lock_sleep(&lock);
                     st.flights.sleep(next, op);
                     continue;
                 }
@@ -174,10 +174,13 @@ impl Replay {
         if let Some(task) = self.resume.take() {
             st.switch_to(task);
         }
-        let sleeps = matches!(self.steps.peek(), Some(Step::Op(op) | Step::Begin(op)) if st.ls.waits_for(op).is_some());
+        let sleeps = match self.steps.peek() {
+            Some(Step::Op(op) | Step::Begin(op)) => st.ls.waits_for(op),
+            _ => None,
+        };
         // With no holder in flight the op runs and meets the lock.
-        if let Some(holder) = sleeps.then(|| st.flights.holding(T::holder)).flatten() {
-            st.ls.note_lock_sleep();
+        if let Some((lock, holder)) = sleeps.and_then(|l| st.flights.holding(T::holder).map(|h| (l, h))) {
+            st.ls.note_lock_sleep(&lock);
             self.resume = Some(st.task);
             st.switch_to(holder);
             return Some(Step::Finish);
