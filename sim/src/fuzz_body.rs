@@ -142,14 +142,16 @@ fn switch_len(u: &mut Unstructured) -> arbitrary::Result<u32> {
 
 /// One step of a `journal_switch` input: ops dense in chattr +j/-j on a
 /// few files, the rivals the switch locks out (writes, faults, direct I/O,
-/// truncate, fallocate, fsync), task switches and split halves for the
-/// seeded scheduler's interleavings, crashes and write faults.
+/// truncate, fallocate, fsync, reads, SEEK_DATA/SEEK_HOLE), task switches
+/// and split halves for the seeded scheduler's interleavings, crashes and
+/// write faults.
 fn switch_step(u: &mut Unstructured, tasks: u32) -> arbitrary::Result<crate::trace::Step> {
     use crate::trace::Step;
     let path = u.choose(&SWITCH_FILES)?.to_string();
     let seed = u64::from(u.int_in_range(1u32..=1000)?);
     Ok(match u.int_in_range(0u8..=15)? {
-        0..=2 => Step::Op(Op::SetJournalData { path, enable: u.arbitrary()? }),
+        0..=1 => Step::Op(Op::SetJournalData { path, enable: u.arbitrary()? }),
+        2 => Step::Op(Op::Lseek { path, offset: switch_offset(u)?, whence: *u.choose(&[ext4_model::SeekWhence::Data, ext4_model::SeekWhence::Hole])? }),
         3 => Step::Begin(Op::SetJournalData { path, enable: false }),
         4 => Step::Begin(Op::Fsync { path }),
         5 => Step::Finish,

@@ -28,20 +28,30 @@ fn lockstep_ops_corpus_replays() {
 }
 
 /// Replays the corpus and checks it reaches what the target is for:
-/// switches that succeed, ops sleeping on a split switch's locks, crashes.
+/// switches that succeed, ops sleeping on a split switch's locks (the
+/// barrier, and the switching inode's own), crashes.
 #[test]
 fn journal_switch_corpus_replays() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/journal_switch");
     let (mut n, mut switches, mut sleeps, mut crashes) = (0, 0, 0, 0);
+    let mut sleeps_on = std::collections::BTreeMap::new();
     for entry in std::fs::read_dir(&dir).expect("corpus directory exists") {
         let path = entry.unwrap().path();
         let run = ext4_sim::fuzz_body::journal_switch(&std::fs::read(&path).unwrap());
         let run = run.unwrap_or_else(|| panic!("{} decodes to a trace the runner refuses", path.display()));
         switches += run.stats.ok.get(&ext4_model::OpKind::SetJournalData).copied().unwrap_or(0);
         sleeps += run.stats.lock_sleeps;
+        for (lock, n) in run.stats.lock_sleeps_on {
+            *sleeps_on.entry(lock).or_insert(0) += n;
+        }
         crashes += run.stats.crashes;
         n += 1;
     }
     assert!(n >= 8, "corpus has {n} files");
     assert!(switches >= 50 && sleeps >= 2 && crashes >= 10, "corpus reaches {switches} switches, {sleeps} lock sleeps, {crashes} crashes");
+    // Reads and seeks of the switching file sleep on its own locks.
+    for lock in ["invalidate_lock", "i_rwsem"] {
+        assert!(sleeps_on.get(lock).is_some_and(|n| *n >= 2), "sleeps by lock: {sleeps_on:?}");
+    }
 }
+
