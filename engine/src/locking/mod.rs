@@ -16,6 +16,7 @@
 //! op returns holding nothing.
 
 pub mod dio;
+mod gate;
 pub mod lockdep;
 pub mod rwsem;
 pub mod switch;

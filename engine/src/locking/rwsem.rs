@@ -2,8 +2,7 @@
 //! writer. A waiting writer holds off new readers, as the kernel's does,
 //! so a stream of readers cannot starve the switch.
 
-use crate::sync::{lock, wait, Condvar, Mutex};
-
+use super::gate::Gate;
 use super::{LockClass, WouldWait, Waiting};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -16,22 +15,12 @@ struct State {
 #[derive(Debug)]
 pub struct RwSem {
     class: LockClass,
-    waiting: Waiting,
-    state: Mutex<State>,
-    changed: Condvar,
+    gate: Gate<State>,
 }
 
 impl RwSem {
-    /// Wakes sleepers. With Waiting::Refuse nobody sleeps, and a notify
-    /// would still cost a futex syscall per release.
-    fn wake(&self) {
-        if self.waiting == Waiting::Sleep {
-            self.changed.notify_all();
-        }
-    }
-
     pub fn new(class: LockClass, waiting: Waiting) -> RwSem {
-        RwSem { class, waiting, state: Mutex::new(State::default()), changed: Condvar::new() }
+        RwSem { class, gate: Gate::new(waiting, State::default()) }
     }
 
     pub fn class(&self) -> LockClass {
@@ -40,36 +29,31 @@ impl RwSem {
 
     /// down_read.
     pub fn down_read(&self) -> Result<(), WouldWait> {
-        let mut s = lock(&self.state);
-        while s.writer || s.writers_waiting > 0 {
-            if self.waiting == Waiting::Refuse {
-                return Err(WouldWait(self.class));
-            }
-            s = wait(&self.changed, s);
-        }
+        let mut s = self.gate.wait_while(self.class, |s| s.writer || s.writers_waiting > 0)?;
         s.readers += 1;
         Ok(())
     }
 
     /// up_read.
     pub fn up_read(&self) {
-        let mut s = lock(&self.state);
+        let mut s = self.gate.state();
         debug_assert!(s.readers > 0, "up_read of {} with no reader", self.class);
         s.readers = s.readers.saturating_sub(1);
         drop(s);
-        self.wake();
+        self.gate.wake();
     }
 
-    /// down_write.
+    /// down_write. A writer counts itself in before it sleeps, so that new
+    /// readers wait behind it.
     pub fn down_write(&self) -> Result<(), WouldWait> {
-        let mut s = lock(&self.state);
+        let mut s = self.gate.state();
         if s.writer || s.readers > 0 {
-            if self.waiting == Waiting::Refuse {
+            if self.gate.refuses() {
                 return Err(WouldWait(self.class));
             }
             s.writers_waiting += 1;
             while s.writer || s.readers > 0 {
-                s = wait(&self.changed, s);
+                s = self.gate.sleep(s);
             }
             s.writers_waiting -= 1;
         }
@@ -79,27 +63,27 @@ impl RwSem {
 
     /// up_write.
     pub fn up_write(&self) {
-        let mut s = lock(&self.state);
+        let mut s = self.gate.state();
         debug_assert!(s.writer, "up_write of {} with no writer", self.class);
         s.writer = false;
         drop(s);
-        self.wake();
+        self.gate.wake();
     }
 
     /// Whether anyone holds it, shared or exclusive.
     pub fn is_locked(&self) -> bool {
-        let s = lock(&self.state);
+        let s = self.gate.state();
         s.writer || s.readers > 0
     }
 
     /// Whether a writer holds it.
     pub fn is_write_locked(&self) -> bool {
-        lock(&self.state).writer
+        self.gate.state().writer
     }
 
     /// Whether down_read would wait now.
     pub fn read_would_wait(&self) -> bool {
-        let s = lock(&self.state);
+        let s = self.gate.state();
         s.writer || s.writers_waiting > 0
     }
 }
@@ -108,8 +92,7 @@ impl RwSem {
 /// on a copy.
 impl Clone for RwSem {
     fn clone(&self) -> RwSem {
-        let s = *lock(&self.state);
-        RwSem { class: self.class, waiting: self.waiting, state: Mutex::new(State { writers_waiting: 0, ..s }), changed: Condvar::new() }
+        RwSem { class: self.class, gate: self.gate.copy(|s| State { writers_waiting: 0, ..s }) }
     }
 }
 

@@ -3,8 +3,7 @@
 //! starting (`j_barrier_count`), then waits for the running ones to stop,
 //! then serialises with other barrier holders (`j_barrier`).
 
-use crate::sync::{lock, wait, Condvar, Mutex};
-
+use super::gate::Gate;
 use super::{LockClass, WouldWait, Waiting};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,56 +18,40 @@ struct State {
 
 #[derive(Debug)]
 pub struct UpdatesBarrier {
-    waiting: Waiting,
-    state: Mutex<State>,
-    changed: Condvar,
+    gate: Gate<State>,
 }
 
 impl UpdatesBarrier {
-    /// Wakes sleepers. With Waiting::Refuse nobody sleeps, and a notify
-    /// would still cost a futex syscall per release.
-    fn wake(&self) {
-        if self.waiting == Waiting::Sleep {
-            self.changed.notify_all();
-        }
-    }
-
     pub fn new(waiting: Waiting) -> UpdatesBarrier {
-        UpdatesBarrier { waiting, state: Mutex::new(State::default()), changed: Condvar::new() }
+        UpdatesBarrier { gate: Gate::new(waiting, State::default()) }
     }
 
     /// jbd2__journal_start: waits while a barrier is up or coming.
     pub fn start_handle(&self) -> Result<(), WouldWait> {
-        let mut s = lock(&self.state);
-        while s.barrier_count > 0 {
-            if self.waiting == Waiting::Refuse {
-                return Err(WouldWait(LockClass::JournalUpdates));
-            }
-            s = wait(&self.changed, s);
-        }
+        let mut s = self.gate.wait_while(LockClass::JournalUpdates, |s| s.barrier_count > 0)?;
         s.updates += 1;
         Ok(())
     }
 
     /// jbd2_journal_stop.
     pub fn stop_handle(&self) {
-        let mut s = lock(&self.state);
+        let mut s = self.gate.state();
         debug_assert!(s.updates > 0, "a handle stopped that never started");
         s.updates = s.updates.saturating_sub(1);
         drop(s);
-        self.wake();
+        self.gate.wake();
     }
 
     /// jbd2_journal_lock_updates. Under [`Waiting::Refuse`] it is refused
     /// unless it could be had at once, and then nothing changes.
     pub fn lock_updates(&self) -> Result<(), WouldWait> {
-        let mut s = lock(&self.state);
-        if self.waiting == Waiting::Refuse && (s.updates > 0 || s.barrier_held) {
+        let mut s = self.gate.state();
+        if self.gate.refuses() && (s.updates > 0 || s.barrier_held) {
             return Err(WouldWait(LockClass::JournalUpdates));
         }
         s.barrier_count += 1;
         while s.updates > 0 || s.barrier_held {
-            s = wait(&self.changed, s);
+            s = self.gate.sleep(s);
         }
         s.barrier_held = true;
         Ok(())
@@ -76,47 +59,39 @@ impl UpdatesBarrier {
 
     /// jbd2_journal_unlock_updates.
     pub fn unlock_updates(&self) {
-        let mut s = lock(&self.state);
+        let mut s = self.gate.state();
         debug_assert!(s.barrier_held, "updates unlocked while nobody held them");
         s.barrier_held = false;
         s.barrier_count = s.barrier_count.saturating_sub(1);
         drop(s);
-        self.wake();
+        self.gate.wake();
     }
 
     /// jbd2_journal_wait_updates: the commit thread waits for the running
     /// handles to stop, without holding new ones off.
     pub fn wait_updates(&self) -> Result<(), WouldWait> {
-        let mut s = lock(&self.state);
-        while s.updates > 0 {
-            if self.waiting == Waiting::Refuse {
-                return Err(WouldWait(LockClass::JournalHandle));
-            }
-            s = wait(&self.changed, s);
-        }
-        Ok(())
+        self.gate.wait_while(LockClass::JournalHandle, |s| s.updates > 0).map(drop)
     }
 
     pub fn is_locked(&self) -> bool {
-        lock(&self.state).barrier_held
+        self.gate.state().barrier_held
     }
 
     /// Whether a new handle would wait now.
     pub fn handle_would_wait(&self) -> bool {
-        lock(&self.state).barrier_count > 0
+        self.gate.state().barrier_count > 0
     }
 
     /// Handles running.
     pub fn running(&self) -> u32 {
-        lock(&self.state).updates
+        self.gate.state().updates
     }
 }
 
+/// A copy in the same state; barrier waiters are not copied.
 impl Clone for UpdatesBarrier {
     fn clone(&self) -> UpdatesBarrier {
-        let s = *lock(&self.state);
-        let held = u32::from(s.barrier_held);
-        UpdatesBarrier { waiting: self.waiting, state: Mutex::new(State { barrier_count: held, ..s }), changed: Condvar::new() }
+        UpdatesBarrier { gate: self.gate.copy(|s| State { barrier_count: u32::from(s.barrier_held), ..s }) }
     }
 }
 
