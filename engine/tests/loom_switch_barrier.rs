@@ -7,8 +7,6 @@
 
 mod loom_support;
 
-use std::time::Instant;
-
 use ext4_engine::locking::switch::{NoTracking, Switch, SwitchBug};
 use ext4_engine::sync::lock;
 use loom_support::*;
@@ -26,10 +24,7 @@ fn handle(sh: &Shared) {
 
 #[test]
 fn the_switch_races_a_commit_and_a_new_handle() {
-    static N: Iterations = Iterations::new();
-    let t = Instant::now();
-    check(Some(PREEMPTIONS), || {
-        N.tick();
+    explore("2 (chattr -j vs commit vs new handle)", Some(PREEMPTIONS), || {
         let sh = Shared::with_commit_thread(true);
         let h = { let sh = sh.clone(); loom::thread::spawn(move || handle(&sh)) };
         let c = { let sh = sh.clone(); loom::thread::spawn(move || commit_thread(&sh, 1)) };
@@ -40,5 +35,4 @@ fn the_switch_races_a_commit_and_a_new_handle() {
         sh.assert_idle();
         assert!(!lock(&sh.state).journal_data);
     });
-    N.report("2 (chattr -j vs commit vs new handle)", t);
 }

@@ -8,8 +8,6 @@
 
 mod loom_support;
 
-use std::time::Instant;
-
 use ext4_engine::locking::switch::{NoTracking, Switch, SwitchBug};
 use ext4_engine::sync::lock;
 use ext4_model::Errno;
@@ -28,14 +26,10 @@ fn failing_switch(enable: bool, bug: SwitchBug) {
 
 #[test]
 fn a_failed_write_back_or_flush_releases_every_lock() {
-    static N: Iterations = Iterations::new();
-    let t = Instant::now();
-    loom::model(|| {
-        N.tick();
+    explore("3 (switch error paths vs page fault)", None, || {
         failing_switch(true, SwitchBug::None);
         failing_switch(false, SwitchBug::None);
     });
-    N.report("3 (switch error paths vs page fault)", t);
 }
 
 #[test]

@@ -6,8 +6,6 @@
 
 mod loom_support;
 
-use std::time::Instant;
-
 use ext4_engine::locking::switch::{NoTracking, Switch, SwitchBug};
 use loom_support::*;
 
@@ -39,24 +37,16 @@ fn switch_racing_direct_io(bug: SwitchBug) {
 
 #[test]
 fn clearing_the_flag_races_a_buffered_writer_and_a_page_fault() {
-    static N: Iterations = Iterations::new();
-    let t = Instant::now();
-    check(Some(PREEMPTIONS), || {
-        N.tick();
+    explore("1 (chattr -j vs buffered write vs page fault)", Some(PREEMPTIONS), || {
         switch_racing_writers(SwitchBug::None);
     });
-    N.report("1 (chattr -j vs buffered write vs page fault)", t);
 }
 
 #[test]
 fn setting_the_flag_waits_for_direct_io_in_flight() {
-    static N: Iterations = Iterations::new();
-    let t = Instant::now();
-    loom::model(|| {
-        N.tick();
+    explore("1b (chattr +j vs direct write)", None, || {
         switch_racing_direct_io(SwitchBug::None);
     });
-    N.report("1b (chattr +j vs direct write)", t);
 }
 
 #[test]

@@ -8,18 +8,13 @@
 
 mod loom_support;
 
-use std::time::Instant;
-
 use ext4_engine::locking::switch::{NoTracking, Switch, SwitchBug};
 use ext4_engine::sync::lock;
 use loom_support::*;
 
 #[test]
 fn delalloc_write_back_races_truncate() {
-    static N: Iterations = Iterations::new();
-    let t = Instant::now();
-    loom::model(|| {
-        N.tick();
+    explore("4 (delalloc write-back vs truncate)", None, || {
         let sh = Shared::new(false);
         lock(&sh.state).pages.push(Some(false));
         let w = { let sh = sh.clone(); loom::thread::spawn(move || write_back(&sh, false)) };
@@ -30,7 +25,6 @@ fn delalloc_write_back_races_truncate() {
         assert!(s.pages.is_empty());
         assert_eq!(s.blocks, 0, "write-back allocated a block for a page truncate dropped");
     });
-    N.report("4 (delalloc write-back vs truncate)", t);
 }
 
 #[test]

@@ -190,21 +190,6 @@ pub fn commit_thread(sh: &Shared, transactions: u32) {
     }
 }
 
-/// Counts a model's iterations: loom runs the closure once per interleaving.
-pub struct Iterations(AtomicUsize);
-
-impl Iterations {
-    pub const fn new() -> Iterations {
-        Iterations(AtomicUsize::new(0))
-    }
-    pub fn tick(&self) {
-        self.0.fetch_add(1, StdOrdering::Relaxed);
-    }
-    pub fn report(&self, model: &str, started: std::time::Instant) {
-        eprintln!("loom model {model}: {} interleavings in {:.1?}", self.0.load(StdOrdering::Relaxed), started.elapsed());
-    }
-}
-
 /// A direct write: submitted under the inode lock shared, completed after
 /// dropping it; the mode it was submitted in must hold until it completes.
 pub fn direct_write(sh: &Shared) {
@@ -266,13 +251,23 @@ pub fn truncate(sh: &Shared) {
 }
 
 /// Runs `f` under loom with at most `preemptions` preemptions per
-/// execution (None: every interleaving). Models of three threads through
-/// the whole switch have more interleavings than a CI minute allows; loom
-/// finds most bugs within two or three preemptions.
-pub fn check(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+/// execution (None: loom's default, every interleaving), and reports how
+/// many interleavings model `model` ran and in how long. Models of three
+/// threads through the whole switch have more interleavings than a CI
+/// minute allows; loom finds most bugs within two or three preemptions.
+pub fn explore(model: &str, preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+    let runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let started = std::time::Instant::now();
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = preemptions;
-    builder.check(f);
+    if preemptions.is_some() {
+        builder.preemption_bound = preemptions;
+    }
+    builder.check(move || {
+        counted.fetch_add(1, StdOrdering::Relaxed);
+        f();
+    });
+    eprintln!("loom model {model}: {} interleavings in {:.1?}", runs.load(StdOrdering::Relaxed), started.elapsed());
 }
 
 /// A bug twin must fail. A deadlock loom finds aborts the process (its
