@@ -88,7 +88,7 @@ impl<D: BlockDevice> SwitchSteps for EngineSteps<'_, D> {
         if let Some(tid) = self.closed {
             self.fs.wait_for_commit(tid)?;
         }
-        self.fs.checkpoint_log()?;
+        self.fs.checkpoint_log(false)?;
         Ok(())
     }
 
@@ -174,15 +174,6 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.ctime = ctx.now();
         self.mark_dirty(ino);
         Ok(())
-    }
-
-    /// Writes every logged block home and empties the log.
-    fn checkpoint_log(&mut self) -> crate::error::Result<()> {
-        let ctx = &mut self.ctx;
-        match ctx.journal.as_mut() {
-            Some(j) => j.checkpoint(&mut ctx.dev, false),
-            None => Ok(()),
-        }
     }
 
     /// The bug a test re-injects into the switch, if any.

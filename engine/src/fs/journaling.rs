@@ -77,6 +77,16 @@ pub(crate) struct Committing {
 }
 
 impl<D: BlockDevice> Ext4<D> {
+    /// Writes every logged block home and empties the log (no journal:
+    /// nothing); `clear_recovery` clears needs_recovery after it.
+    pub(crate) fn checkpoint_log(&mut self, clear_recovery: bool) -> Result<()> {
+        let ctx = &mut self.ctx;
+        match ctx.journal.as_mut() {
+            Some(j) => j.checkpoint(&mut ctx.dev, clear_recovery),
+            None => Ok(()),
+        }
+    }
+
     /// Commits everything dirty as one transaction (see the module docs),
     /// after the transaction already committing, if any.
     pub(crate) fn commit_transaction(&mut self) -> Result<()> {

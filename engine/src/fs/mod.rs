@@ -331,10 +331,8 @@ impl<D: BlockDevice> Ext4<D> {
             // what the cleanup freed is durable before the first op.
             if replayed || orphans {
                 fs.write_back_all()?;
-                if let Some(j) = fs.ctx.journal.as_mut() {
-                    // The log is empty again; the next commit sets the flag.
-                    j.checkpoint(&mut fs.ctx.dev, true)?;
-                }
+                // The log is empty again; the next commit sets the flag.
+                fs.checkpoint_log(true)?;
             }
         }
         Ok(fs)
@@ -369,9 +367,7 @@ impl<D: BlockDevice> Ext4<D> {
             self.close_every_slot().map_err(|e| take_last_error().unwrap_or_else(|| Error::InvalidArgument(format!("closing descriptors: {e}"))))?;
             self.write_back_all_data()?;
             self.write_back_all()?;
-            if let Some(j) = self.ctx.journal.as_mut() {
-                j.checkpoint(&mut self.ctx.dev, true)?;
-            }
+            self.checkpoint_log(true)?;
         }
         Ok(self.ctx.dev)
     }
