@@ -102,7 +102,7 @@ fn failure_json(f: &Failure) -> String {
     json_object([("kind", json_str(kind)), ("index", f.index().to_string()), ("op", op), ("text", json_str(&f.to_string()))])
 }
 
-/// " (on the updates barrier 3, on invalidate_lock 1)", or nothing.
+/// " (on the journal's updates barrier 3, on invalidate_lock 1)", or nothing.
 fn sleeps_by_lock(by: &BTreeMap<String, u64>) -> String {
     if by.is_empty() {
         return String::new();

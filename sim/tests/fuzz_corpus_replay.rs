@@ -1,30 +1,35 @@
 //! Replays every fuzz corpus file through the same body the fuzzer runs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Target `target`'s committed corpus, each file with its bytes; a corpus
+/// worth the name has at least eight.
+fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
+    let files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
+        .expect("corpus directory exists")
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            (path, data)
+        })
+        .collect();
+    assert!(files.len() >= 8, "{target} corpus has {} files", files.len());
+    files
+}
 
 #[test]
 fn model_ops_corpus_replays() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/model_ops");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("corpus directory exists") {
-        let path = entry.unwrap().path();
-        let data = std::fs::read(&path).unwrap();
+    for (_, data) in corpus("model_ops") {
         ext4_sim::fuzz_body::model_ops(&data);
-        n += 1;
     }
-    assert!(n >= 8, "corpus has {n} files");
 }
 
 #[test]
 fn lockstep_ops_corpus_replays() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/lockstep_ops");
-    let mut n = 0;
-    for entry in std::fs::read_dir(&dir).expect("corpus directory exists") {
-        let path = entry.unwrap().path();
-        ext4_sim::fuzz_body::lockstep_ops(&std::fs::read(&path).unwrap());
-        n += 1;
+    for (_, data) in corpus("lockstep_ops") {
+        ext4_sim::fuzz_body::lockstep_ops(&data);
     }
-    assert!(n >= 8, "corpus has {n} files");
 }
 
 /// Replays the corpus and checks it reaches what the target is for:
@@ -32,12 +37,10 @@ fn lockstep_ops_corpus_replays() {
 /// barrier, and the switching inode's own), crashes.
 #[test]
 fn journal_switch_corpus_replays() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/journal_switch");
-    let (mut n, mut switches, mut sleeps, mut crashes) = (0, 0, 0, 0);
+    let (mut switches, mut sleeps, mut crashes) = (0, 0, 0);
     let mut sleeps_on = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).expect("corpus directory exists") {
-        let path = entry.unwrap().path();
-        let run = ext4_sim::fuzz_body::journal_switch(&std::fs::read(&path).unwrap());
+    for (path, data) in corpus("journal_switch") {
+        let run = ext4_sim::fuzz_body::journal_switch(&data);
         let run = run.unwrap_or_else(|| panic!("{} decodes to a trace the runner refuses", path.display()));
         switches += run.stats.ok.get(&ext4_model::OpKind::SetJournalData).copied().unwrap_or(0);
         sleeps += run.stats.lock_sleeps;
@@ -45,9 +48,7 @@ fn journal_switch_corpus_replays() {
             *sleeps_on.entry(lock).or_insert(0) += n;
         }
         crashes += run.stats.crashes;
-        n += 1;
     }
-    assert!(n >= 8, "corpus has {n} files");
     assert!(switches >= 50 && sleeps >= 2 && crashes >= 10, "corpus reaches {switches} switches, {sleeps} lock sleeps, {crashes} crashes");
     // Reads and seeks of the switching file sleep on its own locks.
     for lock in ["invalidate_lock", "i_rwsem"] {
