@@ -4,12 +4,17 @@
 //!   transaction closes, and promised when they return;
 //! - chattr -j that clears the flag: only ops that look run in between (the
 //!   engine's updates lock holds the rest off), so the switch takes effect
-//!   whole in its second half. Any other switch is over in its first half.
+//!   whole in its second half. Any other switch is over in its first half;
+//! - ops that sleep on I/O holding their inode's locks (a buffered write,
+//!   truncate, a direct write, a page fault, a read inside EOF): the
+//!   engine's first half only takes the locks, so the op takes effect whole
+//!   in its second half, after whatever ran in between. A crash between
+//!   the halves leaves no trace of it, one outcome the kernel allows too.
 
 use crate::model::{Call, Model};
-use crate::op::Op;
+use crate::op::{Op, Reply};
 use crate::state::Ino;
-use crate::Errno;
+use crate::{Errno, Outcome};
 
 /// An fsync between its halves ([`Model::begin_fsync`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +42,8 @@ pub struct PendingSwitch {
 pub enum Pending {
     Fsync(PendingFsync),
     JournalSwitch(PendingSwitch),
+    /// An op that holds its locks across an I/O sleep, done whole at the end.
+    Whole(Op),
 }
 
 impl Model {
@@ -46,18 +53,20 @@ impl Model {
             Op::Fsync { path } => self.begin_fsync(path, false).map(Pending::Fsync),
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
+            op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
     }
 
     /// The second half: the op returns.
-    pub fn finish_split(&mut self, pending: Pending) -> Result<(), Errno> {
+    pub fn finish_split(&mut self, pending: Pending) -> Outcome {
         match pending {
             Pending::Fsync(p) => {
                 self.finish_fsync(p);
-                Ok(())
+                Ok(Reply::Done)
             }
-            Pending::JournalSwitch(p) => self.finish_journal_switch(p),
+            Pending::JournalSwitch(p) => self.finish_journal_switch(p).map(|()| Reply::Done),
+            Pending::Whole(op) => crate::fs::FileSystem::apply(self, &op),
         }
     }
 

@@ -2,6 +2,7 @@
 //! Exit status: 0 only when every run passed, 1 when one failed, 2 for a
 //! usage error (a bad option, a trace that does not parse).
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -308,13 +309,21 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
     let bar = progress_bar(specs.len() as u64, "seeds", args.json);
     let results = run_swarm(factory, &specs, jobs, &|n, _| bar.set_position(n as u64));
     bar.finish_and_clear();
-    let (mut passed, mut ops, mut shrunk) = (0, 0, 0);
+    let (mut passed, mut ops, mut shrunk, mut crashes) = (0, 0, 0, 0);
+    let (mut splits, mut sleeps) = (BTreeMap::<String, u64>::new(), BTreeMap::<String, u64>::new());
     let mut failed = Vec::new();
     let mut runs_json = Vec::new();
     for (seed, r) in &results {
         match r {
             Ok(r) => {
                 ops += r.stats.ops;
+                crashes += r.stats.crashes;
+                for (k, n) in crate::report::splits_by_kind(&r.steps) {
+                    *splits.entry(k).or_default() += n;
+                }
+                for (k, n) in &r.stats.lock_sleeps_on {
+                    *sleeps.entry(k.clone()).or_default() += n;
+                }
                 runs_json.push(json(r));
                 match &r.failure {
                     None => passed += 1,
@@ -349,6 +358,10 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
         println!("  {:<8} {:>6}", "result", "seeds");
         println!("  {:<8} {:>6}", "pass", passed);
         println!("  {:<8} {:>6}", "fail", failed.len());
+        let counts = |by: &BTreeMap<String, u64>| by.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
+        println!("  crashes recovered {crashes}");
+        println!("  split ops (preemption points) {} kinds: {}", splits.len(), counts(&splits));
+        println!("  lock sleeps {}: {}", sleeps.values().sum::<u64>(), counts(&sleeps));
         for (seed, why) in &failed {
             println!("  seed {seed}: {}", why.lines().next().unwrap_or(""));
         }

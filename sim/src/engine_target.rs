@@ -339,8 +339,12 @@ impl Target for EngineTarget {
         self.fs()?.begin_split(op).unwrap_or(Err(Errno::EINVAL))
     }
 
-    fn finish_split(&mut self, half: SecondHalf) -> Result<(), Errno> {
+    fn finish_split(&mut self, half: SecondHalf) -> Outcome {
         self.fs()?.finish_split(half)
+    }
+
+    fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
+        self.fs.as_mut().and_then(|fs| fs.finish_waits_for(half))
     }
 
     fn holder(half: &SecondHalf) -> Option<LockHolder> {

@@ -184,6 +184,14 @@ impl<T: Target> Lockstep<T> {
         self.harness(|ls| ls.target.waits_for(op))
     }
 
+    /// The lock the second half of `flight` would sleep on now, if any.
+    pub fn finish_waits_for(&mut self, flight: &InFlight<T::SecondHalf>) -> Option<T::Lock> {
+        if self.target.locks_held().is_empty() {
+            return None;
+        }
+        self.target.finish_waits_for(&flight.target)
+    }
+
     /// Counts a task put to sleep on `lock`.
     pub fn note_lock_sleep(&mut self, lock: &T::Lock) {
         self.stats.lock_sleeps += 1;
@@ -275,8 +283,8 @@ impl<T: Target> Lockstep<T> {
     pub fn finish(&mut self, flight: InFlight<T::SecondHalf>) -> Result<Outcome, Failure> {
         let InFlight { op, index, model, target, begun_ns } = flight;
         self.start_op(&op);
-        let expected = self.model.finish_split(model).map(|()| Reply::Done);
-        let actual = self.target.finish_split(target).map(|()| Reply::Done);
+        let expected = self.model.finish_split(model);
+        let actual = self.target.finish_split(target);
         self.trace.write(&[FINISH_MARK]);
         let spent = self.spent_ns();
         self.time.record_op(op.kind(), begun_ns.saturating_add(spent));

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use ext4_model::{Errno, Op};
+use ext4_model::Errno;
 
 use crate::failure::Failure;
 use crate::figure::{json_object, json_str};
@@ -38,12 +38,12 @@ pub fn summary(r: &RunResult) -> String {
         let per: Vec<String> = r.task_ops.iter().enumerate().map(|(t, n)| format!("task {t}: {n}")).collect();
         let count = |f: fn(&Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
         let switches = count(|st| matches!(st, Step::Task(_)));
-        let split = count(|st| matches!(st, Step::Begin(Op::Fsync { .. } | Op::Fdatasync { .. })));
-        let switched = count(|st| matches!(st, Step::Begin(Op::SetJournalData { .. })));
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
         let _ = writeln!(
             s,
-            "  split ops   {split} fsyncs split at their commit, {switched} journal-flag switches split (a -j that clears the flag holds i_rwsem, invalidate_lock, s_writepages_rwsem and the updates barrier across its flush); {} ops slept on a lock{}",
+            "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}",
+            splits_by_kind(&r.steps).values().sum::<u64>(),
+            fmt_counts(&splits_by_kind(&r.steps)),
             r.stats.lock_sleeps,
             sleeps_by_lock(&r.stats.lock_sleeps_on)
         );
@@ -103,6 +103,24 @@ fn failure_json(f: &Failure) -> String {
 }
 
 /// " (on the journal's updates barrier 3, on invalidate_lock 1)", or nothing.
+/// Ops begun in two halves, by kind: the points where a task slept holding
+/// what it took and others ran (a split fsync's commit, a -j's flush, an
+/// op's I/O under its inode's locks).
+pub fn splits_by_kind(steps: &[Step]) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
+    for step in steps {
+        if let Step::Begin(op) = step {
+            *by.entry(format!("{:?}", op.kind())).or_default() += 1;
+        }
+    }
+    by
+}
+
+fn fmt_counts(by: &BTreeMap<String, u64>) -> String {
+    let parts: Vec<String> = by.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    if parts.is_empty() { "none".into() } else { parts.join(", ") }
+}
+
 fn sleeps_by_lock(by: &BTreeMap<String, u64>) -> String {
     if by.is_empty() {
         return String::new();

@@ -8,11 +8,14 @@
 //! Ops run to completion under `&mut`, one filesystem-wide lock, except
 //! those the engine can split where ext4 sleeps (`Step::Begin`, then
 //! `Step::Finish` when its task runs again): an fsync at its commit, so other
-//! tasks' ops go into the next transaction, and chattr -j while it
-//! flushes the journal under jbd2's updates lock, so tasks whose next op
-//! would start a handle sleep (the driver asks the engine) and the scheduler
-//! runs others. Finer preemption points (inside a write, between a handle's
-//! start and stop) need the engine to yield there.
+//! tasks' ops go into the next transaction; chattr -j while it flushes the
+//! journal under jbd2's updates lock; and writes, truncates, direct writes,
+//! page faults and reads where they sleep on I/O holding their inode's
+//! locks (i_rwsem, invalidate_lock, the DIO count). Tasks whose next op
+//! would take a held lock sleep (the driver asks the engine) and the
+//! scheduler runs others. Finer preemption points (between two locks of
+//! one op, between a handle's start and stop) need the engine to yield
+//! there.
 
 use ext4_model::{Op, OpKind, Outcome};
 use rand::{RngExt, SeedableRng};
@@ -84,10 +87,15 @@ impl Tasks {
     }
 
     /// Whether `op` runs in two halves, so that other tasks' ops may
-    /// overtake it: half the fsyncs, fdatasyncs and journal-flag switches
-    /// when tasks interleave.
+    /// overtake it, when tasks interleave: half the fsyncs, fdatasyncs and
+    /// journal-flag switches, a quarter of the ops that sleep holding their
+    /// inode's locks (there are many more of those).
     pub fn split(&mut self, op: &Op) -> bool {
-        self.count() > 1 && op.has_two_halves() && self.rng.random_ratio(1, 2)
+        if self.count() < 2 || !op.has_two_halves() {
+            return false;
+        }
+        let in_4 = if op.sleeps_holding_locks() { 1 } else { 2 };
+        self.rng.random_ratio(in_4, 4)
     }
 
     /// Tells task `task` what its op returned, and the other tasks what
@@ -149,5 +157,8 @@ mod tests {
         assert!((60..140).contains(&splits), "{splits} of 200 split");
         let switch = Op::SetJournalData { path: "/a".into(), enable: true };
         assert!((0..50).any(|_| many.split(&switch)));
+        let write = Op::Write { path: "/a".into(), offset: 0, len: 1, seed: 0 };
+        let splits = (0..400).filter(|_| many.split(&write)).count();
+        assert!((60..140).contains(&splits), "{splits} of 400 writes split");
     }
 }

@@ -137,8 +137,12 @@ pub trait Target: FileSystem {
         Err(Errno::EINVAL)
     }
     /// The second half: the op returns.
-    fn finish_split(&mut self, _half: Self::SecondHalf) -> Result<(), Errno> {
-        Ok(())
+    fn finish_split(&mut self, _half: Self::SecondHalf) -> Outcome {
+        Ok(ext4_model::Reply::Done)
+    }
+    /// The lock a second half would sleep on now (held by another split op).
+    fn finish_waits_for(&mut self, _half: &Self::SecondHalf) -> Option<Self::Lock> {
+        None
     }
     /// The lock a first half took and holds until its second.
     fn holder(_half: &Self::SecondHalf) -> Option<Self::Holder> {

@@ -145,11 +145,14 @@ impl Tracker for HolderTracker {
 
 impl<D: BlockDevice> Ext4<D> {
     /// The lock `op` would sleep on now, if any. Only a split op holds
-    /// locks between ops. While one does, an op that would start a handle
-    /// sleeps on the updates barrier, and one that only looks sleeps where
-    /// it takes its inode's lock (a buffered read's invalidate_lock, a
-    /// SEEK_DATA/SEEK_HOLE's i_rwsem) if that inode's is held; finding the
-    /// inode may read directories, as the op itself would first.
+    /// locks between ops. While a -j holds the updates barrier, an op that
+    /// would start a handle sleeps on it. Otherwise an op sleeps where it
+    /// takes a lock of an inode whose lock another op holds: the locks it
+    /// would hold across its own I/O (`lock_plan`), SEEK_DATA/SEEK_HOLE's
+    /// i_rwsem, the switch's four (i_rwsem, the DIO count, invalidate_lock,
+    /// s_writepages_rwsem), and the victim's i_rwsem that unlink, rename
+    /// and link take. Finding the inode may read directories, as the op
+    /// itself would first.
     pub fn waits_for(&mut self, op: &Op) -> Option<Lock> {
         if !self.locks.any_held() {
             return None;
@@ -157,24 +160,32 @@ impl<D: BlockDevice> Ext4<D> {
         if self.locks.set.fs.updates.handle_would_wait() && !op.only_looks() {
             return Some(Lock::JournalUpdates);
         }
-        let (ino, class) = match op {
-            Op::Read { path, offset, len } => {
-                let ino = self.open_path(path).ok()?;
-                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then_some(Lock::InvalidateLock)?)
-            }
-            Op::ReadFd { slot, offset, len } => {
-                let ino = self.slot_file(*slot).ok()?;
-                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then_some(Lock::InvalidateLock)?)
-            }
+        if let Some(plan) = self.lock_plan(op) {
+            return self.plan_would_wait(&plan);
+        }
+        let rwsem_of = |fs: &mut Self, path: &str, shared: bool| {
+            let locks = fs.open_path(path).ok().and_then(|ino| fs.locks.inode_if_known(ino))?;
+            let waits = if shared { locks.rwsem.read_would_wait() } else { locks.rwsem.write_would_wait() };
+            waits.then_some(Lock::InodeRwsem)
+        };
+        match op {
             Op::Lseek { path, .. } => {
                 let ino = self.open_path(path).ok()?;
-                (ino, self.seek_takes_inode_lock(ino).then_some(Lock::InodeRwsem)?)
+                self.seek_takes_inode_lock(ino).then(|| rwsem_of(self, path, true))?
             }
-            _ => return None,
-        };
-        let locks = self.locks.inode_if_known(ino)?;
-        let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
-        sem.read_would_wait().then_some(class)
+            Op::Unlink { path } => rwsem_of(self, path, false),
+            Op::Rename { from, to } | Op::Renameat2 { from, to, .. } => rwsem_of(self, from, false).or_else(|| rwsem_of(self, to, false)),
+            Op::Link { from, .. } => rwsem_of(self, from, false),
+            Op::SetJournalData { path, .. } => {
+                let locks = self.open_path(path).ok().and_then(|ino| self.locks.inode_if_known(ino));
+                let inode = locks.and_then(|l| {
+                    let waits = [(l.rwsem.write_would_wait(), Lock::InodeRwsem), (l.dio.in_flight() > 0, Lock::InodeRwsem), (l.invalidate.write_would_wait(), Lock::InvalidateLock)];
+                    waits.into_iter().find_map(|(w, class)| w.then_some(class))
+                });
+                inode.or_else(|| self.locks.set.fs.writepages.write_would_wait().then_some(Lock::WritepagesRwsem))
+            }
+            _ => None,
+        }
     }
 
     /// Every lock held between calls, with its holder.

@@ -64,6 +64,7 @@ mod inode_flags;
 mod journal_switch;
 mod journaling;
 mod lifecycle;
+mod lock_plan;
 mod mapped_write;
 pub mod locks;
 mod namespace;
@@ -102,7 +103,7 @@ use crate::pagecache::PageCache;
 
 pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
-pub use split::{SecondHalf, SyncTicket};
+pub use split::{SecondHalf, SyncTicket, WholeOp};
 pub use timers::TimerStats;
 pub use direct_io::DirectIoStats;
 pub use mapped_write::MappedWriteStats;

@@ -5,14 +5,18 @@
 //!   it is written;
 //! - chattr -j splits while it flushes the journal, holding the updates
 //!   lock (`journal_switch`), so only ops that look run meanwhile; +j has
-//!   no such sleep and is done in its first half.
+//!   no such sleep and is done in its first half;
+//! - ops that sleep on I/O holding their inode's locks (`lock_plan`): the
+//!   first half takes the locks, the second gives them back and runs the
+//!   op whole, so it takes effect after whatever ran in between.
 
-use ext4_model::{Errno, Op};
+use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
 
 use super::journal_switch::SwitchTicket;
-use super::locks::LockHolder;
+use super::lock_plan::LockPlan;
+use super::locks::{Lock, LockHolder};
 use super::Ext4;
 
 /// What a split op's second half has left to do.
@@ -20,6 +24,21 @@ use super::Ext4;
 pub enum SecondHalf {
     Sync(SyncTicket),
     JournalSwitch(SwitchTicket),
+    /// An op holding its inode's locks (none if it fails before them).
+    Whole(WholeOp),
+}
+
+/// An op that sleeps holding its locks, between its halves.
+#[derive(Debug, PartialEq, Eq)]
+pub struct WholeOp {
+    op: Op,
+    held: Option<(LockPlan, LockHolder)>,
+}
+
+impl WholeOp {
+    pub fn op(&self) -> &Op {
+        &self.op
+    }
 }
 
 impl SecondHalf {
@@ -28,6 +47,7 @@ impl SecondHalf {
         match self {
             SecondHalf::Sync(_) => None,
             SecondHalf::JournalSwitch(t) => t.holder(),
+            SecondHalf::Whole(w) => w.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -50,16 +70,56 @@ impl<D: BlockDevice> Ext4<D> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
+            op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
     }
 
     /// The second half: the op returns.
-    pub fn finish_split(&mut self, half: SecondHalf) -> Result<(), Errno> {
+    pub fn finish_split(&mut self, half: SecondHalf) -> Outcome {
         match half {
-            SecondHalf::Sync(ticket) => self.finish_sync(ticket),
-            SecondHalf::JournalSwitch(ticket) => self.finish_journal_switch(ticket),
+            SecondHalf::Sync(ticket) => self.finish_sync(ticket).map(|()| Reply::Done),
+            SecondHalf::JournalSwitch(ticket) => self.finish_journal_switch(ticket).map(|()| Reply::Done),
+            SecondHalf::Whole(w) => self.finish_whole(w),
         }
+    }
+
+    /// The lock the second half would sleep on now, if any. An op that
+    /// took its locks sleeps only where a new handle waits (a -j holds the
+    /// updates barrier), unless its name or descriptor now leads to another
+    /// inode (renamed over meanwhile, a slot reopened), whose locks it
+    /// takes afresh. One that took none (its file was missing then) runs
+    /// whole now, and waits where [`Ext4::waits_for`] says.
+    pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
+        let SecondHalf::Whole(WholeOp { op, held }) = half else { return None };
+        let Some((plan, _)) = held else { return self.waits_for(op) };
+        if let Some(now) = self.lock_plan(op).filter(|now| now.ino != plan.ino) {
+            if let Some(lock) = self.plan_would_wait(&now) {
+                return Some(lock);
+            }
+        }
+        (!op.only_looks() && self.locks.set.fs.updates.handle_would_wait()).then_some(Lock::JournalUpdates)
+    }
+
+    /// Up to the op's sleep: its locks, taken for a holder of its own.
+    fn begin_whole(&mut self, op: &Op) -> Result<WholeOp, Errno> {
+        let Some(plan) = self.lock_plan(op) else { return Ok(WholeOp { op: op.clone(), held: None }) };
+        let holder = self.locks.new_holder();
+        self.take_plan(&plan, holder)?;
+        Ok(WholeOp { op: op.clone(), held: Some((plan, holder)) })
+    }
+
+    /// The locks handed back and taken again by the op, run whole: nothing
+    /// runs between, so it is as if it had kept them.
+    fn finish_whole(&mut self, w: WholeOp) -> Outcome {
+        if let Some((plan, holder)) = &w.held {
+            if !self.locks.holds(*holder) {
+                // From an earlier mount: the op died with it.
+                return Err(Errno::EINVAL);
+            }
+            self.give_back(plan, *holder);
+        }
+        self.apply(&w.op)
     }
 
     /// fsync or fdatasync in two halves, so other ops can run while its

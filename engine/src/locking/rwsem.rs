@@ -81,6 +81,12 @@ impl RwSem {
         self.gate.state().writer
     }
 
+    /// Whether down_write would wait now.
+    pub fn write_would_wait(&self) -> bool {
+        let s = self.gate.state();
+        s.writer || s.readers > 0
+    }
+
     /// Whether down_read would wait now.
     pub fn read_would_wait(&self) -> bool {
         let s = self.gate.state();

@@ -245,7 +245,25 @@ impl Op {
     /// Ops that can run in two halves, between which other tasks' ops run
     /// (see `Model::begin_split`).
     pub fn has_two_halves(&self) -> bool {
-        matches!(self, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. })
+        matches!(self, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::SetJournalData { .. }) || self.sleeps_holding_locks()
+    }
+
+    /// Ops that may sleep on I/O holding their inode's locks, split there:
+    /// i_rwsem (buffered and direct writes, truncate, which takes
+    /// invalidate_lock too), invalidate_lock shared (a page fault, a read's
+    /// readahead). They take effect whole in their second half.
+    pub fn sleeps_holding_locks(&self) -> bool {
+        matches!(
+            self,
+            Op::Write { .. }
+                | Op::WriteFd { .. }
+                | Op::Append { .. }
+                | Op::Truncate { .. }
+                | Op::DirectWrite { .. }
+                | Op::MapWrite { .. }
+                | Op::Read { .. }
+                | Op::ReadFd { .. }
+        )
     }
 
     /// Short name of the op kind, for tables and swarm switches.

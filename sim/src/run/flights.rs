@@ -36,6 +36,16 @@ impl<H> Flights<H> {
         self.in_flight.remove(&task)
     }
 
+    /// Task `task`'s op in flight, left in place.
+    pub fn get(&self, task: u32) -> Option<&InFlight<H>> {
+        self.in_flight.get(&task)
+    }
+
+    /// Tasks with an op in flight, lowest first.
+    pub fn tasks(&self) -> Vec<u32> {
+        self.in_flight.keys().copied().collect()
+    }
+
     pub fn has_flight(&self, task: u32) -> bool {
         self.in_flight.contains_key(&task)
     }

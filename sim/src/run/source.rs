@@ -3,8 +3,9 @@
 //! - **Generated**: the seeded tasks draw ops, the scheduler picks who
 //!   runs, and crashes are drawn after ops; what ran is recorded as steps.
 //! - **Replay**: a fixed list of steps (a trace, or a shrink candidate).
-//!   An op that would sleep on a lock makes the lock's holder finish first,
-//!   so a trace whose interleaving was shrunk away cannot deadlock.
+//!   An op (or a second half) that would sleep on a lock makes a lock's
+//!   holder that can finish finish first, so a trace whose interleaving was
+//!   shrunk away cannot deadlock.
 //!
 //! Either way, once the steps run out the ops in flight return, lowest
 //! task first.
@@ -116,15 +117,27 @@ fn pause(rng: &mut ChaCha8Rng) -> Option<u64> {
     })
 }
 
-/// Whether task `t` is asleep on an op that would still wait.
+/// Whether task `t` is asleep on an op that would still wait, or has an
+/// op in flight whose second half would.
 fn sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> bool {
+    if let Some(flight) = st.flights.get(t) {
+        return st.ls.finish_waits_for(flight).is_some();
+    }
     let Some(op) = st.flights.asleep_with(t).cloned() else { return false };
     st.ls.waits_for(&op).is_some()
 }
 
-/// Once the steps are over, begun ops return.
+/// The lock task `t`'s second half would sleep on now, if it has one.
+fn finish_sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> Option<T::Lock> {
+    let flight = st.flights.get(t)?;
+    st.ls.finish_waits_for(flight)
+}
+
+/// Once the steps are over, begun ops return: the lowest task first whose
+/// second half would not sleep.
 fn wind_down<T: Target>(st: &mut RunState<T>) -> Option<Step> {
-    let task = st.flights.first()?;
+    let first = st.flights.first()?;
+    let task = st.flights.tasks().into_iter().find(|&t| finish_sleeps(st, t).is_none()).unwrap_or(first);
     st.switch_to(task);
     Some(Step::Finish)
 }
@@ -136,6 +149,9 @@ impl Generated {
                 return Ok(wind_down(st));
             }
             let mut next = self.tasks.pick(|t| st.flights.has_flight(t));
+            if let Some(lock) = finish_sleeps(st, next) {
+                st.ls.note_lock_sleep(&lock);
+            }
             if sleeps(st, next) {
                 match self.tasks.pick_among(|t| !sleeps(st, t)) {
                     Some(t) => next = t,
@@ -174,12 +190,24 @@ impl Replay {
         if let Some(task) = self.resume.take() {
             st.switch_to(task);
         }
+        // A task's op returns before its next begins (a shrunk trace may
+        // have lost the finish between them).
+        if matches!(self.steps.peek(), Some(Step::Op(_) | Step::Begin(_))) && st.flights.has_flight(st.task) {
+            return Some(Step::Finish);
+        }
         let sleeps = match self.steps.peek() {
             Some(Step::Op(op) | Step::Begin(op)) => st.ls.waits_for(op),
+            Some(Step::Finish) => finish_sleeps(st, st.task),
             _ => None,
         };
-        // With no holder in flight the op runs and meets the lock.
-        if let Some((lock, holder)) = sleeps.and_then(|l| st.flights.holding(T::holder).map(|h| (l, h))) {
+        // With no holder in flight that can finish, the op runs and meets
+        // the lock.
+        let current = st.task;
+        let free_holder = |st: &mut RunState<T>| {
+            let holders: Vec<u32> = st.flights.tasks().into_iter().filter(|&t| t != current && st.flights.get(t).is_some_and(|f| T::holder(&f.target).is_some())).collect();
+            holders.into_iter().find(|&t| finish_sleeps(st, t).is_none())
+        };
+        if let Some((lock, holder)) = sleeps.and_then(|l| free_holder(st).map(|h| (l, h))) {
             st.ls.note_lock_sleep(&lock);
             self.resume = Some(st.task);
             st.switch_to(holder);

@@ -183,7 +183,7 @@ impl Target for Plain {
         self.enter(op.kind());
         self.fs.begin_split(op).unwrap_or(Err(Errno::EINVAL)).map(Half)
     }
-    fn finish_split(&mut self, half: Half) -> Result<(), Errno> {
+    fn finish_split(&mut self, half: Half) -> Outcome {
         self.fs.finish_split(half.0)
     }
     fn locks_held(&self) -> Vec<(String, u32)> {

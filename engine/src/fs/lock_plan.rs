@@ -1,0 +1,235 @@
+//! The inode locks an op holds when it sleeps on I/O, as ext4 takes them
+//! before its first folio read or bio: i_rwsem exclusive for buffered and
+//! direct writes and truncate (which adds inode_dio_wait and invalidate_lock
+//! exclusive), invalidate_lock shared for a page fault and for a read that
+//! reaches the page cache, and the DIO count for a direct write in flight.
+//!
+//! Such an op splits there ([`super::split`]): its first half takes these
+//! locks as a holder of its own, so other tasks' ops run while it sleeps
+//! and those that need the locks sleep too ([`Ext4::waits_for`]); its
+//! second half hands them back and runs the op whole, which takes them
+//! again at once. The op's own code takes the same locks (`under_inode_lock`
+//! at each call site); `a_plan_names_locks_the_op_itself_takes` holds the
+//! two together.
+
+use ext4_model::{Errno, Op};
+
+use crate::device::BlockDevice;
+use crate::format::InodeNumber;
+use crate::locking::lockdep::Acquired;
+use crate::locking::switch::Tracker;
+use crate::locking::WouldWait;
+
+use super::locks::{Lock, LockHolder};
+use super::Ext4;
+
+/// One step of a plan, in the order ext4 takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlannedLock {
+    /// i_rwsem or invalidate_lock, shared or exclusive, taken in `by`.
+    Sem { class: Lock, shared: bool, by: &'static str },
+    /// inode_dio_wait: no direct I/O in flight (truncate).
+    DioWait,
+    /// inode_dio_begin: this op's direct I/O is in flight.
+    DioBegin,
+}
+
+/// The locks an op holds across its I/O sleep, on one inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockPlan {
+    pub ino: InodeNumber,
+    pub steps: Vec<PlannedLock>,
+}
+
+const fn exclusive(class: Lock, by: &'static str) -> PlannedLock {
+    PlannedLock::Sem { class, shared: false, by }
+}
+
+const fn shared(class: Lock, by: &'static str) -> PlannedLock {
+    PlannedLock::Sem { class, shared: true, by }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// What `op` would hold when it sleeps on I/O, if it is such an op and
+    /// would get that far: its inode is found and is a regular file (the
+    /// op fails before any lock otherwise). Finding the inode may read
+    /// directories, as the op itself does first. Rewrite and ftruncate have
+    /// plans too, for [`Ext4::waits_for`], though they do not split.
+    pub(crate) fn lock_plan(&mut self, op: &Op) -> Option<LockPlan> {
+        const WRITE: &str = "ext4_buffered_write_iter";
+        const TRUNCATE: [PlannedLock; 3] = [exclusive(Lock::InodeRwsem, "ext4_setattr"), PlannedLock::DioWait, exclusive(Lock::InvalidateLock, "ext4_setattr")];
+        let (ino, steps) = match op {
+            Op::Write { path, .. } | Op::Append { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, WRITE)]),
+            Op::WriteFd { slot, .. } => (self.slot_file(*slot).ok()?, vec![exclusive(Lock::InodeRwsem, WRITE)]),
+            Op::Rewrite { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, "do_truncate")]),
+            Op::Truncate { path, .. } => (self.regular_at(path)?, TRUNCATE.to_vec()),
+            Op::FtruncateFd { slot, .. } => (self.slot_file(*slot).ok()?, TRUNCATE.to_vec()),
+            Op::DirectWrite { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, "ext4_dio_write_iter"), PlannedLock::DioBegin]),
+            Op::MapWrite { path, .. } => (self.regular_at(path)?, vec![shared(Lock::InvalidateLock, "ext4_page_mkwrite")]),
+            Op::Read { path, offset, len } => {
+                let ino = self.open_path(path).ok()?;
+                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?)
+            }
+            Op::ReadFd { slot, offset, len } => {
+                let ino = self.slot_file(*slot).ok()?;
+                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?)
+            }
+            _ => return None,
+        };
+        Some(LockPlan { ino, steps })
+    }
+
+    /// The inode at `path` if it is a regular file.
+    fn regular_at(&mut self, path: &str) -> Option<InodeNumber> {
+        let ino = self.open_path(path).ok()?;
+        (self.kind_of(ino).ok()? == ext4_model::FileKind::Regular).then_some(ino)
+    }
+
+    /// The lock the first step of `plan` that cannot be had now would
+    /// sleep on.
+    pub(crate) fn plan_would_wait(&self, plan: &LockPlan) -> Option<Lock> {
+        let locks = self.locks.inode_if_known(plan.ino)?;
+        plan.steps.iter().find_map(|step| match *step {
+            PlannedLock::Sem { class, shared, .. } => {
+                let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+                let waits = if shared { sem.read_would_wait() } else { sem.write_would_wait() };
+                waits.then_some(class)
+            }
+            // Reported as the inode lock the waiter holds, as DioCount does.
+            PlannedLock::DioWait => (locks.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
+            PlannedLock::DioBegin => None,
+        })
+    }
+
+    /// Takes `plan`'s locks for `holder`, in order; on a lock that would
+    /// wait, gives back what it took and says which.
+    pub(crate) fn take_plan(&mut self, plan: &LockPlan, holder: LockHolder) -> Result<(), Errno> {
+        let locks = self.locks.inode(plan.ino);
+        let mut lockdep = self.locks.tracker(holder);
+        for (i, step) in plan.steps.iter().enumerate() {
+            let taken = match *step {
+                PlannedLock::Sem { class, shared, by } => {
+                    let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+                    let got = if shared { sem.down_read() } else { sem.down_write() };
+                    got.map(|()| lockdep.acquired(Acquired { class, shared, instance: u64::from(plan.ino), by }))
+                }
+                PlannedLock::DioWait => locks.dio.wait(),
+                PlannedLock::DioBegin => {
+                    locks.dio.begin();
+                    Ok(())
+                }
+            };
+            if let Err(WouldWait(class)) = taken {
+                self.give_back(&LockPlan { ino: plan.ino, steps: plan.steps[..i].to_vec() }, holder);
+                return Err(Errno::from(crate::error::Error::WouldWait(WouldWait(class))));
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases what [`Ext4::take_plan`] took, in reverse.
+    pub(crate) fn give_back(&mut self, plan: &LockPlan, holder: LockHolder) {
+        let locks = self.locks.inode(plan.ino);
+        let mut lockdep = self.locks.tracker(holder);
+        for step in plan.steps.iter().rev() {
+            match *step {
+                PlannedLock::Sem { class, shared, .. } => {
+                    let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+                    if shared {
+                        sem.up_read();
+                    } else {
+                        sem.up_write();
+                    }
+                    lockdep.released(class, u64::from(plan.ino));
+                }
+                PlannedLock::DioWait => {}
+                PlannedLock::DioBegin => locks.dio.end(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ext4_model::{FileSystem, Op};
+
+    use super::*;
+    use crate::device_mem::MemDevice;
+
+    fn with_file() -> Ext4<MemDevice> {
+        let mut fs = crate::fixtures::fresh_mounted(64 << 20);
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[7u8; 10_000]).unwrap();
+        fs.open("/f", 3).unwrap();
+        fs
+    }
+
+    fn ops() -> Vec<Op> {
+        let p = || "/f".to_string();
+        vec![
+            Op::Write { path: p(), offset: 0, len: 100, seed: 1 },
+            Op::Append { path: p(), len: 100, seed: 2 },
+            Op::WriteFd { slot: 3, offset: 50, len: 100, seed: 3 },
+            Op::Truncate { path: p(), size: 5000 },
+            Op::FtruncateFd { slot: 3, size: 6000 },
+            Op::Rewrite { path: p(), len: 300, seed: 6 },
+            Op::DirectWrite { path: p(), offset: 4096, len: 4096, seed: 4 },
+            Op::MapWrite { path: p(), offset: 10, len: 20, seed: 5 },
+            Op::Read { path: p(), offset: 0, len: 100 },
+            Op::ReadFd { slot: 3, offset: 0, len: 100 },
+        ]
+    }
+
+    /// Every op with a plan takes each lock of it itself: with any one of
+    /// them held by someone else, the op run whole meets it (the engine
+    /// refuses a wait in one thread: EDEADLK), and with none held it runs.
+    #[test]
+    fn a_plan_names_locks_the_op_itself_takes() {
+        for op in ops() {
+            let mut fs = with_file();
+            let plan = fs.lock_plan(&op).unwrap_or_else(|| panic!("{op}: no plan"));
+            assert!(!op.only_looks() || plan.steps.iter().all(|s| matches!(s, PlannedLock::Sem { shared: true, .. })), "{op}");
+            for (i, step) in plan.steps.iter().enumerate() {
+                let one = LockPlan { ino: plan.ino, steps: vec![*step] };
+                let other = fs.locks.new_holder();
+                let blocking = match *step {
+                    // Held exclusive by another, which a shared taker meets too.
+                    PlannedLock::Sem { class, by, .. } => LockPlan { ino: plan.ino, steps: vec![exclusive(class, by)] },
+                    // Direct I/O in flight is what a waiter meets.
+                    PlannedLock::DioWait => LockPlan { ino: plan.ino, steps: vec![PlannedLock::DioBegin] },
+                    PlannedLock::DioBegin => continue,
+                };
+                fs.take_plan(&blocking, other).unwrap();
+                assert!(fs.plan_would_wait(&one).is_some() || matches!(step, PlannedLock::DioBegin), "{op}: step {i}");
+                assert_eq!(fs.apply(&op), Err(Errno::EDEADLK), "{op} ran past {step:?} held by another");
+                fs.give_back(&blocking, other);
+                assert!(!fs.locks.any_held(), "{op}: a lock left held");
+            }
+            assert!(fs.plan_would_wait(&plan).is_none());
+            assert!(fs.apply(&op).is_ok(), "{op} alone");
+        }
+    }
+
+    #[test]
+    fn a_taken_plan_holds_off_rivals_until_given_back() {
+        let mut fs = with_file();
+        let plan = fs.lock_plan(&Op::Truncate { path: "/f".into(), size: 0 }).unwrap();
+        let holder = fs.locks.new_holder();
+        fs.take_plan(&plan, holder).unwrap();
+        assert!(fs.locks.holds(holder));
+        let write = fs.lock_plan(&Op::Write { path: "/f".into(), offset: 0, len: 1, seed: 0 }).unwrap();
+        assert_eq!(fs.plan_would_wait(&write), Some(Lock::InodeRwsem));
+        let read = fs.lock_plan(&Op::Read { path: "/f".into(), offset: 0, len: 1 }).unwrap();
+        assert_eq!(fs.plan_would_wait(&read), Some(Lock::InvalidateLock));
+        // A second taker is refused whole: it keeps nothing it took.
+        let other = fs.locks.new_holder();
+        assert_eq!(fs.take_plan(&write, other), Err(Errno::EDEADLK));
+        assert!(!fs.locks.holds(other));
+        fs.give_back(&plan, holder);
+        assert!(!fs.locks.any_held());
+        assert_eq!(fs.plan_would_wait(&write), None);
+        // Ops on a directory or a missing name fail before any lock.
+        assert_eq!(fs.lock_plan(&Op::Write { path: "/".into(), offset: 0, len: 1, seed: 0 }), None);
+        assert_eq!(fs.lock_plan(&Op::Truncate { path: "/nothing".into(), size: 0 }), None);
+    }
+}
