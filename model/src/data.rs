@@ -25,7 +25,9 @@ pub enum Alloc {
     /// Unwritten, next to a part of its extent that writeback converts: ext4
     /// may write zeros over it instead of splitting the extent
     /// (s_extent_max_zeroout_kb), so FIEMAP may show it written. Reads as
-    /// zeros either way; the Linux oracle sees both.
+    /// zeros either way; the Linux oracle sees both. Also a hole a page
+    /// fault may have backed (`maybe_allocated`) that fallocate allocated:
+    /// written zeros if the fault's folio reached it, else unwritten.
     Zeroed,
 }
 

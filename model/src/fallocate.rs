@@ -7,6 +7,9 @@
 //! - ZERO_RANGE: whole blocks become unwritten, whatever they held; partial
 //!   edges are zeroed, an edge that was a hole becomes a clean unwritten
 //!   block, and a delayed edge gets an unwritten block with its page dirty.
+//! - A hole a page fault may have backed with the rest of its folio
+//!   (`FileData::maybe_allocated`) becomes unwritten or stays written:
+//!   `Alloc::Zeroed`.
 //! - Delayed data that fallocate or a ZERO_RANGE edge gives an unwritten
 //!   block is dirty unwritten data, converted at writeback (where ext4 may
 //!   zero short unwritten neighbours out: see `FileData::settle_from`).
@@ -64,7 +67,14 @@ impl Model {
         self.reserve_blocks(new_blocks)?;
         let file = self.file_mut(ino);
         let existing = file.blocks.overlapping(span.clone());
+        let maybe = file.maybe_allocated_in(span.clone());
         file.blocks.insert(span, Alloc::Unwritten);
+        // A hole a page fault's folio may have backed (and its msync
+        // written as zeros) stays written where it did, else turns
+        // unwritten: zeros either way.
+        for r in maybe {
+            file.blocks.insert(r, Alloc::Zeroed);
+        }
         for (r, a) in existing {
             // Delayed data gets a real (unwritten) block; the page stays dirty.
             let now = if a == Alloc::Delayed { Alloc::UnwrittenDirty } else { a };

@@ -115,6 +115,25 @@ mod tests {
         assert_eq!(m.apply(&Op::Read { path: "/f".into(), offset: (64 << 10) - 12, len: 100 }), Ok(Reply::Data([&[0, 0][..], &p[..]].concat())));
     }
 
+    /// The rest of a fault's folio may be written zeros (a large folio,
+    /// written back by the msync) or a hole: fallocate over it leaves it
+    /// written or makes it unwritten, and the model allows both.
+    #[test]
+    fn fallocate_over_the_rest_of_a_faulted_folio_may_find_it_written() {
+        let mut m = model("");
+        m.apply(&Op::Truncate { path: "/f".into(), size: 12289 }).unwrap();
+        m.apply(&Op::MapWrite { path: "/f".into(), offset: 0, len: 1, seed: 2 }).unwrap();
+        m.apply(&Op::Fallocate { path: "/f".into(), mode: crate::op::FallocFlags(crate::op::FallocFlags::KEEP_SIZE), offset: 0, len: 7168 }).unwrap();
+        let Ok(Reply::Extents(map)) = m.apply(&Op::Fiemap { path: "/f".into(), start: 0, len: u64::MAX, flags: 0, count_only: false }) else { panic!() };
+        let ext = |logical, length, flags| crate::op::FiemapExtent::new(logical, length, flags);
+        let big_folio = [ext(0, 8192, 0), ext(8192, 4096, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST)];
+        let one_page = [ext(0, 4096, 0), ext(4096, 4096, fiemap_flags::UNWRITTEN), ext(8192, 4096, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST)];
+        assert!(crate::agree::fiemap_agrees(&map, &big_folio).is_ok(), "{map:?}");
+        assert!(crate::agree::fiemap_agrees(&map, &one_page).is_ok(), "{map:?}");
+        let hole = [ext(0, 4096, 0), ext(8192, 4096, fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN | fiemap_flags::LAST)];
+        assert!(crate::agree::fiemap_agrees(&map, &hole).is_err(), "fallocate allocated it either way: {map:?}");
+    }
+
     #[test]
     fn a_data_journal_folio_is_its_one_page_and_the_open_refuses_as_for_writing() {
         let mut m = model("data=journal");

@@ -162,11 +162,11 @@ fn switch_step(u: &mut Unstructured, tasks: u32) -> arbitrary::Result<crate::tra
         6 => maybe_split(Op::Write { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
         7 => maybe_split(Op::MapWrite { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
         8 => maybe_split(Op::DirectWrite { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
-        9 => Step::Op(Op::DirectRead { path, offset: switch_offset(u)?, len: switch_len(u)? }),
+        9 => maybe_split(Op::DirectRead { path, offset: switch_offset(u)?, len: switch_len(u)? }),
         10 => maybe_split(Op::Truncate { path, size: switch_offset(u)? }),
         11 => {
             let mode = ext4_model::FallocFlags(*u.choose(&[0, ext4_model::FallocFlags::KEEP_SIZE, ext4_model::FallocFlags::PUNCH_HOLE | ext4_model::FallocFlags::KEEP_SIZE, ext4_model::FallocFlags::ZERO_RANGE])?);
-            Step::Op(Op::Fallocate { path, mode, offset: switch_offset(u)?, len: u64::from(switch_len(u)?) })
+            maybe_split(Op::Fallocate { path, mode, offset: switch_offset(u)?, len: u64::from(switch_len(u)?) })
         }
         12 => maybe_split(Op::Read { path, offset: switch_offset(u)?, len: switch_len(u)? }),
         13 => Step::Task(u.int_in_range(0..=tasks - 1)?),

@@ -230,6 +230,17 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.dio_stats.buffered += 1;
             return self.read_open(ino, offset, len);
         }
+        // ext4_dio_read_iter: the inode lock shared, the I/O counted in flight.
+        self.under_inode_lock(ino, Lock::InodeRwsem, true, "ext4_dio_read_iter", |fs| fs.as_direct_io(ino, |fs| fs.direct_read_locked(ino, offset, len)))
+    }
+
+    /// Whether a direct read of `ino` goes the direct way (else buffered).
+    pub(crate) fn reads_direct(&mut self, ino: InodeNumber) -> bool {
+        self.split(ino).is_ok_and(|(ctx, node)| ctx.direct_path(node))
+    }
+
+    fn direct_read_locked(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        let (ctx, node) = self.split(ino)?;
         let size = node.disk.size;
         if len == 0 || offset >= size {
             return Ok(Vec::new());

@@ -20,7 +20,27 @@ use crate::extent_tree::map::EXT_MAX_BLOCKS;
 use crate::format::InodeNumber;
 
 use ext4_model::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
+use super::locks::Lock;
 use super::Ext4;
+
+/// Whether a fallocate mode that passed its checks takes invalidate_lock
+/// (it drops or moves page cache); every one takes i_rwsem.
+pub(crate) fn fallocate_invalidates(kind: Mode) -> bool {
+    !matches!(kind, Mode::Allocate { .. })
+}
+
+/// The checks fallocate makes before any lock (vfs_fallocate's, and the
+/// mode ext4 refuses); the mode when they pass.
+pub(crate) fn fallocate_checks(mode: FallocFlags, offset: u64, len: u64, max_file_size: u64) -> Result<Mode, Errno> {
+    let kind = classify_fallocate(mode, offset, len)?;
+    if fallocate_end(offset, len)? > max_file_size {
+        return Err(Errno::EFBIG);
+    }
+    match kind {
+        Mode::RefusedByExt4 => Err(Errno::EOPNOTSUPP),
+        kind => Ok(kind),
+    }
+}
 
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
@@ -30,14 +50,25 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     fn fallocate_open(&mut self, ino: InodeNumber, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
-        let kind = classify_fallocate(mode, offset, len)?;
+        // The mode's own errors come before the file's kind.
+        classify_fallocate(mode, offset, len)?;
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EISDIR);
         }
+        let kind = fallocate_checks(mode, offset, len, self.ctx.mount.max_file_size())?;
         let end = fallocate_end(offset, len)?;
-        if end > self.ctx.mount.max_file_size() {
-            return Err(Errno::EFBIG);
-        }
+        // ext4_fallocate: the inode lock and inode_dio_wait for every mode;
+        // the modes that drop page cache take invalidate_lock too.
+        self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
+            fs.dio_wait(ino)?;
+            match fallocate_invalidates(kind) {
+                true => fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_fallocate", |fs| fs.fallocate_locked(ino, kind, offset, end, len)),
+                false => fs.fallocate_locked(ino, kind, offset, end, len),
+            }
+        })
+    }
+
+    fn fallocate_locked(&mut self, ino: InodeNumber, kind: Mode, offset: u64, end: u64, len: u64) -> Result<(), Errno> {
         let done = match kind {
             Mode::Allocate { keep_size } => self.allocate(ino, offset, end, keep_size),
             Mode::Punch => self.punch(ino, offset, end),

@@ -66,7 +66,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// chattr +i/-i/+a/-a: FS_IOC_SETFLAGS with one bit changed.
     pub(crate) fn do_chattr(&mut self, path: &str, flag: ChattrFlag, enable: bool) -> Result<(), Errno> {
         let ino = self.open_path(path)?;
-        let changed = self.chattr_open(ino, flag, enable);
+        // vfs_fileattr_set: the flag ioctl runs under the inode lock.
+        let changed = self.under_inode_lock(ino, super::locks::Lock::InodeRwsem, false, "vfs_fileattr_set", |fs| fs.chattr_open(ino, flag, enable));
         self.closing(ino, changed)
     }
 

@@ -1,8 +1,11 @@
 //! The inode locks an op holds when it sleeps on I/O, as ext4 takes them
 //! before its first folio read or bio: i_rwsem exclusive for buffered and
-//! direct writes and truncate (which adds inode_dio_wait and invalidate_lock
-//! exclusive), invalidate_lock shared for a page fault and for a read that
-//! reaches the page cache, and the DIO count for a direct write in flight.
+//! direct writes, truncate and fallocate (which add inode_dio_wait, and
+//! invalidate_lock exclusive where page cache goes), i_rwsem shared for a
+//! direct read, invalidate_lock shared for a page fault and for a read that
+//! reaches the page cache, and the DIO count for direct I/O in flight.
+//! chattr, rewrite and ftruncate have plans too, for [`Ext4::waits_for`]:
+//! they take i_rwsem but do not split.
 //!
 //! Such an op splits there ([`super::split`]): its first half takes these
 //! locks as a holder of its own, so other tasks' ops run while it sleeps
@@ -12,6 +15,7 @@
 //! at each call site); `a_plan_names_locks_the_op_itself_takes` holds the
 //! two together.
 
+use ext4_model::vfs::LOFF_MAX;
 use ext4_model::{Errno, Op};
 
 use crate::device::BlockDevice;
@@ -53,8 +57,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// What `op` would hold when it sleeps on I/O, if it is such an op and
     /// would get that far: its inode is found and is a regular file (the
     /// op fails before any lock otherwise). Finding the inode may read
-    /// directories, as the op itself does first. Rewrite and ftruncate have
-    /// plans too, for [`Ext4::waits_for`], though they do not split.
+    /// directories, as the op itself does first.
     pub(crate) fn lock_plan(&mut self, op: &Op) -> Option<LockPlan> {
         const WRITE: &str = "ext4_buffered_write_iter";
         const TRUNCATE: [PlannedLock; 3] = [exclusive(Lock::InodeRwsem, "ext4_setattr"), PlannedLock::DioWait, exclusive(Lock::InvalidateLock, "ext4_setattr")];
@@ -66,6 +69,24 @@ impl<D: BlockDevice> Ext4<D> {
             Op::FtruncateFd { slot, .. } => (self.slot_file(*slot).ok()?, TRUNCATE.to_vec()),
             Op::DirectWrite { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, "ext4_dio_write_iter"), PlannedLock::DioBegin]),
             Op::MapWrite { path, .. } => (self.regular_at(path)?, vec![shared(Lock::InvalidateLock, "ext4_page_mkwrite")]),
+            Op::Fallocate { path, mode, offset, len } => {
+                let ino = self.regular_at(path)?;
+                let kind = super::fallocate::fallocate_checks(*mode, *offset, *len, self.ctx.mount.max_file_size()).ok()?;
+                let mut steps = vec![exclusive(Lock::InodeRwsem, "ext4_fallocate"), PlannedLock::DioWait];
+                if super::fallocate::fallocate_invalidates(kind) {
+                    steps.push(exclusive(Lock::InvalidateLock, "ext4_fallocate"));
+                }
+                (ino, steps)
+            }
+            Op::DirectRead { path, offset, len } => {
+                let ino = self.regular_at(path)?;
+                match self.reads_direct(ino) {
+                    true => (*offset <= LOFF_MAX).then(|| (ino, vec![shared(Lock::InodeRwsem, "ext4_dio_read_iter"), PlannedLock::DioBegin]))?,
+                    // data=journal: a buffered read.
+                    false => (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?),
+                }
+            }
+            Op::Chattr { path, .. } => (self.open_path(path).ok()?, vec![exclusive(Lock::InodeRwsem, "vfs_fileattr_set")]),
             Op::Read { path, offset, len } => {
                 let ino = self.open_path(path).ok()?;
                 (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?)
@@ -176,6 +197,10 @@ mod tests {
             Op::DirectWrite { path: p(), offset: 4096, len: 4096, seed: 4 },
             Op::MapWrite { path: p(), offset: 10, len: 20, seed: 5 },
             Op::Read { path: p(), offset: 0, len: 100 },
+            Op::DirectRead { path: p(), offset: 0, len: 4096 },
+            Op::Fallocate { path: p(), mode: ext4_model::FallocFlags(0), offset: 0, len: 40_000 },
+            Op::Fallocate { path: p(), mode: ext4_model::FallocFlags(ext4_model::FallocFlags::PUNCH_HOLE | ext4_model::FallocFlags::KEEP_SIZE), offset: 4096, len: 4096 },
+            Op::Chattr { path: p(), flag: ext4_model::ChattrFlag::Append, enable: false },
             Op::ReadFd { slot: 3, offset: 0, len: 100 },
         ]
     }

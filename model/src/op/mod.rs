@@ -249,9 +249,10 @@ impl Op {
     }
 
     /// Ops that may sleep on I/O holding their inode's locks, split there:
-    /// i_rwsem (buffered and direct writes, truncate, which takes
-    /// invalidate_lock too), invalidate_lock shared (a page fault, a read's
-    /// readahead). They take effect whole in their second half.
+    /// i_rwsem (buffered and direct writes, truncate and fallocate, which
+    /// may take invalidate_lock too; shared by a direct read),
+    /// invalidate_lock shared (a page fault, a read's readahead). They take
+    /// effect whole in their second half.
     pub fn sleeps_holding_locks(&self) -> bool {
         matches!(
             self,
@@ -259,7 +260,9 @@ impl Op {
                 | Op::WriteFd { .. }
                 | Op::Append { .. }
                 | Op::Truncate { .. }
+                | Op::Fallocate { .. }
                 | Op::DirectWrite { .. }
+                | Op::DirectRead { .. }
                 | Op::MapWrite { .. }
                 | Op::Read { .. }
                 | Op::ReadFd { .. }
