@@ -309,7 +309,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
     let bar = progress_bar(specs.len() as u64, "seeds", args.json);
     let results = run_swarm(factory, &specs, jobs, &|n, _| bar.set_position(n as u64));
     bar.finish_and_clear();
-    let (mut passed, mut ops, mut shrunk, mut crashes) = (0, 0, 0, 0);
+    let (mut passed, mut ops, mut shrunk, mut crashes, mut holding) = (0, 0, 0, 0, 0);
     let (mut splits, mut sleeps) = (BTreeMap::<String, u64>::new(), BTreeMap::<String, u64>::new());
     let mut failed = Vec::new();
     let mut runs_json = Vec::new();
@@ -318,6 +318,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
             Ok(r) => {
                 ops += r.stats.ops;
                 crashes += r.stats.crashes;
+                holding += r.stats.lock_sleeps_holding;
                 for (k, n) in crate::report::splits_by_kind(&r.steps) {
                     *splits.entry(k).or_default() += n;
                 }
@@ -361,7 +362,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
         let counts = |by: &BTreeMap<String, u64>| by.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
         println!("  crashes recovered {crashes}");
         println!("  split ops (preemption points) {} kinds: {}", splits.len(), counts(&splits));
-        println!("  lock sleeps {}: {}", sleeps.values().sum::<u64>(), counts(&sleeps));
+        println!("  lock sleeps {}: {}; {holding} holding the locks taken before", sleeps.values().sum::<u64>(), counts(&sleeps));
         for (seed, why) in &failed {
             println!("  seed {seed}: {}", why.lines().next().unwrap_or(""));
         }

@@ -355,6 +355,10 @@ impl Target for EngineTarget {
         self.fs.as_mut().and_then(|fs| fs.waits_for(op))
     }
 
+    fn sleeps_holding_first_locks(&mut self, op: &Op) -> bool {
+        self.fs.as_mut().is_some_and(|fs| fs.sleeps_holding_first_locks(op))
+    }
+
     fn lock_violations(&mut self) -> Vec<String> {
         self.fs.as_ref().map(|fs| fs.lock_violations()).unwrap_or_default()
     }

@@ -84,6 +84,8 @@ pub struct OpStats {
     pub lock_sleeps: u64,
     /// The same sleeps by the lock slept on.
     pub lock_sleeps_on: BTreeMap<String, u64>,
+    /// Of those, the ops that took the locks before it and slept holding them.
+    pub lock_sleeps_holding: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -182,6 +184,14 @@ impl<T: Target> Lockstep<T> {
             return None;
         }
         self.harness(|ls| ls.target.waits_for(op))
+    }
+
+    /// Whether `op`, which would sleep on a lock, takes the locks before it
+    /// first and sleeps holding them (begun, its first half takes them).
+    pub fn sleeps_holding_first_locks(&mut self, op: &Op) -> bool {
+        let holding = self.harness(|ls| ls.target.sleeps_holding_first_locks(op));
+        self.stats.lock_sleeps_holding += u64::from(holding);
+        holding
     }
 
     /// The lock the second half of `flight` would sleep on now, if any.
@@ -444,6 +454,12 @@ impl<T: Target> Lockstep<T> {
     }
 
     /// A lock failure at the current op, for what the runner sees itself.
+    /// Every lock held now, with its holder, for a failure's report.
+    pub fn held_locks(&self) -> String {
+        let held: Vec<String> = self.target.locks_held().iter().map(|(lock, holder)| format!("{lock} by {holder:?}")).collect();
+        if held.is_empty() { "no lock held".into() } else { held.join(", ") }
+    }
+
     pub fn lock_failure(&self, what: String) -> Failure {
         Failure::Lock { index: self.index, op: self.last_op.as_ref().map(Op::kind), what }
     }

@@ -41,11 +41,12 @@ pub fn summary(r: &RunResult) -> String {
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
         let _ = writeln!(
             s,
-            "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}",
+            "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}, {} of them holding the locks they took before it",
             splits_by_kind(&r.steps).values().sum::<u64>(),
             fmt_counts(&splits_by_kind(&r.steps)),
             r.stats.lock_sleeps,
-            sleeps_by_lock(&r.stats.lock_sleeps_on)
+            sleeps_by_lock(&r.stats.lock_sleeps_on),
+            r.stats.lock_sleeps_holding
         );
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
@@ -154,6 +155,7 @@ pub fn json(r: &RunResult) -> String {
         ("faults", r.stats.faults.to_string()),
         ("lock_sleeps", r.stats.lock_sleeps.to_string()),
         ("lock_sleeps_on", sleeps_on),
+        ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("tasks", r.spec.tasks.to_string()),
         ("trace_hash", json_str(&format!("{:#018x}", r.trace_hash))),

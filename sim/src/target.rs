@@ -152,6 +152,11 @@ pub trait Target: FileSystem {
     fn waits_for(&mut self, _op: &Op) -> Option<Self::Lock> {
         None
     }
+    /// Whether `op`, which would sleep on a lock now, first takes locks it
+    /// then sleeps holding (its first half takes them).
+    fn sleeps_holding_first_locks(&mut self, _op: &Op) -> bool {
+        false
+    }
     /// Locks held between calls, with their holders.
     fn locks_held(&self) -> Vec<(Self::Lock, Self::Holder)> {
         Vec::new()

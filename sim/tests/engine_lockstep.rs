@@ -388,6 +388,41 @@ op read path=\"/f\" offset=0 len=100\nop write path=\"/f\" offset=0 len=4096 see
     assert!(switched > 10 && slept >= 3, "{switched} switches split, {slept} ops slept on the lock");
 }
 
+/// Ops split where they sleep on I/O under their inode's locks: a page
+/// fault holds invalidate_lock shared; a truncate of the same file takes
+/// i_rwsem and sleeps on invalidate_lock holding it; a write then sleeps on
+/// i_rwsem. The replay finishes the holders that can finish, in turn (the
+/// fault, then the truncate), and the write runs last.
+#[test]
+fn ops_sleep_under_their_inode_locks_and_rivals_wait_for_them() {
+    let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 3\n\
+op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
+begin map_write path=\"/f\" offset=0 len=10 seed=2\ntask 1\nbegin truncate path=\"/f\" size=100\n\
+task 2\nop write path=\"/f\" offset=0 len=4096 seed=3\nop stat path=\"/f\"\n";
+    let r = replay_passes(text);
+    let lines: Vec<String> = r.steps.iter().map(|s| s.to_string()).collect();
+    let at = |l: &str| lines.iter().position(|x| x.starts_with(l)).unwrap_or_else(|| panic!("no {l} in {lines:?}"));
+    let finishes: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| l.as_str() == "finish").map(|(i, _)| i).collect();
+    assert_eq!(finishes.len(), 2, "{lines:?}");
+    assert!(at("begin truncate") < finishes[0] && finishes[1] < at("op write path=\"/f\" offset=0 len=4096"), "{lines:?}");
+    assert_eq!(lines[finishes[0] - 1], "task 0", "the fault returns first: {lines:?}");
+    assert_eq!(r.stats.lock_sleeps, 2, "the write slept on i_rwsem twice: behind the fault, then the truncate");
+
+    // Generated runs: every such op kind splits, some sleep holding the
+    // locks they took before, all passes, and runs replay to their hashes.
+    let (mut kinds, mut holding) = (std::collections::BTreeSet::new(), 0);
+    for seed in 0..6 {
+        let s = RunSpec { tasks: 4, crash_every: 150, ..spec(seed, 2500, "") };
+        let a = run_seed(&EngineFactory, &s).unwrap();
+        assert!(a.failure.is_none(), "seed {seed}: {}", a.failure.unwrap());
+        kinds.extend(a.steps.iter().filter_map(|st| if let Step::Begin(op) = st { Some(op.kind()) } else { None }));
+        holding += a.stats.lock_sleeps_holding;
+        let replay = run_steps(&EngineFactory, &s, &a.steps).unwrap();
+        assert_eq!((replay.trace_hash, replay.image_hash), (a.trace_hash, a.image_hash), "seed {seed}");
+    }
+    assert!(kinds.len() >= 10 && holding >= 1, "{} kinds split ({kinds:?}), {holding} slept holding locks", kinds.len());
+}
+
 /// Found by `ext4sim swarm --seeds 300..380 --ops 3000 --tasks 4 --disk-size
 /// 40M --crash-every 150` (seed 316): a full check fell due while a -j held
 /// the updates lock; the engine's fsck unmounts and remounts it, so the lock

@@ -45,6 +45,15 @@ pub struct LockPlan {
     pub steps: Vec<PlannedLock>,
 }
 
+impl LockPlan {
+    /// The first `n` steps, and the rest if any.
+    pub fn split_at(&self, n: usize) -> (LockPlan, Option<LockPlan>) {
+        let n = n.min(self.steps.len());
+        let rest = (n < self.steps.len()).then(|| LockPlan { ino: self.ino, steps: self.steps[n..].to_vec() });
+        (LockPlan { ino: self.ino, steps: self.steps[..n].to_vec() }, rest)
+    }
+}
+
 const fn exclusive(class: Lock, by: &'static str) -> PlannedLock {
     PlannedLock::Sem { class, shared: false, by }
 }
@@ -120,6 +129,11 @@ impl<D: BlockDevice> Ext4<D> {
             PlannedLock::DioWait => (locks.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
             PlannedLock::DioBegin => None,
         })
+    }
+
+    /// How many of `plan`'s first steps could be taken now.
+    pub(crate) fn plan_free_prefix(&self, plan: &LockPlan) -> usize {
+        (0..plan.steps.len()).find(|&i| self.plan_would_wait(&LockPlan { ino: plan.ino, steps: vec![plan.steps[i]] }).is_some()).unwrap_or(plan.steps.len())
     }
 
     /// Takes `plan`'s locks for `holder`, in order; on a lock that would
@@ -233,6 +247,31 @@ mod tests {
             assert!(fs.plan_would_wait(&plan).is_none());
             assert!(fs.apply(&op).is_ok(), "{op} alone");
         }
+    }
+
+    /// A truncate meeting a page fault's invalidate_lock takes i_rwsem
+    /// first and sleeps holding it: writers wait on it meanwhile; once the
+    /// fault returns, the truncate's second half runs.
+    #[test]
+    fn an_op_sleeps_holding_the_locks_before_the_one_it_waits_on() {
+        let mut fs = with_file();
+        let fault = Op::MapWrite { path: "/f".into(), offset: 0, len: 10, seed: 1 };
+        let fault = fs.begin_split(&fault).unwrap().unwrap();
+        let truncate = Op::Truncate { path: "/f".into(), size: 100 };
+        assert_eq!(fs.waits_for(&truncate), Some(Lock::InvalidateLock));
+        assert!(fs.sleeps_holding_first_locks(&truncate));
+        let truncate = fs.begin_split(&truncate).unwrap().unwrap();
+        assert_eq!(fs.finish_waits_for(&truncate), Some(Lock::InvalidateLock));
+        let write = Op::Write { path: "/f".into(), offset: 0, len: 1, seed: 0 };
+        assert_eq!(fs.waits_for(&write), Some(Lock::InodeRwsem), "the sleeping truncate holds i_rwsem");
+        assert!(!fs.sleeps_holding_first_locks(&write), "its first lock is the one it waits on");
+        assert_eq!(fs.finish_waits_for(&fault), None);
+        assert_eq!(fs.finish_split(fault), Ok(ext4_model::Reply::Written(10)));
+        assert_eq!(fs.finish_waits_for(&truncate), None);
+        assert_eq!(fs.finish_split(truncate), Ok(ext4_model::Reply::Done));
+        assert!(!fs.locks.any_held());
+        assert_eq!(fs.stat("/f").unwrap().size, 100);
+        assert!(fs.lock_violations().is_empty());
     }
 
     #[test]

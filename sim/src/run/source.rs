@@ -149,13 +149,11 @@ impl Generated {
                 return Ok(wind_down(st));
             }
             let mut next = self.tasks.pick(|t| st.flights.has_flight(t));
-            if let Some(lock) = finish_sleeps(st, next) {
-                st.ls.note_lock_sleep(&lock);
-            }
             if sleeps(st, next) {
                 match self.tasks.pick_among(|t| !sleeps(st, t)) {
                     Some(t) => next = t,
-                    None => return Err(st.ls.lock_failure("every task sleeps on a lock that no op in flight holds".into())),
+                    // Each waits on a lock another sleeper holds, or no one.
+                    None => return Err(st.ls.lock_failure(format!("every task sleeps on a lock: a wait that can never end ({})", st.ls.held_locks()))),
                 }
             }
             let step = if st.flights.has_flight(next) {
@@ -167,10 +165,14 @@ impl Generated {
                 };
                 if let Some(lock) = st.ls.waits_for(&op) {
                     st.ls.note_lock_sleep(&lock);
-                    st.flights.sleep(next, op);
-                    continue;
-                }
-                if self.tasks.split(&op) {
+                    // A task takes the locks before the one it sleeps on,
+                    // as the kernel's would: its op begins, holding them.
+                    if !st.ls.sleeps_holding_first_locks(&op) {
+                        st.flights.sleep(next, op);
+                        continue;
+                    }
+                    Step::Begin(op)
+                } else if self.tasks.split(&op) {
                     Step::Begin(op)
                 } else {
                     Step::Op(op)
@@ -196,6 +198,9 @@ impl Replay {
             return Some(Step::Finish);
         }
         let sleeps = match self.steps.peek() {
+            // Such an op begins holding what it can take; its second half
+            // is what sleeps.
+            Some(Step::Begin(op)) if op.sleeps_holding_locks() => None,
             Some(Step::Op(op) | Step::Begin(op)) => st.ls.waits_for(op),
             Some(Step::Finish) => finish_sleeps(st, st.task),
             _ => None,
