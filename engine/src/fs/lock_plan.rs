@@ -4,8 +4,9 @@
 //! invalidate_lock exclusive where page cache goes), i_rwsem shared for a
 //! direct read, invalidate_lock shared for a page fault and for a read that
 //! reaches the page cache, and the DIO count for direct I/O in flight.
-//! chattr, rewrite and ftruncate have plans too, for [`Ext4::waits_for`]:
-//! they take i_rwsem but do not split.
+//! sync(2) sleeps in write-back under s_writepages_rwsem shared. chattr,
+//! rewrite and ftruncate have plans too, for [`Ext4::waits_for`]: they
+//! take i_rwsem but do not split.
 //!
 //! Such an op splits there ([`super::split`]): its first half takes these
 //! locks as a holder of its own, so other tasks' ops run while it sleeps
@@ -21,7 +22,8 @@ use ext4_model::{Errno, Op};
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 use crate::locking::lockdep::Acquired;
-use crate::locking::switch::Tracker;
+use crate::locking::rwsem::RwSem;
+use crate::locking::switch::{FsLocks, InodeLocks, Tracker};
 use crate::locking::WouldWait;
 
 use super::locks::{Lock, LockHolder};
@@ -41,6 +43,7 @@ pub enum PlannedLock {
 /// The locks an op holds across its I/O sleep, on one inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockPlan {
+    /// The inode whose locks its inode steps take (0: it takes none).
     pub ino: InodeNumber,
     pub steps: Vec<PlannedLock>,
 }
@@ -95,6 +98,9 @@ impl<D: BlockDevice> Ext4<D> {
                     false => (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?),
                 }
             }
+            // sync(2): write-back of every inode, each under s_writepages_rwsem
+            // shared; no inode's lock (inode 0: none).
+            Op::Sync => (0, vec![shared(Lock::WritepagesRwsem, "ext4_writepages")]),
             Op::Chattr { path, .. } => (self.open_path(path).ok()?, vec![exclusive(Lock::InodeRwsem, "vfs_fileattr_set")]),
             Op::Read { path, offset, len } => {
                 let ino = self.open_path(path).ok()?;
@@ -118,15 +124,21 @@ impl<D: BlockDevice> Ext4<D> {
     /// The lock the first step of `plan` that cannot be had now would
     /// sleep on.
     pub(crate) fn plan_would_wait(&self, plan: &LockPlan) -> Option<Lock> {
-        let locks = self.locks.inode_if_known(plan.ino)?;
+        // An inode whose locks were never made holds none.
+        let inode = self.locks.inode_if_known(plan.ino);
+        let fs = &self.locks.set.fs;
         plan.steps.iter().find_map(|step| match *step {
             PlannedLock::Sem { class, shared, .. } => {
-                let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+                let sem = match class {
+                    Lock::WritepagesRwsem => &fs.writepages,
+                    Lock::InodeRwsem => &inode.as_ref()?.rwsem,
+                    _ => &inode.as_ref()?.invalidate,
+                };
                 let waits = if shared { sem.read_would_wait() } else { sem.write_would_wait() };
                 waits.then_some(class)
             }
             // Reported as the inode lock the waiter holds, as DioCount does.
-            PlannedLock::DioWait => (locks.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
+            PlannedLock::DioWait => (inode.as_ref()?.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
             PlannedLock::DioBegin => None,
         })
     }
@@ -139,18 +151,18 @@ impl<D: BlockDevice> Ext4<D> {
     /// Takes `plan`'s locks for `holder`, in order; on a lock that would
     /// wait, gives back what it took and says which.
     pub(crate) fn take_plan(&mut self, plan: &LockPlan, holder: LockHolder) -> Result<(), Errno> {
-        let locks = self.locks.inode(plan.ino);
+        let (inode, set) = (self.locks.inode(plan.ino), self.locks.set.clone());
         let mut lockdep = self.locks.tracker(holder);
         for (i, step) in plan.steps.iter().enumerate() {
             let taken = match *step {
                 PlannedLock::Sem { class, shared, by } => {
-                    let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+                    let (sem, instance) = sem_of(&inode, &set.fs, class, plan.ino);
                     let got = if shared { sem.down_read() } else { sem.down_write() };
-                    got.map(|()| lockdep.acquired(Acquired { class, shared, instance: u64::from(plan.ino), by }))
+                    got.map(|()| lockdep.acquired(Acquired { class, shared, instance, by }))
                 }
-                PlannedLock::DioWait => locks.dio.wait(),
+                PlannedLock::DioWait => inode.dio.wait(),
                 PlannedLock::DioBegin => {
-                    locks.dio.begin();
+                    inode.dio.begin();
                     Ok(())
                 }
             };
@@ -164,23 +176,33 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Releases what [`Ext4::take_plan`] took, in reverse.
     pub(crate) fn give_back(&mut self, plan: &LockPlan, holder: LockHolder) {
-        let locks = self.locks.inode(plan.ino);
+        let (inode, set) = (self.locks.inode(plan.ino), self.locks.set.clone());
         let mut lockdep = self.locks.tracker(holder);
         for step in plan.steps.iter().rev() {
             match *step {
                 PlannedLock::Sem { class, shared, .. } => {
-                    let sem = if class == Lock::InodeRwsem { &locks.rwsem } else { &locks.invalidate };
+                    let (sem, instance) = sem_of(&inode, &set.fs, class, plan.ino);
                     if shared {
                         sem.up_read();
                     } else {
                         sem.up_write();
                     }
-                    lockdep.released(class, u64::from(plan.ino));
+                    lockdep.released(class, instance);
                 }
                 PlannedLock::DioWait => {}
-                PlannedLock::DioBegin => locks.dio.end(),
+                PlannedLock::DioBegin => inode.dio.end(),
             }
         }
+    }
+}
+
+/// The semaphore a plan's step names, and its lockdep instance: the
+/// inode's own, or the filesystem's s_writepages_rwsem.
+fn sem_of<'a>(inode: &'a InodeLocks, fs: &'a FsLocks, class: Lock, ino: InodeNumber) -> (&'a RwSem, u64) {
+    match class {
+        Lock::WritepagesRwsem => (&fs.writepages, 0),
+        Lock::InodeRwsem => (&inode.rwsem, u64::from(ino)),
+        _ => (&inode.invalidate, u64::from(ino)),
     }
 }
 
@@ -216,6 +238,7 @@ mod tests {
             Op::Fallocate { path: p(), mode: ext4_model::FallocFlags(ext4_model::FallocFlags::PUNCH_HOLE | ext4_model::FallocFlags::KEEP_SIZE), offset: 4096, len: 4096 },
             Op::Chattr { path: p(), flag: ext4_model::ChattrFlag::Append, enable: false },
             Op::ReadFd { slot: 3, offset: 0, len: 100 },
+            Op::Sync,
         ]
     }
 

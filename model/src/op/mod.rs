@@ -251,8 +251,9 @@ impl Op {
     /// Ops that may sleep on I/O holding their inode's locks, split there:
     /// i_rwsem (buffered and direct writes, truncate and fallocate, which
     /// may take invalidate_lock too; shared by a direct read),
-    /// invalidate_lock shared (a page fault, a read's readahead). They take
-    /// effect whole in their second half.
+    /// invalidate_lock shared (a page fault, a read's readahead), and
+    /// sync(2) in write-back (s_writepages_rwsem shared). They take effect
+    /// whole in their second half.
     pub fn sleeps_holding_locks(&self) -> bool {
         matches!(
             self,
@@ -263,6 +264,7 @@ impl Op {
                 | Op::Fallocate { .. }
                 | Op::DirectWrite { .. }
                 | Op::DirectRead { .. }
+                | Op::Sync
                 | Op::MapWrite { .. }
                 | Op::Read { .. }
                 | Op::ReadFd { .. }
