@@ -189,9 +189,7 @@ impl<T: Target> Lockstep<T> {
     /// Whether `op`, which would sleep on a lock, takes the locks before it
     /// first and sleeps holding them (begun, its first half takes them).
     pub fn sleeps_holding_first_locks(&mut self, op: &Op) -> bool {
-        let holding = self.harness(|ls| ls.target.sleeps_holding_first_locks(op));
-        self.stats.lock_sleeps_holding += u64::from(holding);
-        holding
+        self.harness(|ls| ls.target.sleeps_holding_first_locks(op))
     }
 
     /// The lock the second half of `flight` would sleep on now, if any.
@@ -285,6 +283,14 @@ impl<T: Target> Lockstep<T> {
             // Counted as faulted; the op stays in flight (holding what it
             // took) until the resync drops it with the mount it began in.
             let _faulted: Outcome = self.judge(op, index, Ok(Reply::Done), Ok(Reply::Done))?;
+        }
+        // A first half that took some of its locks and waits on the next
+        // sleeps holding them.
+        if T::holder(&target).is_some() {
+            if let Some(lock) = self.harness(|ls| ls.target.finish_waits_for(&target)) {
+                self.note_lock_sleep(&lock);
+                self.stats.lock_sleeps_holding += 1;
+            }
         }
         Ok(Begun::InFlight(InFlight { op: op.clone(), index, model, target, begun_ns }))
     }

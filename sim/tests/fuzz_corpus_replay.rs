@@ -34,11 +34,13 @@ fn lockstep_ops_corpus_replays() {
 
 /// Replays the corpus and checks it reaches what the target is for:
 /// switches that succeed, ops sleeping on a split switch's locks (the
-/// barrier, and the switching inode's own), crashes.
+/// barrier, and the switching inode's own), rivals split under their own
+/// locks, crashes.
 #[test]
 fn journal_switch_corpus_replays() {
-    let (mut switches, mut sleeps, mut crashes) = (0, 0, 0);
+    let (mut switches, mut sleeps, mut crashes, mut holding) = (0, 0, 0, 0);
     let mut sleeps_on = std::collections::BTreeMap::new();
+    let mut split_kinds = std::collections::BTreeSet::new();
     for (path, data) in corpus("journal_switch") {
         let run = ext4_sim::fuzz_body::journal_switch(&data);
         let run = run.unwrap_or_else(|| panic!("{} decodes to a trace the runner refuses", path.display()));
@@ -48,8 +50,13 @@ fn journal_switch_corpus_replays() {
             *sleeps_on.entry(lock).or_insert(0) += n;
         }
         crashes += run.stats.crashes;
+        holding += run.stats.lock_sleeps_holding;
+        split_kinds.extend(run.steps.iter().filter_map(|st| if let ext4_sim::trace::Step::Begin(op) = st { Some(op.kind()) } else { None }));
     }
     assert!(switches >= 50 && sleeps >= 2 && crashes >= 10, "corpus reaches {switches} switches, {sleeps} lock sleeps, {crashes} crashes");
+    // Its rivals split where they sleep under their inode's locks, and
+    // some meet a held lock after taking others, sleeping holding them.
+    assert!(split_kinds.len() >= 9 && holding >= 3, "{} kinds split ({split_kinds:?}), {holding} slept holding locks", split_kinds.len());
     // Reads and seeks of the switching file sleep on its own locks.
     for lock in ["invalidate_lock", "i_rwsem"] {
         assert!(sleeps_on.get(lock).is_some_and(|n| *n >= 2), "sleeps by lock: {sleeps_on:?}");

@@ -164,10 +164,11 @@ impl Generated {
                     None => self.tasks.op(),
                 };
                 if let Some(lock) = st.ls.waits_for(&op) {
-                    st.ls.note_lock_sleep(&lock);
                     // A task takes the locks before the one it sleeps on,
-                    // as the kernel's would: its op begins, holding them.
+                    // as the kernel's would: its op begins, holding them
+                    // (and the begin counts the sleep).
                     if !st.ls.sleeps_holding_first_locks(&op) {
+                        st.ls.note_lock_sleep(&lock);
                         st.flights.sleep(next, op);
                         continue;
                     }
