@@ -148,11 +148,11 @@ mod tests {
         let mut t = Tasks::new(9, 3, WorkloadConfig::new(4096));
         assert!((0..100).map(|_| t.pick_among(|task| task != 2)).all(|p| p.is_some_and(|p| p != 2)));
         assert_eq!(t.pick_among(|_| false), None);
-        // Only fsyncs and journal-flag switches of interleaved tasks split.
+        // Only ops with two halves split, and only when tasks interleave.
         let mut one = Tasks::new(9, 1, WorkloadConfig::new(4096));
         assert!(!(0..50).any(|_| one.split(&Op::Fsync { path: "/a".into() })));
         let mut many = Tasks::new(9, 2, WorkloadConfig::new(4096));
-        assert!(!(0..50).any(|_| many.split(&Op::Sync)));
+        assert!(!(0..50).any(|_| many.split(&Op::Stat { path: "/a".into() })));
         let splits = (0..200).filter(|_| many.split(&Op::Fdatasync { path: "/a".into() })).count();
         assert!((60..140).contains(&splits), "{splits} of 200 split");
         let switch = Op::SetJournalData { path: "/a".into(), enable: true };

@@ -406,7 +406,10 @@ task 2\nop write path=\"/f\" offset=0 len=4096 seed=3\nop stat path=\"/f\"\n";
     assert_eq!(finishes.len(), 2, "{lines:?}");
     assert!(at("begin truncate") < finishes[0] && finishes[1] < at("op write path=\"/f\" offset=0 len=4096"), "{lines:?}");
     assert_eq!(lines[finishes[0] - 1], "task 0", "the fault returns first: {lines:?}");
-    assert_eq!(r.stats.lock_sleeps, 2, "the write slept on i_rwsem twice: behind the fault, then the truncate");
+    // The truncate slept on invalidate_lock holding i_rwsem; the write on
+    // i_rwsem twice, behind the fault's finish, then the truncate's.
+    assert_eq!((r.stats.lock_sleeps, r.stats.lock_sleeps_holding), (3, 1));
+    assert_eq!(r.stats.lock_sleeps_on.get("i_rwsem"), Some(&2));
 
     // Generated runs: every such op kind splits, some sleep holding the
     // locks they took before, all passes, and runs replay to their hashes.
