@@ -150,6 +150,14 @@ impl FileData {
         }
     }
 
+    /// ext4_update_disksize_before_punch: a punch or zero range from
+    /// inside the file through its end first makes i_disksize the size.
+    pub fn disksize_before_punch(&mut self, offset: u64, end: u64) {
+        if offset <= self.size && end >= self.size {
+            self.disksize = None;
+        }
+    }
+
     /// Holes of `span` ext4 may have allocated (see `maybe_allocated`).
     pub fn maybe_allocated_in(&self, span: Range<u64>) -> Vec<Range<u64>> {
         self.maybe_allocated.overlapping(span).into_iter().flat_map(|(r, ())| self.blocks.gaps(r)).collect()

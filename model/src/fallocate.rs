@@ -16,6 +16,8 @@
 //! - COLLAPSE_RANGE / INSERT_RANGE: block aligned, no KEEP_SIZE; collapse must
 //!   end before EOF, insert must start before it. Dirty data from the page
 //!   holding the offset onwards is written back first.
+//! - PUNCH_HOLE and ZERO_RANGE from inside the file through its end make
+//!   i_disksize the size first (ext4_update_disksize_before_punch).
 //! - UNSHARE_RANGE and WRITE_ZEROES: EOPNOTSUPP (no shared extents; a loop
 //!   device does not unmap on write-zeroes).
 
@@ -104,6 +106,7 @@ impl Model {
         // whole block when blocks are larger (Linux 7.3 frees such a block).
         let unit = ps.max(bs);
         let end = if end > file.size { file.size.div_ceil(unit) * unit } else { end };
+        file.disksize_before_punch(offset, end);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         let mut freed = 0;
@@ -129,6 +132,7 @@ impl Model {
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         let file = self.file_mut(ino);
+        file.disksize_before_punch(offset, end);
         let new_size = if !keep_size && end > file.size { end } else { file.size };
         // Edges keep their data outside the range. A hole at an edge is
         // allocated unwritten and stays clean: it reads as zeros already, so

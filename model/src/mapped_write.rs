@@ -7,7 +7,8 @@
 //!   reserved (delayed), under nodelalloc allocated (unwritten with
 //!   dioread_nolock), a data=journal inode's folio is journaled. The
 //!   blocks of the touched pages are certain; the rest of the folio is
-//!   the page cache's choice of folio size (`FileData::maybe_allocated`).
+//!   the page cache's choice of folio size (`FileData::maybe_allocated`;
+//!   unwritten blocks there may be written as zeros: `Alloc::Zeroed`).
 //! - Stores never move EOF: the harness stores only bytes before it (past
 //!   it a store is SIGBUS), so no mapping is made when none would be
 //!   stored.
@@ -19,7 +20,10 @@
 //! - A fault that cannot reserve space is SIGBUS in a real program; the
 //!   model answers ENOSPC and changes nothing.
 
+use std::ops::Range;
+
 use crate::content::Source;
+use crate::data::Alloc;
 use crate::model::Model;
 use crate::state::Ino;
 use crate::Errno;
@@ -69,7 +73,13 @@ impl Model {
         file.fault_in(faulted.clone(), bs, fill);
         file.content.put(offset, end - offset, source);
         for rest in [could_be.start..faulted.start, faulted.end..could_be.end] {
-            file.maybe_allocated.insert(rest, ());
+            file.maybe_allocated.insert(rest.clone(), ());
+            // Unwritten blocks the folio covers get dirty zeros with the
+            // rest of it, which the msync writes: unwritten or written.
+            let unwritten: Vec<Range<u64>> = file.blocks.overlapping(rest).into_iter().filter(|(_, a)| *a == Alloc::Unwritten).map(|(r, _)| r).collect();
+            for r in unwritten {
+                file.blocks.insert(r, Alloc::Zeroed);
+            }
         }
         self.st.used_blocks += new_blocks;
         if new_blocks > 0 {

@@ -426,6 +426,37 @@ task 2\nop write path=\"/f\" offset=0 len=4096 seed=3\nop stat path=\"/f\"\n";
     assert!(kinds.len() >= 10 && holding >= 1, "{} kinds split ({kinds:?}), {holding} slept holding locks", kinds.len());
 }
 
+/// Found by tasks-4 swarms (seeds 134 and 789, shrunk to one task; the
+/// host kernel agrees): a page fault's folio may reach past the page it
+/// faults (readahead or the fault made it large), and its msync writes
+/// the rest as zeros. A hole there that fallocate then allocates, or an
+/// unwritten block there, may read back written or unwritten.
+#[test]
+fn regression_the_rest_of_a_faulted_folio_may_be_written() {
+    replay_passes("# ext4sim trace v1\nseed 134\nmount \n\
+op create path=\"/a\" perm=644\nop write path=\"/a\" offset=12288 len=1 seed=1\nop open path=\"/a\" slot=3\n\
+op pread slot=3 offset=0 len=1\nop map_write path=\"/a\" offset=0 len=1 seed=2\n\
+op fallocate path=\"/a\" mode=0x1 offset=0 len=7168\nop fiemap path=\"/a\" sync=false\n");
+    replay_passes("# ext4sim trace v1\nseed 789\nmount \n\
+op create path=\"/a\" perm=644\nop write path=\"/a\" offset=0 len=69632 seed=1\n\
+op fallocate path=\"/a\" mode=0x10 offset=1 len=122880\nop map_write path=\"/a\" offset=0 len=1 seed=2\n\
+op fiemap path=\"/a\" sync=false\n");
+}
+
+/// Found by a tasks-4 swarm (seed 834, shrunk to one task; the host
+/// kernel agrees): a zero range through EOF makes i_disksize the size
+/// first (ext4_update_disksize_before_punch), so a misaligned direct write
+/// inside the size that follows is not extending, and its failure does
+/// not truncate away the blocks KEEP_SIZE allocated past EOF.
+#[test]
+fn regression_a_zero_range_through_eof_moves_disksize_first() {
+    let r = replay_passes("# ext4sim trace v1\nseed 834\nmount \n\
+op create path=\"/a\" perm=644\nop truncate path=\"/a\" size=0\nop write path=\"/a\" offset=0 len=1 seed=1\n\
+op fallocate path=\"/a\" mode=0x11 offset=1 len=8192\nop direct_write path=\"/a\" offset=0 len=1 seed=2\n\
+op stat path=\"/a\"\n");
+    assert_eq!(r.stats.errors.get(&ext4_model::Errno::EINVAL), Some(&1), "the misaligned direct write is refused");
+}
+
 /// Found by `ext4sim swarm --seeds 300..380 --ops 3000 --tasks 4 --disk-size
 /// 40M --crash-every 150` (seed 316): a full check fell due while a -j held
 /// the updates lock; the engine's fsck unmounts and remounts it, so the lock

@@ -11,6 +11,8 @@
 //! - Ranges that go (punched, zeroed whole) leave the page cache too, dirty
 //!   or not, as truncate_pagecache_range drops them; partial edges are
 //!   zeroed in the cache.
+//! - PUNCH_HOLE and ZERO_RANGE from inside the file through its end make
+//!   i_disksize the size first (ext4_update_disksize_before_punch).
 //! - UNSHARE, WRITE_ZEROES and unknown bits: EOPNOTSUPP.
 
 use ext4_model::{Errno, FallocFlags, FileKind};
@@ -22,6 +24,14 @@ use crate::format::InodeNumber;
 use ext4_model::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
 use super::locks::Lock;
 use super::Ext4;
+
+/// ext4_update_disksize_before_punch: a punch or zero range from inside
+/// the file through its end first makes i_disksize the size.
+fn disksize_before_punch(node: &mut super::node::Node, offset: u64, end: u64) {
+    if offset <= node.disk.size && end >= node.disk.size {
+        node.disksize = None;
+    }
+}
 
 /// Whether a fallocate mode that passed its checks takes invalidate_lock
 /// (it drops or moves page cache); every one takes i_rwsem.
@@ -111,6 +121,7 @@ impl<D: BlockDevice> Ext4<D> {
         // The hole ends with the folio holding EOF: a page, or a larger block.
         let unit = ps.max(bs);
         let end = if end > size { size.div_ceil(unit) * unit } else { end };
+        disksize_before_punch(node, offset, end);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         if first_full < last_full {
@@ -130,6 +141,7 @@ impl<D: BlockDevice> Ext4<D> {
         // Room for the whole range is checked first, so ENOSPC leaves the
         // file as it was (the model reserves the same way).
         ctx.check_room(node, span.clone())?;
+        disksize_before_punch(node, offset, end);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         // A hole at a partial edge becomes a clean unwritten block (it reads
