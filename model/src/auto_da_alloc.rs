@@ -10,8 +10,9 @@
 //!   rename replaces an existing name.
 //!
 //! Starting is not finishing (filemap_flush): the blocks are allocated at
-//! once, but under dioread_nolock they stay unwritten until their I/O ends,
-//! so FIEMAP may show them either way. `noauto_da_alloc` turns both off.
+//! once, and i_disksize moves as their I/O is submitted, but under
+//! dioread_nolock they stay unwritten until it ends, so FIEMAP may show
+//! them either way. `noauto_da_alloc` turns both off.
 
 use crate::content::Source;
 use crate::crash_log::Call;
@@ -32,6 +33,9 @@ impl FileData {
     /// unwritten blocks start converting, which may zero out their short
     /// unwritten neighbours as [`FileData::settle_from`] says.
     pub fn start_writeback(&mut self, bs: u64) {
+        // mpage_map_and_submit_extent moves i_disksize as it submits, not
+        // when the I/O ends: to the size, every dirty block being on its way.
+        self.disksize = None;
         let converting: Vec<_> = self.blocks.iter().filter(|(_, a)| **a == Alloc::UnwrittenDirty).map(|(r, _)| r).collect();
         self.blocks.update(0..u64::MAX, |a| Some(if *a == Alloc::Delayed { Alloc::UnwrittenDirty } else { *a }));
         for r in converting {

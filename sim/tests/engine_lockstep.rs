@@ -443,18 +443,23 @@ op fallocate path=\"/a\" mode=0x10 offset=1 len=122880\nop map_write path=\"/a\"
 op fiemap path=\"/a\" sync=false\n");
 }
 
-/// Found by a tasks-4 swarm (seed 834, shrunk to one task; the host
-/// kernel agrees): a zero range through EOF makes i_disksize the size
-/// first (ext4_update_disksize_before_punch), so a misaligned direct write
-/// inside the size that follows is not extending, and its failure does
-/// not truncate away the blocks KEEP_SIZE allocated past EOF.
+/// Found by a tasks-4 swarm (seed 834, shrunk to one task twice; the host
+/// kernel agrees): a misaligned direct write inside the size is not
+/// extending once i_disksize is the size, so its failure does not truncate
+/// away the blocks KEEP_SIZE allocated past EOF. Two things had moved it
+/// there: the close after a truncate to 0 starts write-back
+/// (auto_da_alloc), which moves i_disksize as it submits; and a zero range
+/// (or punch) from inside the file through EOF makes it the size first
+/// (ext4_update_disksize_before_punch).
 #[test]
-fn regression_a_zero_range_through_eof_moves_disksize_first() {
-    let r = replay_passes("# ext4sim trace v1\nseed 834\nmount \n\
+fn regression_write_back_started_at_close_and_a_zero_range_through_eof_move_disksize() {
+    for offset in [1, 2] {
+        let r = replay_passes(&format!("# ext4sim trace v1\nseed 834\nmount \n\
 op create path=\"/a\" perm=644\nop truncate path=\"/a\" size=0\nop write path=\"/a\" offset=0 len=1 seed=1\n\
-op fallocate path=\"/a\" mode=0x11 offset=1 len=8192\nop direct_write path=\"/a\" offset=0 len=1 seed=2\n\
-op stat path=\"/a\"\n");
-    assert_eq!(r.stats.errors.get(&ext4_model::Errno::EINVAL), Some(&1), "the misaligned direct write is refused");
+op fallocate path=\"/a\" mode=0x11 offset={offset} len=8192\nop direct_write path=\"/a\" offset=0 len=1 seed=2\n\
+op stat path=\"/a\"\n"));
+        assert_eq!(r.stats.errors.get(&ext4_model::Errno::EINVAL), Some(&1), "the misaligned direct write is refused");
+    }
 }
 
 /// Found by `ext4sim swarm --seeds 300..380 --ops 3000 --tasks 4 --disk-size
