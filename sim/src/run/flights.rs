@@ -71,6 +71,11 @@ impl<H> Flights<H> {
         self.in_flight.values().filter_map(|f| holder(&f.target)).collect()
     }
 
+    /// Every op in flight, taken out (lowest task first).
+    pub fn take_all(&mut self) -> Vec<InFlight<H>> {
+        std::mem::take(&mut self.in_flight).into_values().collect()
+    }
+
     /// Every op in flight dies with the mount it began in.
     pub fn drop_all(&mut self) {
         self.in_flight.clear();

@@ -134,10 +134,14 @@ impl<T: Target> RunState<T> {
         if space || self.ls.fault_pending() {
             // The model adopts the target's state next: what was in flight
             // is dropped with the model it began in.
-            self.flights.drop_all();
+            let in_flight = self.flights.take_all();
             if space {
                 // The target ran out of room where the model, blind to
-                // metadata, still had some: the model takes its state.
+                // metadata, still had some: the model takes its state. The
+                // target stays mounted, so its ops in flight return first
+                // (what they do is in the state adopted), else their locks
+                // would stay held.
+                self.ls.finish_on_target_only(in_flight);
                 self.ls.resync_after_space()?;
             } else {
                 // The op met a device fault: its answer is not comparable,
