@@ -250,6 +250,21 @@ mod tests {
         assert!(st.steps.iter().all(|s| !matches!(s, Step::Crash { .. })), "no crashes were asked for");
     }
 
+    /// Tasks that all sleep on locks no op in flight will release are a
+    /// wait that can never end: the run fails, naming every held lock,
+    /// instead of spinning.
+    #[test]
+    fn every_task_asleep_on_a_lock_fails_the_run() {
+        let spec = RunSpec { tasks: 3, ..RunSpec::new(4, 40, MountConfig::default()) };
+        let mut source = StepSource::generated(&spec);
+        let mut st = run_state(Knobs { every_op_waits: true, ..Knobs::default() }, 3, 0);
+        st.ls.target_mut().locks.push(("a stuck lock".into(), 7));
+        let failure = source.next(&mut st).expect_err("no task can run");
+        let shown = failure.to_string();
+        assert!(shown.contains("can never end") && shown.contains("a stuck lock by 7"), "{shown}");
+        assert_eq!(st.ops_run, 0);
+    }
+
     #[test]
     fn a_replay_yields_its_steps_then_ends() {
         let steps = vec![Step::Op(Op::Sync), Step::Task(1), Step::Op(Op::Stat { path: "/".into() })];

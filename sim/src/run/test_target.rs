@@ -30,6 +30,8 @@ pub struct Knobs {
     pub leaks_lock_on: Option<OpKind>,
     /// Fsync runs in two halves (holding no lock between them).
     pub splits_fsync: bool,
+    /// While it holds any lock, every op would sleep on one.
+    pub every_op_waits: bool,
 }
 
 /// The model as a target.
@@ -188,6 +190,9 @@ impl Target for Plain {
     }
     fn locks_held(&self) -> Vec<(String, u32)> {
         self.locks.clone()
+    }
+    fn waits_for(&mut self, _op: &Op) -> Option<String> {
+        (self.knobs.every_op_waits && !self.locks.is_empty()).then(|| "a lock held forever".to_string())
     }
 }
 
