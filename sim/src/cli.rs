@@ -359,7 +359,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
         println!("  {:<8} {:>6}", "result", "seeds");
         println!("  {:<8} {:>6}", "pass", passed);
         println!("  {:<8} {:>6}", "fail", failed.len());
-        let counts = |by: &BTreeMap<String, u64>| by.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
+        let counts = crate::report::fmt_counts;
         println!("  crashes recovered {crashes}");
         println!("  split ops (preemption points) {} kinds: {}", splits.len(), counts(&splits));
         println!("  lock sleeps {}: {}; {holding} holding the locks taken before", sleeps.values().sum::<u64>(), counts(&sleeps));

@@ -39,11 +39,12 @@ pub fn summary(r: &RunResult) -> String {
         let count = |f: fn(&Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
         let switches = count(|st| matches!(st, Step::Task(_)));
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
+        let splits = splits_by_kind(&r.steps);
         let _ = writeln!(
             s,
             "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}, {} of them holding the locks they took before it",
-            splits_by_kind(&r.steps).values().sum::<u64>(),
-            fmt_counts(&splits_by_kind(&r.steps)),
+            splits.values().sum::<u64>(),
+            fmt_counts(&splits),
             r.stats.lock_sleeps,
             sleeps_by_lock(&r.stats.lock_sleeps_on),
             r.stats.lock_sleeps_holding
@@ -117,7 +118,8 @@ pub fn splits_by_kind(steps: &[Step]) -> BTreeMap<String, u64> {
     by
 }
 
-fn fmt_counts(by: &BTreeMap<String, u64>) -> String {
+/// `key n, key n, ...` ("none" when empty).
+pub fn fmt_counts(by: &BTreeMap<String, u64>) -> String {
     let parts: Vec<String> = by.iter().map(|(k, n)| format!("{k} {n}")).collect();
     if parts.is_empty() { "none".into() } else { parts.join(", ") }
 }

@@ -5,8 +5,9 @@
 //! direct read, invalidate_lock shared for a page fault and for a read that
 //! reaches the page cache, and the DIO count for direct I/O in flight.
 //! sync(2) sleeps in write-back under s_writepages_rwsem shared. chattr,
-//! rewrite and ftruncate have plans too, for [`Ext4::waits_for`]: they
-//! take i_rwsem but do not split.
+//! rewrite, ftruncate, SEEK_DATA/SEEK_HOLE and the journal-flag switch
+//! have plans too, for [`Ext4::waits_for`]: they take those locks but do
+//! not split this way.
 //!
 //! Such an op splits there ([`super::split`]): its first half takes these
 //! locks as a holder of its own, so other tasks' ops run while it sleeps
@@ -95,24 +96,40 @@ impl<D: BlockDevice> Ext4<D> {
                 match self.reads_direct(ino) {
                     true => (*offset <= LOFF_MAX).then(|| (ino, vec![shared(Lock::InodeRwsem, "ext4_dio_read_iter"), PlannedLock::DioBegin]))?,
                     // data=journal: a buffered read.
-                    false => (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?),
+                    false => (ino, self.readahead_plan(ino, *offset, *len)?),
                 }
             }
             // sync(2): write-back of every inode, each under s_writepages_rwsem
             // shared; no inode's lock (inode 0: none).
             Op::Sync => (0, vec![shared(Lock::WritepagesRwsem, "ext4_writepages")]),
             Op::Chattr { path, .. } => (self.open_path(path).ok()?, vec![exclusive(Lock::InodeRwsem, "vfs_fileattr_set")]),
+            // The switch's locks up to its journal flush (the updates barrier
+            // after them is every handle's, which waits_for asks first).
+            Op::SetJournalData { path, .. } => {
+                const BY: &str = "ext4_change_inode_journal_flag";
+                let steps = vec![exclusive(Lock::InodeRwsem, "vfs_fileattr_set"), PlannedLock::DioWait, exclusive(Lock::InvalidateLock, BY), exclusive(Lock::WritepagesRwsem, BY)];
+                (self.open_path(path).ok()?, steps)
+            }
+            Op::Lseek { path, .. } => {
+                let ino = self.open_path(path).ok()?;
+                (ino, self.seek_takes_inode_lock(ino).then(|| vec![shared(Lock::InodeRwsem, "ext4_llseek")])?)
+            }
             Op::Read { path, offset, len } => {
                 let ino = self.open_path(path).ok()?;
-                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?)
+                (ino, self.readahead_plan(ino, *offset, *len)?)
             }
             Op::ReadFd { slot, offset, len } => {
                 let ino = self.slot_file(*slot).ok()?;
-                (ino, self.read_takes_invalidate_lock(ino, *offset, *len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])?)
+                (ino, self.readahead_plan(ino, *offset, *len)?)
             }
             _ => return None,
         };
         Some(LockPlan { ino, steps })
+    }
+
+    /// A buffered read's lock, if it reaches the page cache.
+    fn readahead_plan(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Option<Vec<PlannedLock>> {
+        self.read_takes_invalidate_lock(ino, offset, len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])
     }
 
     /// The inode at `path` if it is a regular file.
@@ -126,26 +143,32 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn plan_would_wait(&self, plan: &LockPlan) -> Option<Lock> {
         // An inode whose locks were never made holds none.
         let inode = self.locks.inode_if_known(plan.ino);
+        plan.steps.iter().find_map(|step| self.step_would_wait(inode.as_deref(), *step))
+    }
+
+    /// How many of `plan`'s first steps could be taken now.
+    pub(crate) fn plan_free_prefix(&self, plan: &LockPlan) -> usize {
+        let inode = self.locks.inode_if_known(plan.ino);
+        plan.steps.iter().position(|step| self.step_would_wait(inode.as_deref(), *step).is_some()).unwrap_or(plan.steps.len())
+    }
+
+    /// The lock one step would sleep on now; `inode` is None for an inode
+    /// nobody has locked.
+    fn step_would_wait(&self, inode: Option<&InodeLocks>, step: PlannedLock) -> Option<Lock> {
         let fs = &self.locks.set.fs;
-        plan.steps.iter().find_map(|step| match *step {
+        match step {
             PlannedLock::Sem { class, shared, .. } => {
                 let sem = match class {
                     Lock::WritepagesRwsem => &fs.writepages,
-                    Lock::InodeRwsem => &inode.as_ref()?.rwsem,
-                    _ => &inode.as_ref()?.invalidate,
+                    _ => sem_of(inode?, fs, class, 0).0,
                 };
                 let waits = if shared { sem.read_would_wait() } else { sem.write_would_wait() };
                 waits.then_some(class)
             }
             // Reported as the inode lock the waiter holds, as DioCount does.
-            PlannedLock::DioWait => (inode.as_ref()?.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
+            PlannedLock::DioWait => (inode?.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
             PlannedLock::DioBegin => None,
-        })
-    }
-
-    /// How many of `plan`'s first steps could be taken now.
-    pub(crate) fn plan_free_prefix(&self, plan: &LockPlan) -> usize {
-        (0..plan.steps.len()).find(|&i| self.plan_would_wait(&LockPlan { ino: plan.ino, steps: vec![plan.steps[i]] }).is_some()).unwrap_or(plan.steps.len())
+        }
     }
 
     /// Takes `plan`'s locks for `holder`, in order; on a lock that would
@@ -239,6 +262,8 @@ mod tests {
             Op::Chattr { path: p(), flag: ext4_model::ChattrFlag::Append, enable: false },
             Op::ReadFd { slot: 3, offset: 0, len: 100 },
             Op::Sync,
+            Op::Lseek { path: p(), offset: 0, whence: ext4_model::SeekWhence::Data },
+            Op::SetJournalData { path: p(), enable: true },
         ]
     }
 

@@ -147,11 +147,11 @@ impl<D: BlockDevice> Ext4<D> {
     /// The lock `op` would sleep on now, if any. Only a split op holds
     /// locks between ops. While a -j holds the updates barrier, an op that
     /// would start a handle sleeps on it. Otherwise an op sleeps where it
-    /// takes a lock of an inode whose lock another op holds: the locks it
-    /// would hold across its own I/O (`lock_plan`), SEEK_DATA/SEEK_HOLE's
-    /// i_rwsem, the switch's four (i_rwsem, the DIO count, invalidate_lock,
-    /// s_writepages_rwsem), and the victim's i_rwsem that unlink, rename
-    /// and link take. Finding the inode may read directories, as the op
+    /// takes a lock another op holds: those of its plan (`lock_plan`: the
+    /// locks a write, read or truncate holds across its own I/O,
+    /// SEEK_DATA/SEEK_HOLE's i_rwsem, the switch's i_rwsem, DIO count,
+    /// invalidate_lock and s_writepages_rwsem), and the victim's i_rwsem
+    /// that unlink, rename and link take. Finding the inode may read directories, as the op
     /// itself would first.
     pub fn waits_for(&mut self, op: &Op) -> Option<Lock> {
         if !self.locks.any_held() {
@@ -163,27 +163,19 @@ impl<D: BlockDevice> Ext4<D> {
         if let Some(plan) = self.lock_plan(op) {
             return self.plan_would_wait(&plan);
         }
-        let rwsem_of = |fs: &mut Self, path: &str, shared: bool| {
+        // The victim's i_rwsem, which the engine's namespace ops do not take.
+        let victim = |fs: &mut Self, path: &str| {
             let locks = fs.open_path(path).ok().and_then(|ino| fs.locks.inode_if_known(ino))?;
-            let waits = if shared { locks.rwsem.read_would_wait() } else { locks.rwsem.write_would_wait() };
-            waits.then_some(Lock::InodeRwsem)
+            locks.rwsem.write_would_wait().then_some(Lock::InodeRwsem)
         };
         match op {
-            Op::Lseek { path, .. } => {
-                let ino = self.open_path(path).ok()?;
-                self.seek_takes_inode_lock(ino).then(|| rwsem_of(self, path, true))?
-            }
-            Op::Unlink { path } => rwsem_of(self, path, false),
-            Op::Rename { from, to } | Op::Renameat2 { from, to, .. } => rwsem_of(self, from, false).or_else(|| rwsem_of(self, to, false)),
-            Op::Link { from, .. } => rwsem_of(self, from, false),
-            Op::SetJournalData { path, .. } => {
-                let locks = self.open_path(path).ok().and_then(|ino| self.locks.inode_if_known(ino));
-                let inode = locks.and_then(|l| {
-                    let waits = [(l.rwsem.write_would_wait(), Lock::InodeRwsem), (l.dio.in_flight() > 0, Lock::InodeRwsem), (l.invalidate.write_would_wait(), Lock::InvalidateLock)];
-                    waits.into_iter().find_map(|(w, class)| w.then_some(class))
-                });
-                inode.or_else(|| self.locks.set.fs.writepages.write_would_wait().then_some(Lock::WritepagesRwsem))
-            }
+            Op::Unlink { path } => victim(self, path),
+            Op::Rename { from, to } | Op::Renameat2 { from, to, .. } => victim(self, from).or_else(|| victim(self, to)),
+            Op::Link { from, .. } => victim(self, from),
+            // A switch whose name finds no inode has no plan; it is still
+            // held to s_writepages_rwsem, as it always was (it fails at the
+            // lookup, so this sleep is more than ext4's).
+            Op::SetJournalData { .. } => self.locks.set.fs.writepages.write_would_wait().then_some(Lock::WritepagesRwsem),
             _ => None,
         }
     }

@@ -38,12 +38,6 @@ pub struct WholeOp {
     rest: Option<LockPlan>,
 }
 
-impl WholeOp {
-    pub fn op(&self) -> &Op {
-        &self.op
-    }
-}
-
 impl SecondHalf {
     /// The lock held until the second half runs, if any.
     pub fn holder(&self) -> Option<LockHolder> {

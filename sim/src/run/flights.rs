@@ -60,12 +60,6 @@ impl<H> Flights<H> {
         self.in_flight.keys().next().copied()
     }
 
-    /// The lowest task whose op in flight holds a lock, given how to read
-    /// one's holder.
-    pub fn holding<K>(&self, holder: impl Fn(&H) -> Option<K>) -> Option<u32> {
-        self.in_flight.iter().find(|(_, f)| holder(&f.target).is_some()).map(|(t, _)| *t)
-    }
-
     /// The holders the ops in flight took, to hold the target's locks to.
     pub fn holders<K>(&self, holder: impl Fn(&H) -> Option<K>) -> Vec<K> {
         self.in_flight.values().filter_map(|f| holder(&f.target)).collect()
@@ -117,7 +111,8 @@ mod tests {
         let switch = Op::SetJournalData { path: "/b".into(), enable: false };
         f.begin(2, flight(fsync.clone(), false));
         f.begin(1, flight(switch.clone(), true));
-        assert_eq!((f.first(), f.holding(|h| h.then_some(()))), (Some(1), Some(1)));
+        assert_eq!((f.first(), f.tasks()), (Some(1), vec![1, 2]));
+        assert_eq!((f.get(1).map(|x| x.target), f.get(3).is_none()), (Some(true), true));
         assert_eq!(f.holders(|h| h.then_some(7)), vec![7]);
         f.sleep(3, Op::Sync);
         assert_eq!(f.asleep_with(3), Some(&Op::Sync));
