@@ -89,6 +89,8 @@ pub struct OpStats {
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
+    /// Ops in flight at those resyncs, returned on the target alone.
+    pub space_resync_flights: u64,
 }
 
 /// A model and a target in lockstep.
@@ -400,6 +402,7 @@ impl<T: Target> Lockstep<T> {
     /// cannot run now give their locks back and fail, so none stays held.
     pub fn finish_on_target_only(&mut self, flights: Vec<InFlight<T::SecondHalf>>) {
         for flight in flights {
+            self.stats.space_resync_flights += 1;
             let _ = self.harness(|ls| ls.target.finish_split(flight.target));
         }
     }

@@ -53,7 +53,7 @@ pub fn summary(r: &RunResult) -> String {
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
     if r.spec.disk_bytes != DISK_BYTES || r.stats.space_resyncs > 0 {
         let enospc = r.stats.errors.get(&Errno::ENOSPC).copied().unwrap_or(0);
-        let _ = writeln!(s, "  space       {} MiB disk: {enospc} ENOSPC agreed, {} refused by the nearly full target only (model resynced)", r.spec.disk_bytes >> 20, r.stats.space_resyncs);
+        let _ = writeln!(s, "  space       {} MiB disk: {enospc} ENOSPC agreed, {} refused by the nearly full target only (model resynced; {} ops in flight returned on the target alone)", r.spec.disk_bytes >> 20, r.stats.space_resyncs, r.stats.space_resync_flights);
     }
     let ns = |ns: u64| crate::disk::clock::DisplayNs(ns).to_string();
     let _ = writeln!(
@@ -159,6 +159,7 @@ pub fn json(r: &RunResult) -> String {
         ("lock_sleeps_on", sleeps_on),
         ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
+        ("space_resync_flights", r.stats.space_resync_flights.to_string()),
         ("tasks", r.spec.tasks.to_string()),
         ("trace_hash", json_str(&format!("{:#018x}", r.trace_hash))),
         ("image_hash", json_str(&format!("{:#018x}", r.image_hash))),

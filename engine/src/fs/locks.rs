@@ -150,9 +150,10 @@ impl<D: BlockDevice> Ext4<D> {
     /// takes a lock another op holds: those of its plan (`lock_plan`: the
     /// locks a write, read or truncate holds across its own I/O,
     /// SEEK_DATA/SEEK_HOLE's i_rwsem, the switch's i_rwsem, DIO count,
-    /// invalidate_lock and s_writepages_rwsem), and the victim's i_rwsem
-    /// that unlink, rename and link take. Finding the inode may read directories, as the op
-    /// itself would first.
+    /// invalidate_lock and s_writepages_rwsem; a directory op's parents,
+    /// s_vfs_rename_mutex and the inodes it unlinks, links or moves).
+    /// Finding the inodes may read directories, as the op itself would
+    /// first.
     pub fn waits_for(&mut self, op: &Op) -> Option<Lock> {
         if !self.locks.any_held() {
             return None;
@@ -163,15 +164,7 @@ impl<D: BlockDevice> Ext4<D> {
         if let Some(plan) = self.lock_plan(op) {
             return self.plan_would_wait(&plan);
         }
-        // The victim's i_rwsem, which the engine's namespace ops do not take.
-        let victim = |fs: &mut Self, path: &str| {
-            let locks = fs.open_path(path).ok().and_then(|ino| fs.locks.inode_if_known(ino))?;
-            locks.rwsem.write_would_wait().then_some(Lock::InodeRwsem)
-        };
         match op {
-            Op::Unlink { path } => victim(self, path),
-            Op::Rename { from, to } | Op::Renameat2 { from, to, .. } => victim(self, from).or_else(|| victim(self, to)),
-            Op::Link { from, .. } => victim(self, from),
             // A switch whose name finds no inode has no plan; it is still
             // held to s_writepages_rwsem, as it always was (it fails at the
             // lookup, so this sleep is more than ext4's).
@@ -222,10 +215,15 @@ impl<D: BlockDevice> Ext4<D> {
         }
         lockdep.released(class, u64::from(ino));
         drop(locks);
+        self.prune_locks();
+        out
+    }
+
+    /// Forgets idle inodes' locks once many are kept.
+    pub(crate) fn prune_locks(&mut self) {
         if self.locks.inode_count() > PRUNE_ABOVE {
             self.locks.prune();
         }
-        out
     }
 
     /// Runs `f` as a direct I/O in flight on `ino` (inode_dio_begin/end).

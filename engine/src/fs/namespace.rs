@@ -13,6 +13,8 @@ use crate::format::inode::{FL_EXTENTS, I_BLOCK_LEN, ROOT_INO};
 use crate::format::InodeNumber;
 
 use super::lifecycle::file_type;
+use super::lock_plan::namespace::{inode_lock, rename_children};
+use super::lock_plan::LockPlan;
 use super::Ext4;
 
 pub(crate) fn split(path: &str) -> Result<SplitPath<'_>, Errno> {
@@ -24,7 +26,8 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(self.kind_of(ino)? == FileKind::Directory)
     }
 
-    /// Parent and new name for creating `path`.
+    /// Parent and new name for creating `path`, as far as the path says
+    /// (filename_create before it locks the parent).
     fn new_name<'p>(&mut self, path: &'p str, open_create: bool) -> Result<(InodeNumber, &'p str, bool), Errno> {
         let sp = split(path)?;
         let (dir, last) = self.resolve_parent(&sp)?;
@@ -33,11 +36,19 @@ impl<D: BlockDevice> Ext4<D> {
             // open(O_CREAT) refuses a trailing slash before it looks.
             return Err(Errno::EISDIR);
         }
-        check_name(name)?;
-        if self.lookup_in(dir, name)?.is_some() {
-            return Err(Errno::EEXIST);
-        }
         Ok((dir, name, sp.trailing_slash))
+    }
+
+    /// Runs `f` holding `dir`'s i_rwsem, once `name` is a valid name not
+    /// in it yet (the rest of filename_create).
+    fn creating_in<T>(&mut self, dir: InodeNumber, name: &str, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
+        self.under_plan(&LockPlan { steps: vec![inode_lock(dir, "filename_create")] }, |fs| {
+            check_name(name)?;
+            if fs.lookup_in(dir, name)?.is_some() {
+                return Err(Errno::EEXIST);
+            }
+            f(fs)
+        })
     }
 
     /// Creates and links a new inode of `kind` at `dir/name`.
@@ -53,39 +64,43 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn do_create(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
         let (dir, name, _) = self.new_name(path, true)?;
-        self.ctx.writable()?;
-        self.may_create_in(dir)?;
-        self.make(dir, name, FileKind::Regular, perm)?;
-        Ok(())
+        self.creating_in(dir, name, |fs| {
+            fs.ctx.writable()?;
+            fs.may_create_in(dir)?;
+            fs.make(dir, name, FileKind::Regular, perm).map(drop)
+        })
     }
 
     pub(crate) fn do_mkdir(&mut self, path: &str, perm: u16) -> Result<(), Errno> {
         let (dir, name, _) = self.new_name(path, false)?;
-        self.ctx.writable()?;
-        self.may_create_in(dir)?;
-        self.make(dir, name, FileKind::Directory, perm)?;
-        Ok(())
+        self.creating_in(dir, name, |fs| {
+            fs.ctx.writable()?;
+            fs.may_create_in(dir)?;
+            fs.make(dir, name, FileKind::Directory, perm).map(drop)
+        })
     }
 
     pub(crate) fn do_symlink(&mut self, target: &str, path: &str) -> Result<(), Errno> {
         ext4_model::vfs::check_symlink_target(target)?;
         let (dir, name, slash) = self.new_name(path, false)?;
-        if slash {
-            return Err(Errno::ENOENT);
-        }
-        self.ctx.writable()?;
-        self.may_create_in(dir)?;
-        let bs = self.ctx.bs();
-        if target.len() as u64 + 1 > bs {
-            return Err(Errno::ENAMETOOLONG);
-        }
-        let ino = self.new_inode(dir, name, FileKind::Symlink, 0o777)?;
-        let stored = self.store_link_target(ino, target);
-        if let Err(e) = stored.and_then(|()| self.add_entry(dir, name, ino, FT_SYMLINK)) {
-            let _ = self.free_inode(ino);
-            return Err(e);
-        }
-        Ok(())
+        self.creating_in(dir, name, |fs| {
+            if slash {
+                return Err(Errno::ENOENT);
+            }
+            fs.ctx.writable()?;
+            fs.may_create_in(dir)?;
+            let bs = fs.ctx.bs();
+            if target.len() as u64 + 1 > bs {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let ino = fs.new_inode(dir, name, FileKind::Symlink, 0o777)?;
+            let stored = fs.store_link_target(ino, target);
+            if let Err(e) = stored.and_then(|()| fs.add_entry(dir, name, ino, FT_SYMLINK)) {
+                let _ = fs.free_inode(ino);
+                return Err(e);
+            }
+            Ok(())
+        })
     }
 
     /// Puts a symlink's target in `i_block` (short) or in one data block.
@@ -111,43 +126,52 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_link(&mut self, from: &str, to: &str) -> Result<(), Errno> {
         let ino = self.resolve(&split(from)?, false)?;
         let (dir, name, slash) = self.new_name(to, false)?;
-        if slash {
-            return Err(Errno::ENOENT);
-        }
-        self.ctx.writable()?;
-        self.may_create_in(dir)?;
-        let kind = self.kind_of(ino)?;
-        if self.restricted(ino)? || kind == FileKind::Directory {
-            return Err(Errno::EPERM);
-        }
-        if u32::from(self.node(ino)?.disk.links_count) >= LINK_MAX {
-            return Err(Errno::EMLINK);
-        }
-        self.add_entry(dir, name, ino, file_type(kind))?;
-        let (ctx, node) = self.split(ino)?;
-        node.disk.links_count += 1;
-        node.disk.ctime = ctx.now();
-        self.mark_dirty(ino);
-        Ok(())
+        self.creating_in(dir, name, |fs| {
+            if slash {
+                return Err(Errno::ENOENT);
+            }
+            fs.ctx.writable()?;
+            fs.may_create_in(dir)?;
+            let kind = fs.kind_of(ino)?;
+            if fs.restricted(ino)? || kind == FileKind::Directory {
+                return Err(Errno::EPERM);
+            }
+            // vfs_link: the source's i_rwsem, then its link count.
+            fs.under_plan(&LockPlan { steps: vec![inode_lock(ino, "vfs_link")] }, |fs| {
+                if u32::from(fs.node(ino)?.disk.links_count) >= LINK_MAX {
+                    return Err(Errno::EMLINK);
+                }
+                fs.add_entry(dir, name, ino, file_type(kind))?;
+                let (ctx, node) = fs.split(ino)?;
+                node.disk.links_count += 1;
+                node.disk.ctime = ctx.now();
+                fs.mark_dirty(ino);
+                Ok(())
+            })
+        })
     }
 
     pub(crate) fn do_unlink(&mut self, path: &str) -> Result<(), Errno> {
         let sp = split(path)?;
         let (dir, last) = self.resolve_parent(&sp)?;
         let Last::Normal(name) = last else { return Err(Errno::EISDIR) };
-        self.ctx.writable()?;
-        check_name(name)?;
-        let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
-        let is_dir = self.is_dir(slot.ino)?;
-        if sp.trailing_slash {
-            return Err(if is_dir { Errno::EISDIR } else { Errno::ENOTDIR });
-        }
-        self.may_delete(dir, slot.ino)?;
-        if is_dir {
-            return Err(Errno::EISDIR);
-        }
-        self.remove_entry(dir, name)?;
-        self.drop_link(slot.ino)
+        self.under_plan(&LockPlan { steps: vec![inode_lock(dir, "do_unlinkat")] }, |fs| {
+            fs.ctx.writable()?;
+            check_name(name)?;
+            let slot = fs.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
+            let is_dir = fs.is_dir(slot.ino)?;
+            if sp.trailing_slash {
+                return Err(if is_dir { Errno::EISDIR } else { Errno::ENOTDIR });
+            }
+            fs.may_delete(dir, slot.ino)?;
+            if is_dir {
+                return Err(Errno::EISDIR);
+            }
+            fs.under_plan(&LockPlan { steps: vec![inode_lock(slot.ino, "vfs_unlink")] }, |fs| {
+                fs.remove_entry(dir, name)?;
+                fs.drop_link(slot.ino)
+            })
+        })
     }
 
     pub(crate) fn do_rmdir(&mut self, path: &str) -> Result<(), Errno> {
@@ -159,22 +183,26 @@ impl<D: BlockDevice> Ext4<D> {
             Last::DotDot => return Err(Errno::ENOTEMPTY),
             Last::Root => return Err(Errno::EBUSY),
         };
-        self.ctx.writable()?;
-        check_name(name)?;
-        let slot = self.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
-        self.may_delete(dir, slot.ino)?;
-        if !self.is_dir(slot.ino)? {
-            return Err(Errno::ENOTDIR);
-        }
-        if !self.dir_node(slot.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
-            return Err(Errno::ENOTEMPTY);
-        }
-        self.remove_entry(dir, name)?;
-        self.drop_link(slot.ino)
+        self.under_plan(&LockPlan { steps: vec![inode_lock(dir, "do_rmdir")] }, |fs| {
+            fs.ctx.writable()?;
+            check_name(name)?;
+            let slot = fs.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
+            fs.may_delete(dir, slot.ino)?;
+            if !fs.is_dir(slot.ino)? {
+                return Err(Errno::ENOTDIR);
+            }
+            fs.under_plan(&LockPlan { steps: vec![inode_lock(slot.ino, "vfs_rmdir")] }, |fs| {
+                if !fs.dir_node(slot.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+                fs.remove_entry(dir, name)?;
+                fs.drop_link(slot.ino)
+            })
+        })
     }
 
     /// True when `ancestor` is `ino` or one of its parents.
-    fn is_ancestor(&mut self, ancestor: InodeNumber, mut ino: InodeNumber) -> Result<bool, Errno> {
+    pub(crate) fn is_ancestor(&mut self, ancestor: InodeNumber, mut ino: InodeNumber) -> Result<bool, Errno> {
         // A parent chain longer than the inode count means a loop on disk.
         let limit = self.ctx.geo.inodes_count();
         for _ in 0..=limit {
@@ -200,85 +228,101 @@ impl<D: BlockDevice> Ext4<D> {
         let Last::Normal(nname) = nlast else {
             return Err(if flags == Some(RenameFlags::NoReplace) { Errno::EEXIST } else { Errno::EBUSY });
         };
-        self.ctx.writable()?;
-        check_name(oname)?;
-        let old = self.lookup_in(odir, oname)?.ok_or(Errno::ENOENT)?;
-        // The new name is looked up (and refused if too long) before the
-        // trailing-slash checks.
-        check_name(nname)?;
-        let new = self.lookup_in(ndir, nname)?;
-        match (flags, new) {
-            (Some(RenameFlags::NoReplace), Some(_)) => return Err(Errno::EEXIST),
-            (Some(RenameFlags::Exchange), None) => return Err(Errno::ENOENT),
-            (Some(RenameFlags::Exchange), Some(n)) if n.file_type != FT_DIR && nsp.trailing_slash => return Err(Errno::ENOTDIR),
-            _ => {}
-        }
-        let old_is_dir = old.file_type == FT_DIR;
-        if !old_is_dir && (osp.trailing_slash || (!exchange && nsp.trailing_slash)) {
-            return Err(Errno::ENOTDIR);
-        }
-        if odir != ndir {
-            if old_is_dir && self.is_ancestor(old.ino, ndir)? {
-                return Err(Errno::EINVAL);
-            }
-            if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
-                if self.is_ancestor(n.ino, odir)? {
-                    return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
-                }
-            }
-        }
-        if new.map(|n| n.ino) == Some(old.ino) {
-            return Ok(());
-        }
-        self.may_delete(odir, old.ino)?;
-        match new {
-            Some(n) => self.may_delete(ndir, n.ino)?,
-            None => self.may_create_in(ndir)?,
-        }
-        if let (Some(n), false) = (new, exchange) {
-            match (old_is_dir, n.file_type == FT_DIR) {
-                (true, false) => return Err(Errno::ENOTDIR),
-                (false, true) => return Err(Errno::EISDIR),
+        let parents = self.rename_parents(odir, ndir)?;
+        self.under_plan(&parents, |fs| {
+            fs.ctx.writable()?;
+            check_name(oname)?;
+            let old = fs.lookup_in(odir, oname)?.ok_or(Errno::ENOENT)?;
+            // The new name is looked up (and refused if too long) before the
+            // trailing-slash checks.
+            check_name(nname)?;
+            let new = fs.lookup_in(ndir, nname)?;
+            match (flags, new) {
+                (Some(RenameFlags::NoReplace), Some(_)) => return Err(Errno::EEXIST),
+                (Some(RenameFlags::Exchange), None) => return Err(Errno::ENOENT),
+                (Some(RenameFlags::Exchange), Some(n)) if n.file_type != FT_DIR && nsp.trailing_slash => return Err(Errno::ENOTDIR),
                 _ => {}
             }
-        }
-        if odir != ndir {
-            // Rewriting a moved directory's ".." needs write access to it.
-            let mut flips = old_is_dir && self.immutable(old.ino)?;
-            if let Some(n) = new.filter(|n| exchange && n.file_type == FT_DIR) {
-                flips |= self.immutable(n.ino)?;
+            let old_is_dir = old.file_type == FT_DIR;
+            if !old_is_dir && (osp.trailing_slash || (!exchange && nsp.trailing_slash)) {
+                return Err(Errno::ENOTDIR);
             }
-            if flips {
-                return Err(Errno::EPERM);
+            fs.rename_trap(odir, ndir, old, new, exchange)?;
+            if new.map(|n| n.ino) == Some(old.ino) {
+                return Ok(());
             }
+            fs.may_delete(odir, old.ino)?;
+            match new {
+                Some(n) => fs.may_delete(ndir, n.ino)?,
+                None => fs.may_create_in(ndir)?,
+            }
+            if let (Some(n), false) = (new, exchange) {
+                match (old_is_dir, n.file_type == FT_DIR) {
+                    (true, false) => return Err(Errno::ENOTDIR),
+                    (false, true) => return Err(Errno::EISDIR),
+                    _ => {}
+                }
+            }
+            if odir != ndir {
+                // Rewriting a moved directory's ".." needs write access to it.
+                let mut flips = old_is_dir && fs.immutable(old.ino)?;
+                if let Some(n) = new.filter(|n| exchange && n.file_type == FT_DIR) {
+                    flips |= fs.immutable(n.ino)?;
+                }
+                if flips {
+                    return Err(Errno::EPERM);
+                }
+            }
+            // vfs_rename locks the inodes it moves once the checks pass.
+            fs.under_plan(&rename_children(old, new, odir, ndir), |fs| {
+                if let (true, Some(n)) = (exchange, new) {
+                    return fs.exchange((odir, oname, old), (ndir, nname, n));
+                }
+                // ext4_rename, before its own checks: replacing a name writes the
+                // source's delayed blocks back (auto_da_alloc).
+                if new.is_some() && fs.ctx.mount.auto_da_alloc {
+                    fs.alloc_da_blocks(old.ino)?;
+                }
+                if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
+                    if !fs.dir_node(n.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
+                        return Err(Errno::ENOTEMPTY);
+                    }
+                }
+                fs.remove_entry(odir, oname)?;
+                if let Some(n) = new {
+                    fs.remove_entry(ndir, nname)?;
+                    fs.drop_link(n.ino)?;
+                }
+                fs.add_entry(ndir, nname, old.ino, old.file_type)?;
+                if old_is_dir && odir != ndir {
+                    fs.dir_for_edit(old.ino)?;
+                    let (ctx, node) = fs.split(old.ino)?;
+                    node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, ndir)?;
+                }
+                let (ctx, node) = fs.split(old.ino)?;
+                node.disk.ctime = ctx.now();
+                fs.mark_dirty(old.ino);
+                Ok(())
+            })
+        })
+    }
+
+    /// lock_rename's trap: a rename between two directories may not move
+    /// a directory under itself, nor replace an ancestor of the source's
+    /// directory. Checked before vfs_rename locks the inodes it moves,
+    /// which is what keeps that locking in ancestor order.
+    pub(crate) fn rename_trap(&mut self, odir: InodeNumber, ndir: InodeNumber, old: Slot, new: Option<Slot>, exchange: bool) -> Result<(), Errno> {
+        if odir == ndir {
+            return Ok(());
         }
-        if let (true, Some(n)) = (exchange, new) {
-            return self.exchange((odir, oname, old), (ndir, nname, n));
-        }
-        // ext4_rename, before its own checks: replacing a name writes the
-        // source's delayed blocks back (auto_da_alloc).
-        if new.is_some() && self.ctx.mount.auto_da_alloc {
-            self.alloc_da_blocks(old.ino)?;
+        if old.file_type == FT_DIR && self.is_ancestor(old.ino, ndir)? {
+            return Err(Errno::EINVAL);
         }
         if let Some(n) = new.filter(|n| n.file_type == FT_DIR) {
-            if !self.dir_node(n.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
-                return Err(Errno::ENOTEMPTY);
+            if self.is_ancestor(n.ino, odir)? {
+                return Err(if exchange { Errno::EINVAL } else { Errno::ENOTEMPTY });
             }
         }
-        self.remove_entry(odir, oname)?;
-        if let Some(n) = new {
-            self.remove_entry(ndir, nname)?;
-            self.drop_link(n.ino)?;
-        }
-        self.add_entry(ndir, nname, old.ino, old.file_type)?;
-        if old_is_dir && odir != ndir {
-            self.dir_for_edit(old.ino)?;
-            let (ctx, node) = self.split(old.ino)?;
-            node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, ndir)?;
-        }
-        let (ctx, node) = self.split(old.ino)?;
-        node.disk.ctime = ctx.now();
-        self.mark_dirty(old.ino);
         Ok(())
     }
 
@@ -311,19 +355,21 @@ impl<D: BlockDevice> Ext4<D> {
         if !self.is_dir(ino)? {
             return Err(Errno::ENOTDIR);
         }
-        let node = self.dir_node(ino)?;
-        let d = node.dir.as_ref().ok_or(Errno::EIO)?;
-        let kind = |ft: u8| match ft {
-            FT_DIR => FileKind::Directory,
-            FT_SYMLINK => FileKind::Symlink,
-            _ => FileKind::Regular,
-        };
-        d.entries()
-            .map(|(name, slot)| {
-                let name = String::from_utf8(name.to_vec()).map_err(|_| Errno::EIO)?;
-                Ok(DirEntry { name, kind: kind(slot.file_type) })
-            })
-            .collect()
+        self.under_inode_lock(ino, super::locks::Lock::InodeRwsem, true, "iterate_dir", |fs| {
+            let node = fs.dir_node(ino)?;
+            let d = node.dir.as_ref().ok_or(Errno::EIO)?;
+            let kind = |ft: u8| match ft {
+                FT_DIR => FileKind::Directory,
+                FT_SYMLINK => FileKind::Symlink,
+                _ => FileKind::Regular,
+            };
+            d.entries()
+                .map(|(name, slot)| {
+                    let name = String::from_utf8(name.to_vec()).map_err(|_| Errno::EIO)?;
+                    Ok(DirEntry { name, kind: kind(slot.file_type) })
+                })
+                .collect()
+        })
     }
 
     pub(crate) fn stat_of(&mut self, ino: InodeNumber) -> Result<Stat, Errno> {

@@ -34,8 +34,6 @@ pub struct WholeOp {
     op: Op,
     /// The locks it took (a prefix of its plan), and for whom.
     held: Option<(LockPlan, LockHolder)>,
-    /// The rest of its plan: a lock it sleeps on, and those after it.
-    rest: Option<LockPlan>,
 }
 
 impl SecondHalf {
@@ -81,24 +79,19 @@ impl<D: BlockDevice> Ext4<D> {
         }
     }
 
-    /// The lock the second half would sleep on now, if any. An op that
-    /// took only the first locks of its plan sleeps on the next until it
-    /// is free. One that took them all sleeps only where a new handle
-    /// waits (a -j holds the updates barrier), unless its name or
-    /// descriptor now leads to another inode (renamed over meanwhile, a
-    /// slot reopened), whose locks it takes afresh. One that took none
-    /// (its file was missing, or its first lock held) runs whole now, and
-    /// waits where [`Ext4::waits_for`] says.
+    /// The lock the second half would sleep on now, if any. It hands back
+    /// what it took and runs the op whole, which takes the op's plan as it
+    /// stands now: it sleeps on any lock of that plan it did not take
+    /// itself (the rest of its plan, or another inode's if its name or
+    /// descriptor now leads there: renamed over meanwhile, a slot
+    /// reopened), and where a new handle waits (a -j holds the updates
+    /// barrier). One that took none (its file was missing, or its first
+    /// lock held) waits where [`Ext4::waits_for`] says.
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
-        let SecondHalf::Whole(WholeOp { op, held, rest }) = half else { return None };
+        let SecondHalf::Whole(WholeOp { op, held }) = half else { return None };
         let Some((plan, _)) = held else { return self.waits_for(op) };
-        if let Some(lock) = rest.as_ref().and_then(|rest| self.plan_would_wait(rest)) {
+        if let Some(lock) = self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))) {
             return Some(lock);
-        }
-        if let Some(now) = self.lock_plan(op).filter(|now| now.ino != plan.ino) {
-            if let Some(lock) = self.plan_would_wait(&now) {
-                return Some(lock);
-            }
         }
         (!op.only_looks() && self.locks.set.fs.updates.handle_would_wait()).then_some(Lock::JournalUpdates)
     }
@@ -113,15 +106,15 @@ impl<D: BlockDevice> Ext4<D> {
     /// Up to the op's sleep: its locks, taken for a holder of its own, as
     /// far as they can be had now.
     fn begin_whole(&mut self, op: &Op) -> Result<WholeOp, Errno> {
-        let Some(plan) = self.lock_plan(op) else { return Ok(WholeOp { op: op.clone(), held: None, rest: None }) };
+        let Some(plan) = self.lock_plan(op) else { return Ok(WholeOp { op: op.clone(), held: None }) };
         let free = self.plan_free_prefix(&plan);
         if free == 0 {
-            return Ok(WholeOp { op: op.clone(), held: None, rest: None });
+            return Ok(WholeOp { op: op.clone(), held: None });
         }
-        let (taken, rest) = plan.split_at(free);
+        let taken = plan.prefix(free);
         let holder = self.locks.new_holder();
         self.take_plan(&taken, holder)?;
-        Ok(WholeOp { op: op.clone(), held: Some((taken, holder)), rest })
+        Ok(WholeOp { op: op.clone(), held: Some((taken, holder)) })
     }
 
     /// The locks handed back and taken again by the op, run whole: nothing

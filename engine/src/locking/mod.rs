@@ -51,6 +51,10 @@ pub enum LockClass {
     JournalHandle,
     /// A folio's lock.
     FolioLock,
+    /// `sb->s_vfs_rename_mutex`: a rename between two directories holds it
+    /// (lock_rename) before the directories' i_rwsem, so no two such
+    /// renames can lock directories in opposite orders.
+    RenameMutex,
 }
 
 impl fmt::Display for LockClass {
@@ -62,6 +66,7 @@ impl fmt::Display for LockClass {
             LockClass::JournalUpdates => "the journal's updates barrier",
             LockClass::JournalHandle => "jbd2_handle",
             LockClass::FolioLock => "folio lock",
+            LockClass::RenameMutex => "s_vfs_rename_mutex",
         })
     }
 }

@@ -46,11 +46,13 @@ impl InodeLocks {
 pub struct FsLocks {
     pub writepages: RwSem,
     pub updates: UpdatesBarrier,
+    /// A mutex: only ever taken exclusive.
+    pub rename: RwSem,
 }
 
 impl FsLocks {
     pub fn new(waiting: Waiting) -> FsLocks {
-        FsLocks { writepages: RwSem::new(LockClass::WritepagesRwsem, waiting), updates: UpdatesBarrier::new(waiting) }
+        FsLocks { writepages: RwSem::new(LockClass::WritepagesRwsem, waiting), updates: UpdatesBarrier::new(waiting), rename: RwSem::new(LockClass::RenameMutex, waiting) }
     }
 }
 

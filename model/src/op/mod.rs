@@ -251,13 +251,24 @@ impl Op {
     /// Ops that may sleep on I/O holding their inode's locks, split there:
     /// i_rwsem (buffered and direct writes, truncate and fallocate, which
     /// may take invalidate_lock too; shared by a direct read),
-    /// invalidate_lock shared (a page fault, a read's readahead), and
-    /// sync(2) in write-back (s_writepages_rwsem shared). They take effect
-    /// whole in their second half.
+    /// invalidate_lock shared (a page fault, a read's readahead), sync(2)
+    /// in write-back (s_writepages_rwsem shared), and directory ops, which
+    /// read directory blocks and start handles holding their parent's
+    /// i_rwsem (shared for readdir) and the i_rwsem of what they unlink,
+    /// link or move. They take effect whole in their second half.
     pub fn sleeps_holding_locks(&self) -> bool {
         matches!(
             self,
-            Op::Write { .. }
+            Op::Create { .. }
+                | Op::Mkdir { .. }
+                | Op::Symlink { .. }
+                | Op::Link { .. }
+                | Op::Unlink { .. }
+                | Op::Rmdir { .. }
+                | Op::Rename { .. }
+                | Op::Renameat2 { .. }
+                | Op::Readdir { .. }
+                | Op::Write { .. }
                 | Op::WriteFd { .. }
                 | Op::Append { .. }
                 | Op::Truncate { .. }

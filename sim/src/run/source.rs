@@ -63,7 +63,7 @@ impl StepSource {
     pub fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
         match self {
             StepSource::Generated(g) => g.next(st),
-            StepSource::Replay(r) => Ok(r.next(st)),
+            StepSource::Replay(r) => r.next(st),
         }
     }
 
@@ -134,26 +134,34 @@ fn finish_sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> Option<T::Lock> {
 }
 
 /// Once the steps are over, begun ops return: the lowest task first whose
-/// second half would not sleep.
-fn wind_down<T: Target>(st: &mut RunState<T>) -> Option<Step> {
-    let first = st.flights.first()?;
-    let task = st.flights.tasks().into_iter().find(|&t| finish_sleeps(st, t).is_none()).unwrap_or(first);
+/// second half would not sleep. If each would, they wait on each other's
+/// locks: the failure a generated run meets when every task sleeps, so a
+/// replay of its trace fails alike.
+fn wind_down<T: Target>(st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
+    if st.flights.first().is_none() {
+        return Ok(None);
+    }
+    let Some(task) = st.flights.tasks().into_iter().find(|&t| finish_sleeps(st, t).is_none()) else { return Err(never_ends(st)) };
     st.switch_to(task);
-    Some(Step::Finish)
+    Ok(Some(Step::Finish))
+}
+
+/// Tasks that each wait on a lock another sleeper holds, or no one.
+fn never_ends<T: Target>(st: &mut RunState<T>) -> Failure {
+    st.ls.lock_failure(format!("every task sleeps on a lock: a wait that can never end ({})", st.ls.held_locks()))
 }
 
 impl Generated {
     fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
         loop {
             if st.ops_run >= self.ops {
-                return Ok(wind_down(st));
+                return wind_down(st);
             }
             let mut next = self.tasks.pick(|t| st.flights.has_flight(t));
             if sleeps(st, next) {
                 match self.tasks.pick_among(|t| !sleeps(st, t)) {
                     Some(t) => next = t,
-                    // Each waits on a lock another sleeper holds, or no one.
-                    None => return Err(st.ls.lock_failure(format!("every task sleeps on a lock: a wait that can never end ({})", st.ls.held_locks()))),
+                    None => return Err(never_ends(st)),
                 }
             }
             let step = if st.flights.has_flight(next) {
@@ -189,14 +197,14 @@ impl Generated {
 }
 
 impl Replay {
-    fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Option<Step> {
+    fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
         if let Some(task) = self.resume.take() {
             st.switch_to(task);
         }
         // A task's op returns before its next begins (a shrunk trace may
         // have lost the finish between them).
         if matches!(self.steps.peek(), Some(Step::Op(_) | Step::Begin(_))) && st.flights.has_flight(st.task) {
-            return Some(Step::Finish);
+            return Ok(Some(Step::Finish));
         }
         let sleeps = match self.steps.peek() {
             // Such an op begins holding what it can take; its second half
@@ -217,9 +225,12 @@ impl Replay {
             st.ls.note_lock_sleep(&lock);
             self.resume = Some(st.task);
             st.switch_to(holder);
-            return Some(Step::Finish);
+            return Ok(Some(Step::Finish));
         }
-        self.steps.next().or_else(|| wind_down(st))
+        match self.steps.next() {
+            Some(step) => Ok(Some(step)),
+            None => wind_down(st),
+        }
     }
 }
 
@@ -263,6 +274,24 @@ mod tests {
         let shown = failure.to_string();
         assert!(shown.contains("can never end") && shown.contains("a stuck lock by 7"), "{shown}");
         assert_eq!(st.ops_run, 0);
+    }
+
+    /// A replay whose begun ops cannot return, each waiting on a lock,
+    /// fails as the generated run did, so such a trace shrinks.
+    #[test]
+    fn a_replay_ending_with_every_op_in_flight_asleep_fails() {
+        let fsync = || Op::Fsync { path: "/".into() };
+        let mut source = StepSource::replay(vec![Step::Begin(fsync()), Step::Task(1), Step::Begin(fsync())]);
+        let mut st = run_state(Knobs { every_op_waits: true, splits_fsync: true, ..Knobs::default() }, 2, 0);
+        for _ in 0..3 {
+            let step = source.next(&mut st).unwrap().expect("three steps");
+            st.execute(step).unwrap();
+        }
+        // Now each second half waits on a lock no one will release.
+        st.ls.target_mut().locks.push(("a stuck lock".into(), 7));
+        let failure = source.next(&mut st).expect_err("neither op can return");
+        assert!(failure.to_string().contains("can never end"), "{failure}");
+        assert_eq!(st.flights.tasks().len(), 2);
     }
 
     #[test]

@@ -194,6 +194,9 @@ impl Target for Plain {
     fn waits_for(&mut self, _op: &Op) -> Option<String> {
         (self.knobs.every_op_waits && !self.locks.is_empty()).then(|| "a lock held forever".to_string())
     }
+    fn finish_waits_for(&mut self, _half: &Half) -> Option<String> {
+        self.waits_for(&Op::Sync)
+    }
 }
 
 impl TargetFactory for Knobs {
