@@ -105,6 +105,11 @@ impl<D: BlockDevice> Ext4<D> {
     /// descriptors, copying what it logs) and makes it the committing one.
     /// Returns its tid, or None when there was nothing to log.
     pub(crate) fn close_transaction(&mut self) -> Result<Option<u32>> {
+        // T_LOCKED waits for the running handles to stop; one a split op
+        // holds stops only in its second half, which this thread runs later.
+        if self.locks.split_handles > 0 {
+            return Err(crate::error::Error::WouldWait(crate::locking::WouldWait(crate::locking::LockClass::JournalHandle)));
+        }
         self.finish_commit()?;
         self.timers.transaction_closed();
         self.write_back_ordered_data()?;
@@ -201,7 +206,9 @@ impl<D: BlockDevice> Ext4<D> {
         let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);
         let estimate = (self.ctx.cache.dirty_count() + self.ctx.journaled_data.len() + alloc.dirty_count() + 2 * self.dirty.len() + 1) as u64;
         let big = estimate.saturating_mul(LOG_SHARE) > u64::from(journal.capacity());
-        if short || big {
+        // Not while a split op holds a handle: the commit would wait for
+        // it, as the kernel's new handle would wait for that commit.
+        if (short || big) && self.locks.split_handles == 0 {
             self.commit_transaction().map_err(Errno::from)?;
         }
         Ok(())

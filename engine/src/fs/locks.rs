@@ -55,12 +55,15 @@ pub(crate) struct LockSet {
 pub(crate) struct Locks {
     pub set: Arc<LockSet>,
     next_holder: u64,
+    /// jbd2 handles split ops hold between their halves: the running
+    /// transaction cannot close (commit) until they stop.
+    pub split_handles: u32,
 }
 
 impl Default for Locks {
     fn default() -> Locks {
         let set = LockSet { fs: FsLocks::new(Waiting::Refuse), inodes: Mutex::new(BTreeMap::new()), lockdep: Mutex::new(LockDep::default()) };
-        Locks { set: Arc::new(set), next_holder: 0 }
+        Locks { set: Arc::new(set), next_holder: 0, split_handles: 0 }
     }
 }
 
@@ -69,7 +72,7 @@ impl Clone for Locks {
     fn clone(&self) -> Locks {
         let inodes = lock(&self.set.inodes).iter().map(|(ino, l)| (*ino, Arc::new(InodeLocks::clone(l)))).collect();
         let set = LockSet { fs: self.set.fs.clone(), inodes: Mutex::new(inodes), lockdep: Mutex::new(lock(&self.set.lockdep).clone()) };
-        Locks { set: Arc::new(set), next_holder: self.next_holder }
+        Locks { set: Arc::new(set), next_holder: self.next_holder, split_handles: self.split_handles }
     }
 }
 
@@ -143,6 +146,11 @@ impl Tracker for HolderTracker {
     }
 }
 
+/// Whether `op` commits the running transaction.
+pub(crate) fn commits(op: &Op) -> bool {
+    matches!(op, Op::Fsync { .. } | Op::Fdatasync { .. } | Op::FsyncFd { .. } | Op::Sync | Op::MapWrite { .. } | Op::SetJournalData { .. })
+}
+
 impl<D: BlockDevice> Ext4<D> {
     /// The lock `op` would sleep on now, if any. Only a split op holds
     /// locks between ops. While a -j holds the updates barrier, an op that
@@ -151,7 +159,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// locks a write, read or truncate holds across its own I/O,
     /// SEEK_DATA/SEEK_HOLE's i_rwsem, the switch's i_rwsem, DIO count,
     /// invalidate_lock and s_writepages_rwsem; a directory op's parents,
-    /// s_vfs_rename_mutex and the inodes it unlinks, links or moves).
+    /// s_vfs_rename_mutex and the inodes it unlinks, links or moves), and
+    /// an op that commits sleeps while split ops hold handles.
     /// Finding the inodes may read directories, as the op itself would
     /// first.
     pub fn waits_for(&mut self, op: &Op) -> Option<Lock> {
@@ -160,6 +169,9 @@ impl<D: BlockDevice> Ext4<D> {
         }
         if self.locks.set.fs.updates.handle_would_wait() && !op.only_looks() {
             return Some(Lock::JournalUpdates);
+        }
+        if self.waits_for_commit(op) {
+            return Some(Lock::JournalHandle);
         }
         if let Some(plan) = self.lock_plan(op) {
             return self.plan_would_wait(&plan);
@@ -171,6 +183,13 @@ impl<D: BlockDevice> Ext4<D> {
             Op::SetJournalData { .. } => self.locks.set.fs.writepages.write_would_wait().then_some(Lock::WritepagesRwsem),
             _ => None,
         }
+    }
+
+    /// Whether `op` commits the running transaction (fsync, fdatasync,
+    /// sync, a page fault's msync and fdatasync, the journal-flag switch),
+    /// which waits for the handles split ops hold.
+    pub(crate) fn waits_for_commit(&self, op: &Op) -> bool {
+        commits(op) && self.locks.split_handles > 0
     }
 
     /// Every lock held between calls, with its holder.

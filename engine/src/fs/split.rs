@@ -93,6 +93,11 @@ impl<D: BlockDevice> Ext4<D> {
         if let Some(lock) = self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))) {
             return Some(lock);
         }
+        // Handed back first, its own handle is not among those it waits for.
+        let own = u32::from(plan.steps.contains(&super::lock_plan::PlannedLock::Handle));
+        if super::locks::commits(op) && self.locks.split_handles > own {
+            return Some(Lock::JournalHandle);
+        }
         (!op.only_looks() && self.locks.set.fs.updates.handle_would_wait()).then_some(Lock::JournalUpdates)
     }
 
@@ -100,7 +105,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// plan before that one (and so sleeps holding them, as the kernel's
     /// task would).
     pub fn sleeps_holding_first_locks(&mut self, op: &Op) -> bool {
-        op.sleeps_holding_locks() && self.lock_plan(op).is_some_and(|plan| self.plan_free_prefix(&plan) > 0)
+        // A commit's wait comes after the op's locks are given back.
+        op.sleeps_holding_locks() && !self.waits_for_commit(op) && self.lock_plan(op).is_some_and(|plan| self.plan_free_prefix(&plan) > 0)
     }
 
     /// Up to the op's sleep: its locks, taken for a holder of its own, as

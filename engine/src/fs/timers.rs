@@ -70,7 +70,8 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let interval = u64::from(self.ctx.mount.commit_interval_secs) * SEC_NS;
         match self.timers.running_since_ns {
-            Some(began) if self.ctx.journal.is_some() && now.saturating_sub(began) >= interval => {
+            // kjournald's commit waits while a split op holds a handle.
+            Some(began) if self.ctx.journal.is_some() && now.saturating_sub(began) >= interval && self.locks.split_handles == 0 => {
                 self.commit_transaction()?;
                 self.timers.stats.timer_commits += 1;
                 self.timers.running_since_ns = Some(now);

@@ -205,7 +205,7 @@ impl<D: BlockDevice> Ext4<D> {
         let delayed = self.nodes.get(&ino).map_or(0, |n| n.es.delayed_count(from..u64::MAX));
         if delayed > 0 && self.ctx.journal.is_some() {
             let alloc = &self.ctx.alloc;
-            if alloc.held_blocks() > 0 && alloc.available_blocks() < delayed.saturating_add(SLACK_BLOCKS) {
+            if alloc.held_blocks() > 0 && alloc.available_blocks() < delayed.saturating_add(SLACK_BLOCKS) && self.locks.split_handles == 0 {
                 self.commit_transaction()?;
             }
         }

@@ -9,7 +9,14 @@
 //!   or remove a name (with s_vfs_rename_mutex first for a rename between
 //!   two directories), then the i_rwsem of the inodes they unlink, link or
 //!   move; shared for readdir;
-//! - sync(2) sleeps in write-back under s_writepages_rwsem shared.
+//! - sync(2) sleeps in write-back under s_writepages_rwsem shared;
+//! - truncate, fallocate and the directory ops that change names sleep
+//!   inside their jbd2 handle (reading extent, bitmap or directory blocks),
+//!   so the running transaction cannot commit meanwhile: fsync, sync, a
+//!   page fault's msync and the journal-flag switch wait for the handle
+//!   ([`Ext4::waits_for`]), and commits the engine starts by itself (the
+//!   commit interval, a transaction grown big, space held by it) wait
+//!   until it stops, as kjournald would.
 //!
 //! chattr, rewrite, ftruncate, SEEK_DATA/SEEK_HOLE and the journal-flag
 //! switch have plans too, for [`Ext4::waits_for`]: they take those locks
@@ -55,6 +62,10 @@ pub enum PlannedLock {
     DioWait(InodeNumber),
     /// inode_dio_begin: this op's direct I/O is in flight on the inode.
     DioBegin(InodeNumber),
+    /// jbd2__journal_start: a handle on the running transaction, which
+    /// cannot commit until the handle stops (and a -j's barrier waits for
+    /// it). Last in a plan: ext4 starts its handle under its locks.
+    Handle,
 }
 
 impl PlannedLock {
@@ -65,6 +76,7 @@ impl PlannedLock {
             PlannedLock::Sem { .. } => self,
             PlannedLock::DioWait(_) => PlannedLock::DioWait(ino),
             PlannedLock::DioBegin(_) => PlannedLock::DioBegin(ino),
+            PlannedLock::Handle => PlannedLock::Handle,
         }
     }
 }
@@ -113,7 +125,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// Finding them may read directories, as the op itself does first.
     pub(crate) fn lock_plan(&mut self, op: &Op) -> Option<LockPlan> {
         const WRITE: &str = "ext4_buffered_write_iter";
-        const TRUNCATE: [PlannedLock; 3] = [exclusive(Lock::InodeRwsem, "ext4_setattr"), PlannedLock::DioWait(0), exclusive(Lock::InvalidateLock, "ext4_setattr")];
+        const TRUNCATE: [PlannedLock; 4] = [exclusive(Lock::InodeRwsem, "ext4_setattr"), PlannedLock::DioWait(0), exclusive(Lock::InvalidateLock, "ext4_setattr"), PlannedLock::Handle];
         let (ino, steps) = match op {
             Op::Write { path, .. } | Op::Append { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, WRITE)]),
             Op::WriteFd { slot, .. } => (self.slot_file(*slot).ok()?, vec![exclusive(Lock::InodeRwsem, WRITE)]),
@@ -129,6 +141,7 @@ impl<D: BlockDevice> Ext4<D> {
                 if super::fallocate::fallocate_invalidates(kind) {
                     steps.push(exclusive(Lock::InvalidateLock, "ext4_fallocate"));
                 }
+                steps.push(PlannedLock::Handle);
                 (ino, steps)
             }
             Op::DirectRead { path, offset, len } => {
@@ -200,6 +213,7 @@ impl<D: BlockDevice> Ext4<D> {
             // Reported as the inode lock the waiter holds, as DioCount does.
             PlannedLock::DioWait(ino) => (self.locks.inode_if_known(ino)?.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
             PlannedLock::DioBegin(_) => None,
+            PlannedLock::Handle => self.locks.set.fs.updates.handle_would_wait().then_some(Lock::JournalUpdates),
         }
     }
 
@@ -231,6 +245,10 @@ impl<D: BlockDevice> Ext4<D> {
                     self.locks.inode(ino).dio.begin();
                     Ok(())
                 }
+                PlannedLock::Handle => self.locks.set.fs.updates.start_handle().map(|()| {
+                    self.locks.split_handles += 1;
+                    lockdep.acquired(Acquired { class: Lock::JournalHandle, shared: true, instance: 0, by: "jbd2__journal_start" });
+                }),
             };
             if let Err(WouldWait(class)) = taken {
                 self.give_back(&LockPlan { steps: plan.steps[..i].to_vec() }, holder);
@@ -251,6 +269,11 @@ impl<D: BlockDevice> Ext4<D> {
                 }
                 PlannedLock::DioWait(_) => {}
                 PlannedLock::DioBegin(ino) => self.locks.inode(ino).dio.end(),
+                PlannedLock::Handle => {
+                    self.locks.set.fs.updates.stop_handle();
+                    self.locks.split_handles = self.locks.split_handles.saturating_sub(1);
+                    lockdep.released(Lock::JournalHandle, 0);
+                }
             }
         }
     }

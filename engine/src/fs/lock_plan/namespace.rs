@@ -5,7 +5,8 @@
 //! ancestor before its descendant); then the i_rwsem of the inodes the op
 //! unlinks, links or moves (vfs_unlink, vfs_rmdir, vfs_link, vfs_rename;
 //! a directory before a non-directory, else by inode number where the
-//! kernel goes by address). readdir holds the directory's shared.
+//! kernel goes by address); then, ops that change names, the handle
+//! they sleep in. readdir holds the directory's i_rwsem shared.
 //!
 //! A path walk takes none of these: the dcache answers it under RCU, and
 //! the engine keeps no dcache whose misses would take a parent's lock
@@ -105,6 +106,7 @@ impl<D: BlockDevice> Ext4<D> {
         if let Some(source) = source.filter(|s| *s != dir && self.kind_of(*s).is_ok_and(|k| k != FileKind::Directory)) {
             steps.push(inode_lock(source, "vfs_link"));
         }
+        steps.push(PlannedLock::Handle);
         Some(LockPlan { steps })
     }
 
@@ -121,6 +123,7 @@ impl<D: BlockDevice> Ext4<D> {
                 steps.push(inode_lock(victim.ino, victim_by));
             }
         }
+        steps.push(PlannedLock::Handle);
         Some(LockPlan { steps })
     }
 
@@ -140,6 +143,7 @@ impl<D: BlockDevice> Ext4<D> {
                 plan.steps.extend(rename_children(old, new, odir, ndir).steps);
             }
         }
+        plan.steps.push(PlannedLock::Handle);
         Some(plan)
     }
 }

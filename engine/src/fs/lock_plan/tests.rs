@@ -80,6 +80,14 @@ fn a_plan_names_locks_the_op_itself_takes() {
                 // Direct I/O in flight is what a waiter meets.
                 PlannedLock::DioWait(ino) => PlannedLock::DioBegin(ino),
                 PlannedLock::DioBegin(_) => continue,
+                // A handle meets a -j's barrier.
+                PlannedLock::Handle => {
+                    fs.locks.set.fs.updates.lock_updates().unwrap();
+                    assert!(fs.plan_would_wait(&one).is_some(), "{op}: step {i}");
+                    assert_eq!(fs.apply(&op), Err(Errno::EDEADLK), "{op} started a handle past the barrier");
+                    fs.locks.set.fs.updates.unlock_updates();
+                    continue;
+                }
             };
             let blocking = LockPlan { steps: vec![blocking] };
             fs.take_plan(&blocking, other).unwrap();
@@ -105,13 +113,19 @@ fn directory_ops_lock_parents_before_the_inodes_they_move() {
     let inodes = |plan: LockPlan| -> Vec<(Lock, InodeNumber)> {
         plan.steps
             .iter()
-            .map(|s| match *s {
-                PlannedLock::Sem { ino, class, .. } => (class, ino),
+            .filter_map(|s| match *s {
+                PlannedLock::Sem { ino, class, .. } => Some((class, ino)),
+                PlannedLock::Handle => None,
                 other => panic!("{other:?}"),
             })
             .collect()
     };
-    let plan = |fs: &mut Ext4<MemDevice>, op: Op| inodes(fs.lock_plan(&op).unwrap());
+    let plan = |fs: &mut Ext4<MemDevice>, op: Op| {
+        let plan = fs.lock_plan(&op).unwrap();
+        let changes = !matches!(op, Op::Readdir { .. });
+        assert_eq!(plan.steps.last() == Some(&PlannedLock::Handle), changes, "{op}: its handle last");
+        inodes(plan)
+    };
     let r = Lock::InodeRwsem;
     assert_eq!(plan(&mut fs, Op::Unlink { path: "/d/x".into() }), vec![(r, d), (r, x)]);
     assert_eq!(plan(&mut fs, Op::Unlink { path: "/d/sub".into() }), vec![(r, d)], "unlink takes no directory victim's lock");
@@ -229,4 +243,28 @@ fn a_taken_plan_holds_off_rivals_until_given_back() {
     // Ops on a directory or a missing name fail before any lock.
     assert_eq!(fs.lock_plan(&Op::Write { path: "/".into(), offset: 0, len: 1, seed: 0 }), None);
     assert_eq!(fs.lock_plan(&Op::Truncate { path: "/nothing".into(), size: 0 }), None);
+}
+
+/// An op sleeping inside its handle keeps the running transaction from
+/// committing: fsync, sync and the journal-flag switch wait for it, a
+/// stat does not, and a commit started anyway is refused (EDEADLK, as a
+/// wait nothing in this thread could end). Once it returns, they run.
+#[test]
+fn a_handle_held_across_a_sleep_holds_off_commits_until_it_stops() {
+    let mut fs = with_file();
+    let create = fs.begin_split(&Op::Create { path: "/d/a".into(), perm: 0o644 }).unwrap().unwrap();
+    assert_eq!(fs.locks.split_handles, 1);
+    for op in [Op::Fsync { path: "/f".into() }, Op::Sync, Op::SetJournalData { path: "/f".into(), enable: true }, Op::FsyncFd { slot: 3 }] {
+        assert_eq!(fs.waits_for(&op), Some(Lock::JournalHandle), "{op}");
+        assert_eq!(fs.apply(&op), Err(Errno::EDEADLK), "{op} committed past a running handle");
+    }
+    assert_eq!(fs.waits_for(&Op::Stat { path: "/f".into() }), None);
+    assert_eq!(fs.waits_for(&Op::Write { path: "/f".into(), offset: 0, len: 1, seed: 1 }), None, "handles share a transaction");
+    assert_eq!(fs.finish_waits_for(&create), None);
+    assert_eq!(fs.finish_split(create), Ok(ext4_model::Reply::Done));
+    assert_eq!(fs.locks.split_handles, 0);
+    assert_eq!(fs.waits_for(&Op::Fsync { path: "/f".into() }), None);
+    assert_eq!(fs.apply(&Op::Fsync { path: "/d/a".into() }), Ok(ext4_model::Reply::Done));
+    assert!(!fs.locks.any_held());
+    assert!(fs.lock_violations().is_empty(), "{:?}", fs.lock_violations());
 }
