@@ -294,15 +294,7 @@ impl<D: BlockDevice> Ext4<D> {
                     fs.drop_link(n.ino)?;
                 }
                 fs.add_entry(ndir, nname, old.ino, old.file_type)?;
-                if old_is_dir && odir != ndir {
-                    fs.dir_for_edit(old.ino)?;
-                    let (ctx, node) = fs.split(old.ino)?;
-                    node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, ndir)?;
-                }
-                let (ctx, node) = fs.split(old.ino)?;
-                node.disk.ctime = ctx.now();
-                fs.mark_dirty(old.ino);
-                Ok(())
+                fs.moved(old, odir, ndir)
             })
         })
     }
@@ -332,16 +324,21 @@ impl<D: BlockDevice> Ext4<D> {
         let ((adir, aname, aslot), (bdir, bname, bslot)) = (a, b);
         self.replace_entry(adir, aname, bslot.ino, bslot.file_type)?;
         self.replace_entry(bdir, bname, aslot.ino, aslot.file_type)?;
-        for (slot, parent) in [(aslot, bdir), (bslot, adir)] {
-            if slot.file_type == FT_DIR && adir != bdir {
-                self.dir_for_edit(slot.ino)?;
-                let (ctx, node) = self.split(slot.ino)?;
-                node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, parent)?;
-            }
+        self.moved(aslot, adir, bdir)?;
+        self.moved(bslot, bdir, adir)
+    }
+
+    /// An inode renamed out of `from` into `to`: a directory that changes
+    /// parent points its ".." at the new one; its ctime changes.
+    fn moved(&mut self, slot: Slot, from: InodeNumber, to: InodeNumber) -> Result<(), Errno> {
+        if slot.file_type == FT_DIR && from != to {
+            self.dir_for_edit(slot.ino)?;
             let (ctx, node) = self.split(slot.ino)?;
-            node.disk.ctime = ctx.now();
-            self.mark_dirty(slot.ino);
+            node.dir.as_mut().ok_or(Errno::EIO)?.set_parent(&mut ctx.cache, &mut ctx.dev, to)?;
         }
+        let (ctx, node) = self.split(slot.ino)?;
+        node.disk.ctime = ctx.now();
+        self.mark_dirty(slot.ino);
         Ok(())
     }
 
