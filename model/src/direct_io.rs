@@ -189,10 +189,15 @@ impl Model {
         let span = block_span(offset, u64::from(len), self.bs());
         let edge = if offset % DIO_ALIGN != 0 { span.start } else { span.end - 1 };
         let at_edge = file.blocks.get(edge).copied();
-        let later_written = offset % DIO_ALIGN != 0 && file.blocks.overlapping(span.start + 1..span.end).iter().any(|(_, a)| State::of(Some(*a)) == State::Written);
+        let later = span.start + 1..span.end;
+        let later_written = offset % DIO_ALIGN != 0 && file.blocks.overlapping(later.clone()).iter().any(|(_, a)| State::of(Some(*a)) == State::Written);
+        // A hole a page fault's folio may have backed (the page cache's
+        // choice of folio size) is written there, or not.
+        let maybe_at_edge = !file.maybe_allocated_in(edge..edge + 1).is_empty();
+        let maybe_later = offset % DIO_ALIGN != 0 && !file.maybe_allocated_in(later).is_empty();
         if State::of(at_edge) == State::Written {
             Err(Errno::EINVAL)
-        } else if at_edge == Some(Alloc::Zeroed) || later_written {
+        } else if at_edge == Some(Alloc::Zeroed) || later_written || maybe_at_edge || maybe_later {
             Ok(Reply::DataOrEinval(data))
         } else {
             Ok(Reply::Data(data))

@@ -426,6 +426,19 @@ task 2\nop write path=\"/f\" offset=0 len=4096 seed=3\nop stat path=\"/f\"\n";
     assert!(kinds.len() >= 10 && holding >= 1, "{} kinds split ({kinds:?}), {holding} slept holding locks", kinds.len());
 }
 
+/// Found by a tasks-4 swarm (seed 189, shrunk to one task; fails on the
+/// session's starting commit too; the host kernel passes it): a hole the
+/// rest of a faulted folio may have backed is written (a misaligned direct
+/// read of it is EINVAL) or still a hole (zeros): the model allows both.
+#[test]
+fn regression_a_misaligned_direct_read_of_a_hole_a_fault_may_have_backed() {
+    let r = replay_passes("# ext4sim trace v1\nseed 189\nmount \n\
+op create path=\"/a\" perm=644\nop rewrite path=\"/a\" len=8192 seed=1\nop truncate path=\"/a\" size=1\n\
+op write path=\"/a\" offset=8192 len=1 seed=2\nop map_write path=\"/a\" offset=0 len=1 seed=3\n\
+op direct_read path=\"/a\" offset=4096 len=1\n");
+    assert_eq!(r.stats.ops, 6);
+}
+
 /// Found by tasks-4 swarms (seeds 134 and 789, shrunk to one task; the
 /// host kernel agrees): a page fault's folio may reach past the page it
 /// faults (readahead or the fault made it large), and its msync writes
