@@ -150,12 +150,12 @@ impl<D: BlockDevice> Ctx<D> {
     /// Reads `out.len()` bytes of `ino` at `offset` (all inside EOF)
     /// through the page cache.
     pub fn cache_read(&mut self, ino: InodeNumber, node: &Node, offset: u64, out: &mut [u8]) -> Result<(), Errno> {
-        let ps = u64::from(self.mount.page_size);
+        let geo = self.pages.geometry();
         let size = node.disk.size;
         let end = offset + out.len() as u64;
         let orders = self.folio_orders(node);
-        let request = offset / ps..end.div_ceil(ps);
-        let eof_page = size.div_ceil(ps);
+        let request = geo.pages_covering(offset..end);
+        let eof_page = geo.byte_to_pg_up(size);
         let (mut window, order) = self.pages.readahead_window(ino, orders, request.clone(), eof_page);
         // Reads only evict clean folios; write-back is not theirs to start.
         let spare = Some((ino, window.start.min(request.start)..window.end.max(request.end)));
@@ -251,10 +251,11 @@ impl<D: BlockDevice> Ctx<D> {
     /// is decided here, not when the write began: making room may have
     /// written a delayed edge back and evicted it since.
     pub fn cache_write(&mut self, ino: InodeNumber, node: &Node, offset: u64, data: &[u8], fresh: &[Range<u64>], old_size: u64) -> Result<(), Errno> {
-        let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
+        let bs = self.bs();
         let end = offset + data.len() as u64;
         let orders = self.folio_orders(node);
-        let (_, refused) = self.pages.add_folios(ino, orders, offset / ps..end.div_ceil(ps), orders.1);
+        let pages = self.pages.geometry().pages_covering(offset..end);
+        let (_, refused) = self.pages.add_folios(ino, orders, pages, orders.1);
         if let Some(r) = refused {
             return Err(Error::NoMemory(r.to_string()).into());
         }
@@ -292,7 +293,6 @@ impl<D: BlockDevice> Ctx<D> {
     /// as zeros already.
     pub fn cache_zero(&mut self, ino: InodeNumber, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
         let bs = self.bs();
-        let ps = u64::from(self.mount.page_size);
         let orders = self.folio_orders(node);
         let mut pos = from;
         while pos < to {
@@ -304,7 +304,7 @@ impl<D: BlockDevice> Ctx<D> {
                 self.pages.zero_cached(ino, b, within, within + take);
                 continue;
             }
-            let page = b * bs / ps;
+            let page = self.pages.page_of_block(b);
             let (_, refused) = self.pages.add_folios(ino, orders, page..page + 1, orders.0);
             if let Some(r) = refused {
                 return Err(Error::NoMemory(r.to_string()).into());

@@ -195,8 +195,7 @@ impl<D: BlockDevice> Ext4<D> {
             let (lo, hi) = (at, to);
             let (need, pages) = {
                 let (ctx, node) = self.split(ino)?;
-                let ps = u64::from(ctx.mount.page_size);
-                let pages = lo / ps..hi.div_ceil(ps);
+                let pages = ctx.pages.geometry().pages_covering(lo..hi);
                 (ctx.pages.uncached_bytes(ino, ctx.folio_orders(node), pages.clone()), pages)
             };
             self.make_room(need, Some((ino, pages)))?;

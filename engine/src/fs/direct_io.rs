@@ -57,9 +57,11 @@ impl<D: BlockDevice> Ctx<D> {
     /// the end of the page of its last delayed block (as the model's
     /// direct_io.rs says). Asked before that write-back, applied after.
     fn disksize_after_range(&self, node: &Node, span: Range<u64>) -> Option<u64> {
-        let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
+        let geo = self.pages.geometry();
         let end_block = node.es.delayed_in(span).map(|r| r.end).max()?;
-        Some((end_block * bs).div_ceil(ps).saturating_mul(ps).min(node.disk.size))
+        // The end of the page holding the last delayed block's end.
+        let end_page = geo.byte_to_pg_up(end_block.saturating_mul(geo.block_size()));
+        Some(geo.pg_to_byte(end_page).min(node.disk.size))
     }
 
     /// `data` (file bytes from `offset`, sector aligned) to the blocks

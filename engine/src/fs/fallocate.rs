@@ -183,8 +183,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// ext4_collapse_range and ext4_insert_range do. Returns the first
     /// block dropped.
     fn write_back_for_shift(&mut self, ino: InodeNumber, offset: u64) -> Result<u64, Errno> {
-        let ps = u64::from(self.ctx.mount.page_size);
-        let from = (offset / ps * ps) / self.ctx.bs();
+        let geo = self.ctx.pages.geometry();
+        let from = geo.pg_to_lblk(geo.byte_to_pg(offset));
         self.write_back_data(ino, from)?;
         self.ctx.pages.invalidate(ino, from..u64::MAX);
         Ok(from)

@@ -51,7 +51,7 @@ impl<D: BlockDevice> Ext4<D> {
         let end = size.min(offset.saturating_add(data.len() as u64));
         let data = &data[..(end - offset) as usize];
         let (bs, ps) = (ctx.bs(), u64::from(ctx.mount.page_size));
-        let pages = offset / ps..end.div_ceil(ps);
+        let pages = ctx.pages.geometry().pages_covering(offset..end);
         let orders = ctx.folio_orders(node);
         // A chunk of pages at a time, making room before each, as a
         // buffered write does: no fault needs more than the cache holds.
@@ -77,7 +77,8 @@ impl<D: BlockDevice> Ext4<D> {
                 ctx.fill_blocks(ino, node, run, size)?;
             }
             ctx.back_write(ino, node, blocks.clone())?;
-            let (lo, hi) = ((these.start * ps).max(offset), (these.end * ps).min(end));
+            let geo = ctx.pages.geometry();
+            let (lo, hi) = (geo.pg_to_byte(these.start).max(offset), geo.pg_to_byte(these.end).min(end));
             if !ctx.pages.write_bytes(ino, lo, &data[(lo - offset) as usize..(hi - offset) as usize]) {
                 return Err(Error::NoMemory(format!("no folio for bytes {lo}..{hi} of inode {ino}")).into());
             }

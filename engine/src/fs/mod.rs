@@ -284,7 +284,9 @@ impl<D: BlockDevice> Ext4<D> {
         alloc.set_hold_freed(journal.is_some());
         let cache = BufferCache::new(geo.block_size, geo.blocks_count);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
-        let pages = PageCache::new(mount.page_size, mount.block_size, memory);
+        let page_geometry = crate::pagecache::geometry::Geometry::new(mount.block_size, mount.page_size)
+            .ok_or_else(|| Error::InvalidArgument(format!("{}-byte blocks on {}-byte pages", mount.block_size, mount.page_size)))?;
+        let pages = PageCache::new(page_geometry, memory);
         let ctx = Ctx {
             dev,
             mount,

@@ -80,8 +80,10 @@ impl Folio {
     /// as a page from the kernel's allocator holds garbage until then.
     pub fn from_buffer(order: u8, page_size: u32, block_size: u32, mut buf: Vec<u8>) -> Self {
         let bytes = (page_size as usize) << order;
-        debug_assert!(bytes >= block_size as usize && bytes % block_size as usize == 0, "an order-{order} folio cannot hold {block_size}-byte blocks");
-        let blocks = (bytes / block_size as usize) as u32;
+        let blocks = super::geometry::Geometry::new(block_size, page_size).and_then(|g| g.blocks_per_folio(order));
+        debug_assert!(blocks.is_some(), "an order-{order} folio cannot hold {block_size}-byte blocks");
+        // Never zero: a folio too small for a block is still one block's bits.
+        let blocks = blocks.unwrap_or(1);
         if buf.len() != bytes {
             buf = vec![0u8; bytes];
         }

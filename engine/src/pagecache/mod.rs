@@ -27,6 +27,7 @@
 //!   disk is the filesystem's to say.
 
 pub mod folio;
+pub mod geometry;
 pub mod lru;
 pub mod readahead;
 
@@ -35,6 +36,7 @@ use std::ops::Range;
 
 use crate::format::InodeNumber;
 use crate::memory::{FolioAllocator, FolioRefused};
+use geometry::Geometry;
 
 pub use folio::Folio;
 use lru::Lru;
@@ -93,6 +95,7 @@ impl Mapping {
 pub struct PageCache {
     page_size: u32,
     block_size: u32,
+    geo: Geometry,
     mappings: BTreeMap<InodeNumber, Mapping>,
     lru: Lru,
     memory: Box<dyn FolioAllocator>,
@@ -119,6 +122,7 @@ impl Clone for PageCache {
         PageCache {
             page_size: self.page_size,
             block_size: self.block_size,
+            geo: self.geo,
             mappings: self.mappings.clone(),
             lru: self.lru.clone(),
             memory: self.memory.fork(),
@@ -133,7 +137,9 @@ impl Clone for PageCache {
 }
 
 impl PageCache {
-    pub fn new(page_size: u32, block_size: u32, memory: Box<dyn FolioAllocator>) -> Self {
+    pub fn new(geo: Geometry, memory: Box<dyn FolioAllocator>) -> Self {
+        // Both fit: Geometry holds sizes of at most 64 KiB.
+        let (page_size, block_size) = (geo.page_size() as u32, geo.block_size() as u32);
         let quarter = memory.bound_bytes() / 4;
         let mut order_cap = 0u8;
         while (u64::from(page_size) << (order_cap + 1)) <= quarter && order_cap < 63 {
@@ -142,6 +148,7 @@ impl PageCache {
         PageCache {
             page_size,
             block_size,
+            geo,
             mappings: BTreeMap::new(),
             lru: Lru::default(),
             memory,
@@ -202,23 +209,27 @@ impl PageCache {
         orders.1.min(self.order_cap).max(orders.0)
     }
 
+    /// The mount's block and page size, and the conversions between them.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
     /// Page holding logical block `b`.
     pub fn page_of_block(&self, b: u64) -> u64 {
-        b.saturating_mul(u64::from(self.block_size)) / u64::from(self.page_size)
+        self.geo.lblk_to_pg(b)
     }
 
     /// Logical block at the start of page `page` (the block holding it).
     pub fn block_of_page(&self, page: u64) -> u64 {
-        page.saturating_mul(u64::from(self.page_size)) / u64::from(self.block_size)
+        self.geo.pg_to_lblk(page)
     }
 
     /// The folio holding logical block `b`: its first page and the block's
     /// index within it.
     pub fn locate(&self, ino: InodeNumber, b: u64) -> Option<(u64, u32)> {
         let m = self.mappings.get(&ino)?;
-        let (index, _) = m.folio_at(self.page_of_block(b))?;
-        let within = b - self.block_of_page(index);
-        Some((index, u32::try_from(within).ok()?))
+        let (index, f) = m.folio_at(self.page_of_block(b))?;
+        Some((index, self.geo.block_in_folio(b, index, f.order())?))
     }
 
     /// Pages of the folio holding page `page` of `ino`, if one does.
@@ -520,14 +531,14 @@ impl PageCache {
     /// and blocks the data covers only partly are uptodate already.
     /// Returns false (having copied nothing past it) at a page no folio holds.
     pub fn write_bytes(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> bool {
-        let (ps, bs) = (u64::from(self.page_size), u64::from(self.block_size));
+        let bs = u64::from(self.block_size);
         let end = offset + data.len() as u64;
         let mut at = offset;
         while at < end {
             let Some(m) = self.mappings.get_mut(&ino) else { return false };
-            let Some((index, _)) = m.folio_at(at / ps) else { return false };
+            let Some((index, _)) = m.folio_at(self.geo.byte_to_pg(at)) else { return false };
             let Some(f) = m.folios.get_mut(&index) else { return false };
-            let folio_start = index * ps;
+            let folio_start = self.geo.pg_to_byte(index);
             let folio_end = folio_start + f.len_bytes() as u64;
             let to = end.min(folio_end);
             let (lo, hi) = ((at - folio_start) as usize, (to - folio_start) as usize);
@@ -551,7 +562,7 @@ impl PageCache {
     /// `ino` into `out`; returns the logical blocks it does not hold
     /// uptodate (their part of `out` is left as it was), in order.
     pub fn read_bytes(&mut self, ino: InodeNumber, offset: u64, out: &mut [u8]) -> Vec<u64> {
-        let (ps, bs) = (u64::from(self.page_size), u64::from(self.block_size));
+        let bs = u64::from(self.block_size);
         let end = offset + out.len() as u64;
         let mut missing = Vec::new();
         let mut b = offset / bs;
@@ -564,7 +575,7 @@ impl PageCache {
             };
             let Some(m) = self.mappings.get_mut(&ino) else { break };
             let Some(f) = m.folios.get_mut(&index) else { break };
-            let folio_start = index * ps;
+            let folio_start = self.geo.pg_to_byte(index);
             // Every block of this folio the read covers, in one pass.
             let mut j = i;
             while j < f.blocks() && (b * bs) < end {

@@ -10,7 +10,7 @@ const BLOCK_SIZES: [u32; 7] = [1024, 2048, 4096, 8192, 16384, 32768, 65536];
 const PAGE_SIZES: [u32; 3] = [4096, 16384, 65536];
 
 fn cache(ps: u32, bs: u32, bound: u64) -> PageCache {
-    PageCache::new(ps, bs, Box::new(BoundedFolios::new(ps, bound)))
+    PageCache::new(super::geometry::Geometry::new(bs, ps).expect("a supported pair"), Box::new(BoundedFolios::new(ps, bound)))
 }
 
 /// Every folio of `ino`: orders within `lo..=hi`, aligned to its size,
