@@ -124,7 +124,7 @@ pub enum Command {
     OracleExec { dir: PathBuf },
     /// Benchmarks: engine vs e2fsprogs (mkfs, populate, fsck) and lockstep throughput.
     Bench {
-        /// Which: e2fsprogs, lockstep, or all.
+        /// Which: e2fsprogs, lockstep, bitmap-checksum, or all.
         #[arg(long, default_value = "all")]
         what: String,
         /// Runs per figure (median is reported).
@@ -371,8 +371,8 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
 }
 
 fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u64, seeds: u64) -> Result<bool, String> {
-    if !["all", "e2fsprogs", "lockstep"].contains(&what) {
-        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep or all"));
+    if !["all", "e2fsprogs", "lockstep", "bitmap-checksum"].contains(&what) {
+        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep, bitmap-checksum or all"));
     }
     let mut ok = true;
     if what == "all" || what == "e2fsprogs" {
@@ -384,6 +384,10 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
                 ok = false;
             }
         }
+    }
+    if what == "all" || what == "bitmap-checksum" {
+        println!("block bitmap checksum per allocation (host time; block size sets the bitmap's length)");
+        crate::bench::bench_bitmap_checksum(200_000).iter().for_each(|r| println!("{}", r.line()));
     }
     if what == "all" || what == "lockstep" {
         println!("lockstep throughput (ram profile, host time)");

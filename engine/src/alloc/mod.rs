@@ -214,6 +214,10 @@ impl Allocator {
             }
             bm
         };
+        let mut bm = bm;
+        if let Some(s) = self.bitmap_seed {
+            bm.track_checksum(s, self.geo.blocks_per_group);
+        }
         self.block_bitmaps[g as usize] = Some(bm);
         Ok(())
     }
@@ -237,6 +241,10 @@ impl Allocator {
             }
             bm
         };
+        let mut bm = bm;
+        if let Some(s) = self.bitmap_seed {
+            bm.track_checksum(s, self.geo.inodes_per_group);
+        }
         self.inode_bitmaps[g as usize] = Some(bm);
         Ok(())
     }

@@ -6,19 +6,38 @@
 //! whole block. 32-byte descriptors keep only their low 16 bits.
 
 use crate::format::bytes::usize_from_u32;
-use crate::format::checksum::crc32c_raw;
+use crate::format::checksum::{crc32c_raw, crc32c_raw_delta};
 
-/// A bitmap block held in memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A bitmap block held in memory, with its checksum kept up to date as
+/// bits change once [`Bitmap::track_checksum`] asks for it.
+#[derive(Debug, Clone)]
 pub struct Bitmap {
     bytes: Vec<u8>,
+    running: Option<RunningCsum>,
 }
+
+/// The checksum of a bitmap's first `covered` bytes from `seed`, as of now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RunningCsum {
+    seed: u32,
+    covered: usize,
+    value: u32,
+}
+
+/// Bitmaps are equal when their bits are: the running checksum is a cache.
+impl PartialEq for Bitmap {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for Bitmap {}
 
 impl Bitmap {
     /// A bitmap of `block_size` bytes whose first `valid_bits` bits are clear
     /// and whose padding (every bit from `valid_bits` on) is set.
     pub fn new_padded(block_size: usize, valid_bits: usize) -> Self {
-        let mut b = Bitmap { bytes: vec![0u8; block_size] };
+        let mut b = Bitmap { bytes: vec![0u8; block_size], running: None };
         let total = block_size * 8;
         b.set_range(valid_bits.min(total), total);
         debug_assert!(b.next_one(0, valid_bits) >= valid_bits.min(total), "new bitmap has a set bit below {valid_bits}");
@@ -27,7 +46,7 @@ impl Bitmap {
 
     /// Wraps bytes read from disk.
     pub fn from_bytes(bytes: Vec<u8>) -> Self {
-        Bitmap { bytes }
+        Bitmap { bytes, running: None }
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -43,37 +62,56 @@ impl Bitmap {
         self.bytes.get(i / 8).is_none_or(|byte| byte & (1 << (i % 8)) != 0)
     }
 
-    pub fn set(&mut self, i: usize) {
-        if let Some(byte) = self.bytes.get_mut(i / 8) {
-            *byte |= 1 << (i % 8);
+    /// From now on [`Bitmap::checksum`] for (`fs_seed`, `items`) is kept as
+    /// bits change, at a cost independent of the bitmap's length (the
+    /// kernel recomputes the whole bitmap's crc32c on every allocation,
+    /// which grows with the block size).
+    pub fn track_checksum(&mut self, fs_seed: u32, items: u32) {
+        let covered = usize_from_u32(items / 8).min(self.bytes.len());
+        self.running = Some(RunningCsum { seed: fs_seed, covered, value: crc32c_raw(fs_seed, &self.bytes[..covered]) });
+    }
+
+    /// Runs `edit` on bytes `lo..hi` and folds what it flipped into the
+    /// running checksum.
+    fn edit(&mut self, lo: usize, hi: usize, edit: impl FnOnce(&mut [u8])) {
+        let hi = hi.min(self.bytes.len());
+        let lo = lo.min(hi);
+        let Some(running) = self.running else {
+            edit(&mut self.bytes[lo..hi]);
+            return;
+        };
+        let mut flips = self.bytes[lo..hi].to_vec();
+        edit(&mut self.bytes[lo..hi]);
+        let covered_hi = hi.min(running.covered);
+        if lo >= covered_hi {
+            return;
         }
+        flips.truncate(covered_hi - lo);
+        for (f, now) in flips.iter_mut().zip(&self.bytes[lo..covered_hi]) {
+            *f ^= now;
+        }
+        if flips.iter().any(|f| *f != 0) {
+            let delta = crc32c_raw_delta(running.covered, lo, &flips);
+            self.running = Some(RunningCsum { value: running.value ^ delta, ..running });
+        }
+    }
+
+    pub fn set(&mut self, i: usize) {
+        self.edit(i / 8, i / 8 + 1, |b| b.iter_mut().for_each(|byte| *byte |= 1 << (i % 8)));
         debug_assert!(self.get(i), "bit {i} reads clear after set");
     }
 
-    /// Sets bits `start..end` (clamped to the bitmap), whole bytes at a time where possible.
+    /// Sets bits `start..end` (clamped to the bitmap).
     pub fn set_range(&mut self, start: usize, end: usize) {
         let end = end.min(self.bit_len());
-        let mut i = start;
-        while i < end && i % 8 != 0 {
-            self.set(i);
-            i += 1;
-        }
-        let full_end = end - end % 8;
-        if i < full_end {
-            self.bytes[i / 8..full_end / 8].fill(0xFF);
-            i = full_end;
-        }
-        while i < end {
-            self.set(i);
-            i += 1;
+        if start < end {
+            self.edit(start / 8, end.div_ceil(8), |b| set_bits(b, start % 8, end - start / 8 * 8, true));
         }
         debug_assert!(self.next_zero(start, end).is_none(), "bits {start}..{end} read back with a clear bit");
     }
 
     pub fn clear(&mut self, i: usize) {
-        if let Some(byte) = self.bytes.get_mut(i / 8) {
-            *byte &= !(1 << (i % 8));
-        }
+        self.edit(i / 8, i / 8 + 1, |b| b.iter_mut().for_each(|byte| *byte &= !(1 << (i % 8))));
         // Bits past the end read as set: only in-range bits can read back clear.
         debug_assert!(i >= self.bit_len() || !self.get(i), "bit {i} reads set after clear");
     }
@@ -81,24 +119,12 @@ impl Bitmap {
     /// Clears bits `start..end` (clamped to the bitmap).
     pub fn clear_range(&mut self, start: usize, end: usize) {
         let end = end.min(self.bit_len());
-        let mut i = start;
-        while i < end && i % 8 != 0 {
-            self.clear(i);
-            i += 1;
-        }
-        let full_end = end - end % 8;
-        if i < full_end {
-            self.bytes[i / 8..full_end / 8].fill(0);
-            i = full_end;
-        }
-        while i < end {
-            self.clear(i);
-            i += 1;
+        if start < end {
+            self.edit(start / 8, end.div_ceil(8), |b| set_bits(b, start % 8, end - start / 8 * 8, false));
         }
         debug_assert!(self.next_one(start, end) >= end, "bits {start}..{end} read back with a set bit");
     }
 
-    /// Whether every bit of `start..end` is clear (bits past the end count as set).
     pub fn range_is_clear(&self, start: usize, end: usize) -> bool {
         (start..end).all(|i| !self.get(i))
     }
@@ -153,10 +179,37 @@ impl Bitmap {
         (valid_bits..self.bit_len()).all(|i| self.get(i))
     }
 
-    /// Checksum of the first `items / 8` bytes, seeded with the fs seed.
+    /// Checksum of the first `items / 8` bytes, seeded with the fs seed:
+    /// the running one when it is kept for these.
     pub fn checksum(&self, fs_seed: u32, items: u32) -> u32 {
         let n = usize_from_u32(items / 8).min(self.bytes.len());
-        crc32c_raw(fs_seed, &self.bytes[..n])
+        match self.running {
+            Some(r) if r.seed == fs_seed && r.covered == n => {
+                debug_assert_eq!(r.value, crc32c_raw(fs_seed, &self.bytes[..n]), "the running bitmap checksum drifted");
+                r.value
+            }
+            _ => crc32c_raw(fs_seed, &self.bytes[..n]),
+        }
+    }
+}
+
+/// Sets (or clears) bits `from..to` of `bytes`, whole bytes at a time
+/// between the edges.
+fn set_bits(bytes: &mut [u8], from: usize, to: usize, value: bool) {
+    let mut i = from;
+    while i < to {
+        if i % 8 == 0 && i + 8 <= to {
+            let whole = (to - i) / 8;
+            bytes[i / 8..i / 8 + whole].fill(if value { 0xFF } else { 0 });
+            i += whole * 8;
+            continue;
+        }
+        if value {
+            bytes[i / 8] |= 1 << (i % 8);
+        } else {
+            bytes[i / 8] &= !(1 << (i % 8));
+        }
+        i += 1;
     }
 }
 
@@ -231,5 +284,53 @@ mod tests {
     fn narrow_descriptors_compare_low_halves() {
         assert!(stored_bitmap_csum_matches(0x1234, 0xABCD_1234, 32));
         assert!(!stored_bitmap_csum_matches(0x1234, 0xABCD_1234, 64));
+    }
+}
+
+#[cfg(test)]
+mod running_checksum_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Edit {
+        Set(usize),
+        Clear(usize),
+        SetRange(usize, usize),
+        ClearRange(usize, usize),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        let bit = 0usize..(8192 * 8 + 16);
+        prop_oneof![
+            bit.clone().prop_map(Edit::Set),
+            bit.clone().prop_map(Edit::Clear),
+            (bit.clone(), 0usize..5000).prop_map(|(a, n)| Edit::SetRange(a, a + n)),
+            (bit, 0usize..5000).prop_map(|(a, n)| Edit::ClearRange(a, a + n)),
+        ]
+    }
+
+    proptest! {
+        /// The running checksum equals a full recomputation after any
+        /// edits, bitmaps of 1 KiB to 8 KiB covering all or part of them
+        /// (64 KiB blocks hold 8 KiB of a group's block bitmap).
+        #[test]
+        fn the_running_checksum_is_the_full_one(block_kib in 1usize..=8, items_eighths in 1u32..=8, seed in any::<u32>(), start in proptest::collection::vec(any::<u8>(), 8192), edits in proptest::collection::vec(edit(), 1..60)) {
+            let len = block_kib * 1024;
+            let items = (len as u32 * 8) * items_eighths / 8;
+            let mut bm = Bitmap::from_bytes(start[..len].to_vec());
+            bm.track_checksum(seed, items);
+            for e in &edits {
+                match *e {
+                    Edit::Set(i) => bm.set(i),
+                    Edit::Clear(i) => bm.clear(i),
+                    Edit::SetRange(a, b) => bm.set_range(a, b),
+                    Edit::ClearRange(a, b) => bm.clear_range(a, b),
+                }
+                let covered = (items / 8) as usize;
+                prop_assert_eq!(bm.running.map(|r| r.value), Some(crc32c_raw(seed, &bm.as_bytes()[..covered])), "after {:?}", e);
+            }
+            prop_assert_eq!(bm.checksum(seed, items), crc32c_raw(seed, &bm.as_bytes()[..(items / 8) as usize]));
+        }
     }
 }

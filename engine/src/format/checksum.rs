@@ -27,6 +27,79 @@ pub fn inode_seed(fs_seed: u32, ino: u32, generation: u32) -> u32 {
     crc32c_raw(s, &generation.to_le_bytes())
 }
 
+/// CRC-32C's polynomial, reflected (bit 31 is x^0).
+const CRC32C_POLY_REFLECTED: u32 = 0x82F6_3B78;
+
+/// `a * b` modulo CRC-32C's polynomial, both as reflected polynomials
+/// (bit 31 the constant term): shift-and-add over GF(2).
+fn gf2_mul(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut bit = 1u32 << 31;
+    while bit != 0 {
+        if a & bit != 0 {
+            product ^= b;
+        }
+        bit >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ CRC32C_POLY_REFLECTED } else { b >> 1 };
+    }
+    product
+}
+
+/// x^(2^k) modulo the polynomial, k = 0..64: squaring the one before.
+const fn x_pow2_table() -> [u32; 64] {
+    let mut table = [0u32; 64];
+    // x^1, reflected.
+    table[0] = 1 << 30;
+    let mut k = 1;
+    while k < 64 {
+        // gf2_mul(p, p), spelled out: const fns cannot call it through a loop of closures.
+        let p = table[k - 1];
+        let mut product = 0u32;
+        let mut b = p;
+        let mut bit = 1u32 << 31;
+        while bit != 0 {
+            if p & bit != 0 {
+                product ^= b;
+            }
+            bit >>= 1;
+            b = if b & 1 != 0 { (b >> 1) ^ CRC32C_POLY_REFLECTED } else { b >> 1 };
+        }
+        table[k] = product;
+        k += 1;
+    }
+    table
+}
+
+const X_POW2: [u32; 64] = x_pow2_table();
+
+/// The raw CRC-32C state `crc` after `n` more zero bytes, in time
+/// logarithmic in `n`: the state times x^(8n) modulo the polynomial.
+pub fn crc32c_zeros(crc: u32, n: u64) -> u32 {
+    // x^(8n) as the product of x^(2^k) over the set bits k of 8n.
+    let mut power = 1u32 << 31;
+    let (mut rest, mut k) = (n, 3usize);
+    while rest != 0 && k < 64 {
+        if rest & 1 != 0 {
+            power = gf2_mul(X_POW2[k], power);
+        }
+        rest >>= 1;
+        k += 1;
+    }
+    gf2_mul(power, crc)
+}
+
+/// How the raw CRC-32C of `len` bytes changes when the bytes at `at` are
+/// XORed with `flips`: raw CRC-32C (no inversions) is linear over GF(2),
+/// so `raw(s, m ^ d) = raw(s, m) ^ raw(0, d)`, and `d`'s leading zeros add
+/// nothing from a zero state. Costs the length of `flips` plus a
+/// logarithm of the rest, not the whole message (the incremental bitmap
+/// checksum the LBS series wanted).
+pub fn crc32c_raw_delta(len: usize, at: usize, flips: &[u8]) -> u32 {
+    debug_assert!(at + flips.len() <= len, "flips past the message");
+    let trailing = len.saturating_sub(at + flips.len());
+    crc32c_zeros(crc32c_raw(0, flips), trailing as u64)
+}
+
 /// Reflected polynomial of CRC-16/ARC and /MODBUS.
 const CRC16_POLY_REFLECTED: u16 = 0xA001;
 
@@ -91,6 +164,29 @@ mod tests {
         bytes.extend_from_slice(&5u32.to_le_bytes());
         assert_eq!(inode_seed(fs, 11, 5), crc32c_raw(fs, &bytes));
         assert_ne!(inode_seed(fs, 11, 5), inode_seed(fs, 12, 5));
+    }
+
+    #[test]
+    fn zeros_shift_matches_feeding_zeros() {
+        for (crc, n) in [(0xDEAD_BEEFu32, 0u64), (1, 1), (0x1234_5678, 7), (0xFFFF_FFFF, 4096), (0x0BAD_F00D, 65_536), (3, 100_003)] {
+            assert_eq!(crc32c_zeros(crc, n), crc32c_raw(crc, &vec![0u8; n as usize]), "crc {crc:#x} n {n}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Flipping bytes changes the raw CRC by the delta alone, whatever
+        /// the seed and the rest of the message.
+        #[test]
+        fn a_delta_updates_the_raw_crc_as_a_full_pass_would(seed in proptest::prelude::any::<u32>(), msg in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..3000), at in 0usize..3000, flips in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..40)) {
+            let at = at % msg.len();
+            let flips = &flips[..flips.len().min(msg.len() - at)];
+            let mut changed = msg.clone();
+            for (i, f) in flips.iter().enumerate() {
+                changed[at + i] ^= f;
+            }
+            let updated = crc32c_raw(seed, &msg) ^ crc32c_raw_delta(msg.len(), at, flips);
+            proptest::prop_assert_eq!(updated, crc32c_raw(seed, &changed));
+        }
     }
 
     #[test]
