@@ -317,7 +317,7 @@ mod running_checksum_tests {
         #[test]
         fn the_running_checksum_is_the_full_one(block_kib in 1usize..=8, items_eighths in 1u32..=8, seed in any::<u32>(), start in proptest::collection::vec(any::<u8>(), 8192), edits in proptest::collection::vec(edit(), 1..60)) {
             let len = block_kib * 1024;
-            let items = (len as u32 * 8) * items_eighths / 8;
+            let items = u32::try_from(len * 8).unwrap() * items_eighths / 8;
             let mut bm = Bitmap::from_bytes(start[..len].to_vec());
             bm.track_checksum(seed, items);
             for e in &edits {
@@ -327,10 +327,10 @@ mod running_checksum_tests {
                     Edit::SetRange(a, b) => bm.set_range(a, b),
                     Edit::ClearRange(a, b) => bm.clear_range(a, b),
                 }
-                let covered = (items / 8) as usize;
+                let covered = usize_from_u32(items / 8);
                 prop_assert_eq!(bm.running.map(|r| r.value), Some(crc32c_raw(seed, &bm.as_bytes()[..covered])), "after {:?}", e);
             }
-            prop_assert_eq!(bm.checksum(seed, items), crc32c_raw(seed, &bm.as_bytes()[..(items / 8) as usize]));
+            prop_assert_eq!(bm.checksum(seed, items), crc32c_raw(seed, &bm.as_bytes()[..usize_from_u32(items / 8)]));
         }
     }
 }

@@ -97,7 +97,7 @@ pub fn crc32c_zeros(crc: u32, n: u64) -> u32 {
 pub fn crc32c_raw_delta(len: usize, at: usize, flips: &[u8]) -> u32 {
     debug_assert!(at + flips.len() <= len, "flips past the message");
     let trailing = len.saturating_sub(at + flips.len());
-    crc32c_zeros(crc32c_raw(0, flips), trailing as u64)
+    crc32c_zeros(crc32c_raw(0, flips), u64::try_from(trailing).unwrap_or(u64::MAX))
 }
 
 /// Reflected polynomial of CRC-16/ARC and /MODBUS.
@@ -168,8 +168,8 @@ mod tests {
 
     #[test]
     fn zeros_shift_matches_feeding_zeros() {
-        for (crc, n) in [(0xDEAD_BEEFu32, 0u64), (1, 1), (0x1234_5678, 7), (0xFFFF_FFFF, 4096), (0x0BAD_F00D, 65_536), (3, 100_003)] {
-            assert_eq!(crc32c_zeros(crc, n), crc32c_raw(crc, &vec![0u8; n as usize]), "crc {crc:#x} n {n}");
+        for (crc, n) in [(0xDEAD_BEEFu32, 0usize), (1, 1), (0x1234_5678, 7), (0xFFFF_FFFF, 4096), (0x0BAD_F00D, 65_536), (3, 100_003)] {
+            assert_eq!(crc32c_zeros(crc, u64::try_from(n).unwrap()), crc32c_raw(crc, &vec![0u8; n]), "crc {crc:#x} n {n}");
         }
     }
 
