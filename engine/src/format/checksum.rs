@@ -32,7 +32,7 @@ const CRC32C_POLY_REFLECTED: u32 = 0x82F6_3B78;
 
 /// `a * b` modulo CRC-32C's polynomial, both as reflected polynomials
 /// (bit 31 the constant term): shift-and-add over GF(2).
-fn gf2_mul(a: u32, mut b: u32) -> u32 {
+const fn gf2_mul(a: u32, mut b: u32) -> u32 {
     let mut product = 0;
     let mut bit = 1u32 << 31;
     while bit != 0 {
@@ -52,19 +52,7 @@ const fn x_pow2_table() -> [u32; 64] {
     table[0] = 1 << 30;
     let mut k = 1;
     while k < 64 {
-        // gf2_mul(p, p), spelled out: const fns cannot call it through a loop of closures.
-        let p = table[k - 1];
-        let mut product = 0u32;
-        let mut b = p;
-        let mut bit = 1u32 << 31;
-        while bit != 0 {
-            if p & bit != 0 {
-                product ^= b;
-            }
-            bit >>= 1;
-            b = if b & 1 != 0 { (b >> 1) ^ CRC32C_POLY_REFLECTED } else { b >> 1 };
-        }
-        table[k] = product;
+        table[k] = gf2_mul(table[k - 1], table[k - 1]);
         k += 1;
     }
     table
