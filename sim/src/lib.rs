@@ -19,6 +19,7 @@ pub mod figure;
 pub mod fuzz_body;
 pub mod heap;
 pub mod lockstep;
+pub mod memory;
 pub mod mke2fs;
 pub mod oracle;
 pub mod panics;

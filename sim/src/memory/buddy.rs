@@ -1,0 +1,272 @@
+//! Simulated physical memory as the kernel's page allocator keeps it: free
+//! blocks of 2^order pages on per-order free lists, the smallest block that
+//! fits split for an allocation, a released block merged with its buddy
+//! (the block it was split from) for as long as that buddy is free too
+//! (mm/page_alloc.c's buddy system). Higher orders become scarce when
+//! memory is used and released in mixed sizes and orders: the
+//! fragmentation a large folio meets comes from the algorithm, not from a
+//! coin.
+//!
+//! Pages are numbered (page frame numbers) from 0; every choice is the
+//! lowest-numbered free block that fits, so the same calls give the same
+//! frames on every run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
+
+/// A release the allocator cannot honour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuddyError {
+    /// No allocated block starts at this frame (never allocated, or freed twice).
+    NotAllocated(u64),
+}
+
+impl fmt::Display for BuddyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuddyError::NotAllocated(pfn) => write!(f, "no allocated block starts at page frame {pfn}"),
+        }
+    }
+}
+
+impl std::error::Error for BuddyError {}
+
+#[derive(Clone, Debug)]
+pub struct Buddy {
+    pages: u64,
+    max_order: u8,
+    /// Per order, the first frame of each free block.
+    free: Vec<BTreeSet<u64>>,
+    /// First frame of each allocated block, and its order.
+    used: BTreeMap<u64, u8>,
+    free_pages: u64,
+}
+
+/// Pages in a block of `order`.
+const fn span(order: u8) -> u64 {
+    1 << order
+}
+
+impl Buddy {
+    /// `pages` frames, none allocated, carved into the largest aligned
+    /// blocks of at most `max_order` (the kernel's MAX_PAGE_ORDER is 10).
+    pub fn new(pages: u64, max_order: u8) -> Buddy {
+        let max_order = max_order.min(40);
+        let mut free = vec![BTreeSet::new(); usize::from(max_order) + 1];
+        let mut at = 0;
+        while at < pages {
+            let mut order = max_order;
+            while order > 0 && (at % span(order) != 0 || at + span(order) > pages) {
+                order -= 1;
+            }
+            free[usize::from(order)].insert(at);
+            at += span(order);
+        }
+        Buddy { pages, max_order, free, used: BTreeMap::new(), free_pages: pages }
+    }
+
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
+    pub fn max_order(&self) -> u8 {
+        self.max_order
+    }
+
+    pub fn free_pages(&self) -> u64 {
+        self.free_pages
+    }
+
+    /// Free blocks of exactly `order`.
+    pub fn free_blocks(&self, order: u8) -> usize {
+        self.free.get(usize::from(order)).map_or(0, BTreeSet::len)
+    }
+
+    /// The largest order a block could be allocated at now.
+    pub fn largest_free_order(&self) -> Option<u8> {
+        (0..=self.max_order).rev().find(|&o| self.free_blocks(o) > 0)
+    }
+
+    /// A block of `order` pages: the first frame of the lowest free block of
+    /// the smallest order that fits, split down (its upper halves freed).
+    /// None when no free block is large enough, however many pages are free.
+    pub fn allocate(&mut self, order: u8) -> Option<u64> {
+        if order > self.max_order {
+            return None;
+        }
+        let from = (order..=self.max_order).find(|&o| self.free_blocks(o) > 0)?;
+        let pfn = self.free[usize::from(from)].pop_first()?;
+        let mut o = from;
+        while o > order {
+            o -= 1;
+            self.free[usize::from(o)].insert(pfn + span(o));
+        }
+        self.used.insert(pfn, order);
+        self.free_pages -= span(order);
+        Some(pfn)
+    }
+
+    /// Gives back the block that starts at `pfn`, merging it with its free
+    /// buddies. Returns its order.
+    pub fn release(&mut self, pfn: u64) -> Result<u8, BuddyError> {
+        let order = self.used.remove(&pfn).ok_or(BuddyError::NotAllocated(pfn))?;
+        self.free_pages += span(order);
+        let (mut at, mut o) = (pfn, order);
+        while o < self.max_order {
+            let buddy = at ^ span(o);
+            if !self.free[usize::from(o)].remove(&buddy) {
+                break;
+            }
+            at = at.min(buddy);
+            o += 1;
+        }
+        self.free[usize::from(o)].insert(at);
+        Ok(order)
+    }
+
+    /// Other users of memory, as a long-running machine has them: every
+    /// free page taken one by one, then all but `held_percent` of them
+    /// given back in a seeded order. What stays held is scattered, so free
+    /// memory is left in small blocks. Returns the frames held.
+    pub fn fragment(&mut self, rng: &mut ChaCha8Rng, held_percent: u8) -> Vec<u64> {
+        let mut taken = Vec::new();
+        while let Some(pfn) = self.allocate(0) {
+            taken.push(pfn);
+        }
+        taken.shuffle(rng);
+        let keep = taken.len() * usize::from(held_percent.min(100)) / 100;
+        for pfn in taken.split_off(keep) {
+            // Frames this call just took: always allocated.
+            let _ = self.release(pfn);
+        }
+        taken.sort_unstable();
+        taken
+    }
+
+    /// The allocator's invariants: blocks aligned to their order and inside
+    /// memory, none overlapping, free and used pages adding up, and no free
+    /// block whose buddy is free at the same order (every merge made).
+    pub fn check(&self) -> Result<(), String> {
+        let mut blocks: Vec<(u64, u8, bool)> = self.used.iter().map(|(&p, &o)| (p, o, false)).collect();
+        for (o, list) in self.free.iter().enumerate() {
+            let o = u8::try_from(o).map_err(|_| "too many orders".to_string())?;
+            blocks.extend(list.iter().map(|&p| (p, o, true)));
+            for &p in list {
+                if o < self.max_order && list.contains(&(p ^ span(o))) {
+                    return Err(format!("free order-{o} blocks at {p} and {} are buddies left unmerged", p ^ span(o)));
+                }
+            }
+        }
+        blocks.sort_unstable();
+        let mut end = 0;
+        let mut free = 0;
+        for &(p, o, is_free) in &blocks {
+            if p % span(o) != 0 {
+                return Err(format!("order-{o} block at {p} is not aligned"));
+            }
+            if p < end {
+                return Err(format!("block at {p} overlaps the one before"));
+            }
+            end = p + span(o);
+            free += if is_free { span(o) } else { 0 };
+        }
+        if end > self.pages {
+            return Err(format!("a block ends at {end}, past {} pages", self.pages));
+        }
+        let covered: u64 = blocks.iter().map(|&(_, o, _)| span(o)).sum();
+        if covered != self.pages || free != self.free_pages {
+            return Err(format!("{covered} pages in blocks, {free} free, of {} ({} counted free)", self.pages, self.free_pages));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn a_block_splits_for_a_small_allocation_and_merges_back() {
+        let mut b = Buddy::new(16, 4);
+        assert_eq!(b.largest_free_order(), Some(4));
+        assert_eq!(b.allocate(0), Some(0));
+        // 16 = 1 (used) + 1 + 2 + 4 + 8 free.
+        assert_eq!((b.free_blocks(0), b.free_blocks(1), b.free_blocks(2), b.free_blocks(3)), (1, 1, 1, 1));
+        assert_eq!(b.allocate(3), Some(8));
+        assert_eq!(b.allocate(3), None, "7 pages free, none 8 together");
+        assert_eq!(b.free_pages(), 7);
+        b.check().unwrap();
+        assert_eq!(b.release(0), Ok(0));
+        assert_eq!(b.release(0), Err(BuddyError::NotAllocated(0)), "freed twice");
+        assert_eq!(b.release(8), Ok(3));
+        assert_eq!((b.largest_free_order(), b.free_pages()), (Some(4), 16));
+        b.check().unwrap();
+    }
+
+    #[test]
+    fn memory_that_is_not_a_power_of_two_is_carved_into_aligned_blocks() {
+        let b = Buddy::new(1000, 10);
+        b.check().unwrap();
+        assert_eq!(b.free_pages(), 1000);
+        // 1000 = 512 + 256 + 128 + 64 + 32 + 8.
+        assert_eq!(b.largest_free_order(), Some(9));
+        assert_eq!(b.free_blocks(3), 1);
+    }
+
+    /// Half the memory held by others, scattered: far more than an
+    /// order-4 folio's pages are free, yet no order-4 block is.
+    #[test]
+    fn scattered_holders_leave_free_memory_in_small_blocks() {
+        let mut b = Buddy::new(1 << 14, 10);
+        let held = b.fragment(&mut ChaCha8Rng::seed_from_u64(7), 50);
+        b.check().unwrap();
+        assert_eq!(held.len(), 1 << 13);
+        assert_eq!(b.free_pages(), 1 << 13);
+        assert!(b.largest_free_order().is_some_and(|o| o < 4), "{:?}", b.largest_free_order());
+        assert_eq!(b.allocate(4), None);
+        assert!(b.allocate(0).is_some());
+        // Same seed, same frames.
+        let mut again = Buddy::new(1 << 14, 10);
+        assert_eq!(again.fragment(&mut ChaCha8Rng::seed_from_u64(7), 50), held);
+        // The others leave: everything merges back.
+        for pfn in held {
+            b.release(pfn).unwrap();
+        }
+        b.check().unwrap();
+        assert_eq!(b.largest_free_order(), Some(10));
+    }
+
+    proptest! {
+        /// Any mix of allocations and releases keeps the invariants, and
+        /// releasing everything gives back the memory as it began.
+        #[test]
+        fn allocations_and_releases_keep_the_invariants(pages in 1u64..5000, steps in proptest::collection::vec((any::<bool>(), 0u8..8, any::<u16>()), 1..300)) {
+            let mut b = Buddy::new(pages, 6);
+            let fresh = b.clone();
+            let mut held: Vec<u64> = Vec::new();
+            for (alloc, order, pick) in steps {
+                if alloc || held.is_empty() {
+                    if let Some(pfn) = b.allocate(order) {
+                        held.push(pfn);
+                    } else {
+                        prop_assert!(order > b.max_order() || b.largest_free_order().is_none_or(|o| o < order));
+                    }
+                } else {
+                    let pfn = held.swap_remove(usize::from(pick) % held.len());
+                    prop_assert!(b.release(pfn).is_ok());
+                }
+                prop_assert_eq!(b.check(), Ok(()));
+            }
+            for pfn in held {
+                prop_assert!(b.release(pfn).is_ok());
+            }
+            prop_assert_eq!(&b.free, &fresh.free);
+            prop_assert_eq!(b.free_pages(), pages);
+        }
+    }
+}
