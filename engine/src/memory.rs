@@ -5,10 +5,12 @@
 //! without the page cache changing shape.
 //!
 //! Contract:
-//! - `allocate` grants or refuses memory for one folio of an order; a
-//!   refusal is an ordinary answer (the page cache reclaims, falls back to a
-//!   smaller order, or reads around the cache), never a panic.
-//! - `release` gives back exactly what one granted `allocate` took.
+//! - `allocate` grants or refuses memory for one folio of an order, and says
+//!   which page frame the folio starts at; a refusal is an ordinary answer
+//!   (the page cache reclaims, falls back to a smaller order, or reads
+//!   around the cache), never a panic.
+//! - `release` gives back exactly what one granted `allocate` took, frame
+//!   and order (a buddy allocator merges by frame).
 //! - Memory is *simulated* bytes: page size << order, whatever the host's
 //!   page size; nothing here asks the host how much memory it has.
 //! - `fork` makes an independent copy for a shadow mount (a check), whose
@@ -32,10 +34,11 @@ impl fmt::Display for FolioRefused {
 
 /// Where page-cache folios get their memory.
 pub trait FolioAllocator: fmt::Debug {
-    /// Takes memory for one folio of `order` pages; refused when there is none.
-    fn allocate(&mut self, order: u8) -> Result<(), FolioRefused>;
-    /// Gives back one folio of `order` that `allocate` granted.
-    fn release(&mut self, order: u8);
+    /// Takes memory for one folio of `order` pages: the first page frame
+    /// it got; refused when there is none.
+    fn allocate(&mut self, order: u8) -> Result<u64, FolioRefused>;
+    /// Gives back the folio of `order` at `frame` that `allocate` granted.
+    fn release(&mut self, order: u8, frame: u64);
     /// Bytes granted and not yet released.
     fn in_use_bytes(&self) -> u64;
     /// Bytes the page cache should stay within; it reclaims before asking past it.
@@ -65,18 +68,19 @@ impl BoundedFolios {
 }
 
 impl FolioAllocator for BoundedFolios {
-    fn allocate(&mut self, order: u8) -> Result<(), FolioRefused> {
+    /// A bound counts bytes and places nothing: every frame is 0.
+    fn allocate(&mut self, order: u8) -> Result<u64, FolioRefused> {
         let bytes = self.bytes(order);
         match self.in_use_bytes.checked_add(bytes) {
             Some(total) if total <= self.bound_bytes => {
                 self.in_use_bytes = total;
-                Ok(())
+                Ok(0)
             }
             _ => Err(FolioRefused { order, bytes }),
         }
     }
 
-    fn release(&mut self, order: u8) {
+    fn release(&mut self, order: u8, _frame: u64) {
         let bytes = self.bytes(order);
         debug_assert!(bytes <= self.in_use_bytes, "releasing {bytes} bytes of {}", self.in_use_bytes);
         self.in_use_bytes = self.in_use_bytes.saturating_sub(bytes);
@@ -106,7 +110,7 @@ mod tests {
         a.allocate(3).unwrap();
         assert_eq!(a.in_use_bytes(), 64 << 10);
         assert_eq!(a.allocate(0), Err(FolioRefused { order: 0, bytes: 4096 }));
-        a.release(3);
+        a.release(3, 0);
         a.allocate(2).unwrap();
         assert_eq!(a.in_use_bytes(), 48 << 10);
         // An absurd order is a refusal, not an overflow.

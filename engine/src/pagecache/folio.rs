@@ -64,6 +64,8 @@ pub struct Folio {
     dirty: BlockBits,
     /// Where the folio stands in the cache's LRU (its last use).
     pub(super) stamp: u64,
+    /// The page frame its memory starts at (the allocator's answer).
+    pub(super) frame: u64,
 }
 
 impl Folio {
@@ -87,7 +89,7 @@ impl Folio {
         if buf.len() != bytes {
             buf = vec![0u8; bytes];
         }
-        Folio { order, block_size, data: Arc::new(buf), uptodate: BlockBits::new(blocks), dirty: BlockBits::new(blocks), stamp: 0 }
+        Folio { order, block_size, data: Arc::new(buf), uptodate: BlockBits::new(blocks), dirty: BlockBits::new(blocks), stamp: 0, frame: 0 }
     }
 
     /// The folio's bytes for reuse, unless a shadow still shares them.

@@ -253,12 +253,13 @@ impl PageCache {
     }
 
     /// Memory for one folio: `order`, or a smaller one down to `min` when
-    /// the allocator refuses. The one place folio memory is asked for.
-    fn take_folio_memory(&mut self, order: u8, min: u8) -> Result<u8, FolioRefused> {
+    /// the allocator refuses; the order got and the frame it starts at.
+    /// The one place folio memory is asked for.
+    fn take_folio_memory(&mut self, order: u8, min: u8) -> Result<(u8, u64), FolioRefused> {
         let mut o = order;
         loop {
             match self.memory.allocate(o) {
-                Ok(()) => return Ok(o),
+                Ok(frame) => return Ok((o, frame)),
                 Err(refused) => {
                     self.stats.refused_folios += 1;
                     if o <= min {
@@ -293,13 +294,14 @@ impl PageCache {
                 while o > min && (at % (1u64 << o) != 0 || at + (1u64 << o) > gap.end) {
                     o -= 1;
                 }
-                let got = match self.take_folio_memory(o, min) {
+                let (got, frame) = match self.take_folio_memory(o, min) {
                     Ok(got) => got,
                     Err(refused) => return (made, Some(refused)),
                 };
                 let buf = self.spare.get_mut(&got).and_then(Vec::pop).unwrap_or_default();
                 self.spare_bytes -= buf.capacity();
                 let mut folio = Folio::from_buffer(got, ps, bs, buf);
+                folio.frame = frame;
                 folio.stamp = self.lru.touch(0, (ino, at));
                 *self.stats.folios_by_order.entry(got).or_insert(0) += 1;
                 let m = self.mapping_mut(ino, orders);
@@ -417,7 +419,7 @@ impl PageCache {
             self.dirty_inodes.remove(&ino);
         }
         self.lru.remove(f.stamp);
-        self.memory.release(f.order());
+        self.memory.release(f.order(), f.frame);
         self.keep_buffer(f);
     }
 
@@ -436,7 +438,7 @@ impl PageCache {
         self.dirty_inodes.remove(&ino);
         for f in m.folios.into_values() {
             self.lru.remove(f.stamp);
-            self.memory.release(f.order());
+            self.memory.release(f.order(), f.frame);
             self.keep_buffer(f);
         }
         self.ordered.remove(&ino);
