@@ -69,6 +69,10 @@ pub struct RunArgs {
     /// Simulated disk size, e.g. 64M or 2G (default 8G); small disks fill up.
     #[arg(long, value_parser = parse_size)]
     pub disk_size: Option<u64>,
+    /// Percent of memory seeded other users hold, scattered (0..=90): the
+    /// page cache's folios come from fragmented buddy memory (bs <= ps only).
+    #[arg(long, default_value_t = 0)]
+    pub fragment: u8,
 }
 
 #[derive(Subcommand, Debug)]
@@ -154,6 +158,7 @@ fn spec_from(seed: u64, args: &RunArgs) -> Result<RunSpec, String> {
         tasks: args.tasks,
         disk_bytes: args.disk_size.unwrap_or(DISK_BYTES),
         mkfs: None,
+        fragment: args.fragment,
     };
     let spec = match &args.mkfs {
         // The image's block size and journal become the model's.

@@ -55,6 +55,8 @@ pub struct EngineTarget {
     /// size seen: a fresh buffer per write was zeroed, then overwritten,
     /// and large ones were fresh pages from the host every time.
     pattern_buf: Vec<u8>,
+    /// (percent others hold, seed) of fragmented memory; None: the bound.
+    fragment: Option<(u8, u64)>,
 }
 
 impl EngineTarget {
@@ -74,7 +76,7 @@ impl EngineTarget {
 
     /// Mounts `dev` as the target's filesystem.
     fn mount(&mut self, dev: SimDisk, what: &str) -> Result<(), String> {
-        let mut fs = Ext4::mount(dev, &self.config).map_err(|e| format!("{what}: {e}"))?;
+        let mut fs = mount_engine(dev, &self.config, self.fragment).map_err(|e| format!("{what}: {e}"))?;
         if let Some(hook) = self.after_mount {
             hook(&mut fs);
         }
@@ -175,11 +177,25 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
             disk.flush().map_err(|e| format!("flush after mkfs: {e}"))?;
         }
     }
-    let mut fs = Ext4::mount(disk, &spec.mount).map_err(|e| format!("mount: {e}"))?;
+    let fragment = (spec.fragment > 0).then_some((spec.fragment, spec.seed));
+    let mut fs = mount_engine(disk, &spec.mount, fragment).map_err(|e| format!("mount: {e}"))?;
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default(), pattern_buf: Vec::new() })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default(), pattern_buf: Vec::new(), fragment })
+}
+
+/// A mount whose page cache takes folios from the plain bound, or from
+/// fragmented buddy memory (every mount of a run seeded alike).
+fn mount_engine(disk: SimDisk, mount: &MountConfig, fragment: Option<(u8, u64)>) -> ext4_engine::error::Result<Ext4<SimDisk>> {
+    match fragment {
+        None => Ext4::mount(disk, mount),
+        Some((held, seed)) => {
+            let bound = mount.validate().map(|m| m.page_cache_bytes).unwrap_or(0);
+            let memory = crate::memory::folios::BuddyFolios::new(mount.page_size, bound, held, seed);
+            Ext4::mount_with_memory(disk, mount, Box::new(memory))
+        }
+    }
 }
 
 /// Makes [`EngineTarget`]s; what `ext4sim` runs.
@@ -428,6 +444,7 @@ impl Target for EngineTarget {
                 ("reserved blocks", Figure::Count(data.reserved_blocks)),
                 ("readahead folios", Figure::Count(data.cache.readahead_folios)),
                 ("evicted", Figure::Count(data.cache.evicted_folios)),
+                ("orders refused", Figure::Count(data.cache.refused_folios)),
             ]),
         ));
         out.push(("folios by order".to_string(), Figure::PerOrder(data.cache.folios_by_order.clone())));
