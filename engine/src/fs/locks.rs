@@ -209,33 +209,14 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     /// Runs `f` holding inode `ino`'s `class` lock (i_rwsem or
-    /// invalidate_lock) as the running op, as `by` takes it in ext4. With
-    /// i_rwsem held exclusive, direct I/O in flight is waited for when
-    /// `dio_wait` (truncate). Lockdep sees both ends.
+    /// invalidate_lock) as the running op, as `by` takes it in ext4: a
+    /// one-step plan. Lockdep sees both ends.
     pub(crate) fn under_inode_lock<T>(&mut self, ino: InodeNumber, class: Lock, shared: bool, by: &'static str, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
-        let locks = self.locks.inode(ino);
-        let sem = match class {
-            Lock::InodeRwsem => &locks.rwsem,
-            Lock::InvalidateLock => &locks.invalidate,
-            other => {
-                debug_assert!(false, "{other} is not an inode's lock");
-                return Err(Errno::EINVAL);
-            }
-        };
-        let taken = if shared { sem.down_read() } else { sem.down_write() };
-        taken.map_err(|w| Errno::from(crate::error::Error::WouldWait(w)))?;
-        let mut lockdep = self.locks.tracker(LockHolder::OP);
-        lockdep.acquired(Acquired { class, shared, instance: u64::from(ino), by });
-        let out = f(self);
-        if shared {
-            sem.up_read();
-        } else {
-            sem.up_write();
+        if !matches!(class, Lock::InodeRwsem | Lock::InvalidateLock) {
+            debug_assert!(false, "{class} is not an inode's lock");
+            return Err(Errno::EINVAL);
         }
-        lockdep.released(class, u64::from(ino));
-        drop(locks);
-        self.prune_locks();
-        out
+        self.under_locks(&[super::lock_plan::PlannedLock::Sem { ino, class, shared, by }], f)
     }
 
     /// Forgets idle inodes' locks once many are kept.

@@ -14,7 +14,6 @@ use crate::format::InodeNumber;
 
 use super::lifecycle::file_type;
 use super::lock_plan::namespace::{inode_lock, rename_children};
-use super::lock_plan::LockPlan;
 use super::Ext4;
 
 pub(crate) fn split(path: &str) -> Result<SplitPath<'_>, Errno> {
@@ -42,7 +41,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// Runs `f` holding `dir`'s i_rwsem, once `name` is a valid name not
     /// in it yet (the rest of filename_create).
     fn creating_in<T>(&mut self, dir: InodeNumber, name: &str, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
-        self.under_plan(&LockPlan { steps: vec![inode_lock(dir, "filename_create")] }, |fs| {
+        self.under_locks(&[inode_lock(dir, "filename_create")], |fs| {
             check_name(name)?;
             if fs.lookup_in(dir, name)?.is_some() {
                 return Err(Errno::EEXIST);
@@ -137,7 +136,7 @@ impl<D: BlockDevice> Ext4<D> {
                 return Err(Errno::EPERM);
             }
             // vfs_link: the source's i_rwsem, then its link count.
-            fs.under_plan(&LockPlan { steps: vec![inode_lock(ino, "vfs_link")] }, |fs| {
+            fs.under_locks(&[inode_lock(ino, "vfs_link")], |fs| {
                 if u32::from(fs.node(ino)?.disk.links_count) >= LINK_MAX {
                     return Err(Errno::EMLINK);
                 }
@@ -155,7 +154,7 @@ impl<D: BlockDevice> Ext4<D> {
         let sp = split(path)?;
         let (dir, last) = self.resolve_parent(&sp)?;
         let Last::Normal(name) = last else { return Err(Errno::EISDIR) };
-        self.under_plan(&LockPlan { steps: vec![inode_lock(dir, "do_unlinkat")] }, |fs| {
+        self.under_locks(&[inode_lock(dir, "do_unlinkat")], |fs| {
             fs.ctx.writable()?;
             check_name(name)?;
             let slot = fs.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
@@ -167,7 +166,7 @@ impl<D: BlockDevice> Ext4<D> {
             if is_dir {
                 return Err(Errno::EISDIR);
             }
-            fs.under_plan(&LockPlan { steps: vec![inode_lock(slot.ino, "vfs_unlink")] }, |fs| {
+            fs.under_locks(&[inode_lock(slot.ino, "vfs_unlink")], |fs| {
                 fs.remove_entry(dir, name)?;
                 fs.drop_link(slot.ino)
             })
@@ -183,7 +182,7 @@ impl<D: BlockDevice> Ext4<D> {
             Last::DotDot => return Err(Errno::ENOTEMPTY),
             Last::Root => return Err(Errno::EBUSY),
         };
-        self.under_plan(&LockPlan { steps: vec![inode_lock(dir, "do_rmdir")] }, |fs| {
+        self.under_locks(&[inode_lock(dir, "do_rmdir")], |fs| {
             fs.ctx.writable()?;
             check_name(name)?;
             let slot = fs.lookup_in(dir, name)?.ok_or(Errno::ENOENT)?;
@@ -191,7 +190,7 @@ impl<D: BlockDevice> Ext4<D> {
             if !fs.is_dir(slot.ino)? {
                 return Err(Errno::ENOTDIR);
             }
-            fs.under_plan(&LockPlan { steps: vec![inode_lock(slot.ino, "vfs_rmdir")] }, |fs| {
+            fs.under_locks(&[inode_lock(slot.ino, "vfs_rmdir")], |fs| {
                 if !fs.dir_node(slot.ino)?.dir.as_ref().ok_or(Errno::EIO)?.is_empty() {
                     return Err(Errno::ENOTEMPTY);
                 }
@@ -229,7 +228,7 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(if flags == Some(RenameFlags::NoReplace) { Errno::EEXIST } else { Errno::EBUSY });
         };
         let parents = self.rename_parents(odir, ndir)?;
-        self.under_plan(&parents, |fs| {
+        self.under_locks(&parents.steps, |fs| {
             fs.ctx.writable()?;
             check_name(oname)?;
             let old = fs.lookup_in(odir, oname)?.ok_or(Errno::ENOENT)?;
@@ -274,7 +273,7 @@ impl<D: BlockDevice> Ext4<D> {
                 }
             }
             // vfs_rename locks the inodes it moves once the checks pass.
-            fs.under_plan(&rename_children(old, new, odir, ndir), |fs| {
+            fs.under_locks(&rename_children(old, new, odir, ndir).steps, |fs| {
                 if let (true, Some(n)) = (exchange, new) {
                     return fs.exchange((odir, oname, old), (ndir, nname, n));
                 }

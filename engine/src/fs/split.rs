@@ -119,7 +119,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let taken = plan.prefix(free);
         let holder = self.locks.new_holder();
-        self.take_plan(&taken, holder)?;
+        self.take_plan(&taken.steps, holder)?;
         Ok(WholeOp { op: op.clone(), held: Some((taken, holder)) })
     }
 
@@ -131,7 +131,7 @@ impl<D: BlockDevice> Ext4<D> {
                 // From an earlier mount: the op died with it.
                 return Err(Errno::EINVAL);
             }
-            self.give_back(plan, *holder);
+            self.give_back(&plan.steps, *holder);
         }
         self.apply(&w.op)
     }

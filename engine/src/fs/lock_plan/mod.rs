@@ -27,7 +27,7 @@
 //! and those that need the locks sleep too ([`Ext4::waits_for`]); its
 //! second half hands them back and runs the op whole, which takes them
 //! again at once. The op's own code takes the same locks (`under_inode_lock`
-//! or `under_plan` at each call site), or fewer where it fails early: a
+//! or `under_locks` at each call site), or fewer where it fails early: a
 //! plan may name more than the op takes (it then sleeps longer than it
 //! needed to), never less (the op would meet a lock nobody predicted), and
 //! never one out of the kernel's order (a first half would take it, and
@@ -230,11 +230,21 @@ impl<D: BlockDevice> Ext4<D> {
         Some(f(sem_of(&inode, class)))
     }
 
-    /// Takes `plan`'s locks for `holder`, in order; on a lock that would
-    /// wait, gives back what it took and says which.
-    pub(crate) fn take_plan(&mut self, plan: &LockPlan, holder: LockHolder) -> Result<(), Errno> {
+    /// Runs `f` holding `steps`' locks as the running op, released after
+    /// it whatever it returns.
+    pub(crate) fn under_locks<T>(&mut self, steps: &[PlannedLock], f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
+        self.take_plan(steps, LockHolder::OP)?;
+        let out = f(self);
+        self.give_back(steps, LockHolder::OP);
+        self.prune_locks();
+        out
+    }
+
+    /// Takes a plan's locks (`steps`) for `holder`, in order; on a lock
+    /// that would wait, gives back what it took and says which.
+    pub(crate) fn take_plan(&mut self, steps: &[PlannedLock], holder: LockHolder) -> Result<(), Errno> {
         let mut lockdep = self.locks.tracker(holder);
-        for (i, step) in plan.steps.iter().enumerate() {
+        for (i, step) in steps.iter().enumerate() {
             let taken = match *step {
                 PlannedLock::Sem { ino, class, shared, by } => {
                     let got = self.with_sem(ino, class, true, |sem| if shared { sem.down_read() } else { sem.down_write() });
@@ -251,7 +261,7 @@ impl<D: BlockDevice> Ext4<D> {
                 }),
             };
             if let Err(WouldWait(class)) = taken {
-                self.give_back(&LockPlan { steps: plan.steps[..i].to_vec() }, holder);
+                self.give_back(&steps[..i], holder);
                 return Err(Errno::from(crate::error::Error::WouldWait(WouldWait(class))));
             }
         }
@@ -259,9 +269,9 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     /// Releases what [`Ext4::take_plan`] took, in reverse.
-    pub(crate) fn give_back(&mut self, plan: &LockPlan, holder: LockHolder) {
+    pub(crate) fn give_back(&mut self, steps: &[PlannedLock], holder: LockHolder) {
         let mut lockdep = self.locks.tracker(holder);
-        for step in plan.steps.iter().rev() {
+        for step in steps.iter().rev() {
             match *step {
                 PlannedLock::Sem { ino, class, shared, .. } => {
                     self.with_sem(ino, class, true, |sem| if shared { sem.up_read() } else { sem.up_write() });

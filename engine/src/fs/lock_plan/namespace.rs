@@ -24,7 +24,7 @@ use crate::dir::Slot;
 use crate::format::dirent::FT_DIR;
 use crate::format::InodeNumber;
 
-use super::super::locks::{Lock, LockHolder};
+use super::super::locks::Lock;
 use super::super::Ext4;
 use super::{LockPlan, PlannedLock};
 
@@ -62,16 +62,6 @@ impl<D: BlockDevice> Ext4<D> {
         let (first, second) = if self.is_ancestor(ndir, odir)? { (ndir, odir) } else { (odir, ndir) };
         let mutex = PlannedLock::Sem { ino: 0, class: Lock::RenameMutex, shared: false, by: BY };
         Ok(LockPlan { steps: vec![mutex, inode_lock(first, BY), inode_lock(second, BY)] })
-    }
-
-    /// Runs `f` holding `plan`'s locks as the running op, released after
-    /// it whatever it returns.
-    pub(crate) fn under_plan<T>(&mut self, plan: &LockPlan, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
-        self.take_plan(plan, LockHolder::OP)?;
-        let out = f(self);
-        self.give_back(plan, LockHolder::OP);
-        self.prune_locks();
-        out
     }
 
     /// The plan of a directory op (see the module's words), if it gets as

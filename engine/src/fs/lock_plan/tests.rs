@@ -90,10 +90,10 @@ fn a_plan_names_locks_the_op_itself_takes() {
                 }
             };
             let blocking = LockPlan { steps: vec![blocking] };
-            fs.take_plan(&blocking, other).unwrap();
+            fs.take_plan(&blocking.steps, other).unwrap();
             assert!(fs.plan_would_wait(&one).is_some(), "{op}: step {i}");
             assert_eq!(fs.apply(&op), Err(Errno::EDEADLK), "{op} ran past {step:?} held by another");
-            fs.give_back(&blocking, other);
+            fs.give_back(&blocking.steps, other);
             assert!(!fs.locks.any_held(), "{op}: a lock left held");
         }
         assert!(fs.plan_would_wait(&plan).is_none());
@@ -227,7 +227,7 @@ fn a_taken_plan_holds_off_rivals_until_given_back() {
     let mut fs = with_file();
     let plan = fs.lock_plan(&Op::Truncate { path: "/f".into(), size: 0 }).unwrap();
     let holder = fs.locks.new_holder();
-    fs.take_plan(&plan, holder).unwrap();
+    fs.take_plan(&plan.steps, holder).unwrap();
     assert!(fs.locks.holds(holder));
     let write = fs.lock_plan(&Op::Write { path: "/f".into(), offset: 0, len: 1, seed: 0 }).unwrap();
     assert_eq!(fs.plan_would_wait(&write), Some(Lock::InodeRwsem));
@@ -235,9 +235,9 @@ fn a_taken_plan_holds_off_rivals_until_given_back() {
     assert_eq!(fs.plan_would_wait(&read), Some(Lock::InvalidateLock));
     // A second taker is refused whole: it keeps nothing it took.
     let other = fs.locks.new_holder();
-    assert_eq!(fs.take_plan(&write, other), Err(Errno::EDEADLK));
+    assert_eq!(fs.take_plan(&write.steps, other), Err(Errno::EDEADLK));
     assert!(!fs.locks.holds(other));
-    fs.give_back(&plan, holder);
+    fs.give_back(&plan.steps, holder);
     assert!(!fs.locks.any_held());
     assert_eq!(fs.plan_would_wait(&write), None);
     // Ops on a directory or a missing name fail before any lock.
