@@ -13,6 +13,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::geometry::Geometry;
+
 /// One bit per block of a folio.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockBits {
@@ -69,10 +71,10 @@ pub struct Folio {
 }
 
 impl Folio {
-    /// A zeroed folio of `page_size << order` bytes, nothing uptodate.
-    /// The caller has checked the folio holds at least one whole block.
-    pub fn new(order: u8, page_size: u32, block_size: u32) -> Self {
-        Self::from_buffer(order, page_size, block_size, Vec::new())
+    /// A zeroed folio of `order` pages of `geo`, nothing uptodate. The
+    /// caller has checked the folio holds at least one whole block.
+    pub fn new(order: u8, geo: Geometry) -> Self {
+        Self::from_buffer(order, geo, Vec::new())
     }
 
     /// [`Folio::new`] over a buffer a dropped folio left (see
@@ -80,9 +82,11 @@ impl Folio {
     /// host for every folio. Its old bytes stay: no block is uptodate, and
     /// whatever makes one uptodate fills it whole (read, write, zeroing),
     /// as a page from the kernel's allocator holds garbage until then.
-    pub fn from_buffer(order: u8, page_size: u32, block_size: u32, mut buf: Vec<u8>) -> Self {
-        let bytes = (page_size as usize) << order;
-        let blocks = super::geometry::Geometry::new(block_size, page_size).and_then(|g| g.blocks_per_folio(order));
+    pub fn from_buffer(order: u8, geo: Geometry, mut buf: Vec<u8>) -> Self {
+        // Geometry's sizes are at most 64 KiB: these fit.
+        let (page_size, block_size) = (geo.page_size() as usize, geo.block_size() as u32);
+        let bytes = page_size << order;
+        let blocks = geo.blocks_per_folio(order);
         debug_assert!(blocks.is_some(), "an order-{order} folio cannot hold {block_size}-byte blocks");
         // Never zero: a folio too small for a block is still one block's bits.
         let blocks = blocks.unwrap_or(1);
@@ -182,9 +186,13 @@ impl Folio {
 mod tests {
     use super::*;
 
+    fn geo(block_size: u32, page_size: u32) -> Geometry {
+        Geometry::new(block_size, page_size).unwrap()
+    }
+
     #[test]
     fn a_folio_holds_whole_blocks_with_a_state_each() {
-        let mut f = Folio::new(2, 4096, 1024);
+        let mut f = Folio::new(2, geo(1024, 4096));
         assert_eq!((f.len_bytes(), f.blocks()), (16384, 16));
         assert!(!f.is_uptodate(3) && !f.is_dirty_any());
         f.block_mut(3).fill(7);
@@ -201,15 +209,15 @@ mod tests {
 
     #[test]
     fn a_block_larger_than_a_page_fills_a_minimum_order_folio() {
-        let f = Folio::new(4, 4096, 65536);
+        let f = Folio::new(4, geo(65536, 4096));
         assert_eq!(f.blocks(), 1);
-        let f = Folio::new(11, 4096, 1024);
+        let f = Folio::new(11, geo(1024, 4096));
         assert_eq!(f.blocks(), 8192);
     }
 
     #[test]
     fn a_shared_folio_is_copied_on_first_write() {
-        let mut a = Folio::new(0, 4096, 4096);
+        let mut a = Folio::new(0, geo(4096, 4096));
         let b = a.clone();
         a.bytes_mut()[0] = 1;
         assert_eq!((a.bytes()[0], b.bytes()[0]), (1, 0));

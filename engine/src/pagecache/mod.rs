@@ -93,8 +93,6 @@ impl Mapping {
 /// The page cache of one mount.
 #[derive(Debug)]
 pub struct PageCache {
-    page_size: u32,
-    block_size: u32,
     geo: Geometry,
     mappings: BTreeMap<InodeNumber, Mapping>,
     lru: Lru,
@@ -120,8 +118,6 @@ impl Clone for PageCache {
     /// the allocator is forked.
     fn clone(&self) -> Self {
         PageCache {
-            page_size: self.page_size,
-            block_size: self.block_size,
             geo: self.geo,
             mappings: self.mappings.clone(),
             lru: self.lru.clone(),
@@ -138,16 +134,12 @@ impl Clone for PageCache {
 
 impl PageCache {
     pub fn new(geo: Geometry, memory: Box<dyn FolioAllocator>) -> Self {
-        // Both fit: Geometry holds sizes of at most 64 KiB.
-        let (page_size, block_size) = (geo.page_size() as u32, geo.block_size() as u32);
         let quarter = memory.bound_bytes() / 4;
         let mut order_cap = 0u8;
-        while (u64::from(page_size) << (order_cap + 1)) <= quarter && order_cap < 63 {
+        while (geo.page_size() << (order_cap + 1)) <= quarter && order_cap < 63 {
             order_cap += 1;
         }
         PageCache {
-            page_size,
-            block_size,
             geo,
             mappings: BTreeMap::new(),
             lru: Lru::default(),
@@ -159,10 +151,6 @@ impl PageCache {
             spare_bytes: 0,
             dirty_inodes: BTreeSet::new(),
         }
-    }
-
-    pub fn page_size(&self) -> u32 {
-        self.page_size
     }
 
     pub fn stats(&self) -> &PageCacheStats {
@@ -277,7 +265,6 @@ impl PageCache {
     /// order; stops early (with what it made) when memory is refused.
     pub fn add_folios(&mut self, ino: InodeNumber, orders: (u8, u8), pages: Range<u64>, order: u8) -> (Vec<u64>, Option<FolioRefused>) {
         let ceiling = self.order_ceiling(orders).min(order.max(orders.0));
-        let (ps, bs) = (self.page_size, self.block_size);
         let min = orders.0;
         let align = 1u64 << min;
         let start = pages.start / align * align;
@@ -300,7 +287,7 @@ impl PageCache {
                 };
                 let buf = self.spare.get_mut(&got).and_then(Vec::pop).unwrap_or_default();
                 self.spare_bytes -= buf.capacity();
-                let mut folio = Folio::from_buffer(got, ps, bs, buf);
+                let mut folio = Folio::from_buffer(got, self.geo, buf);
                 folio.frame = frame;
                 folio.stamp = self.lru.touch(0, (ino, at));
                 *self.stats.folios_by_order.entry(got).or_insert(0) += 1;
@@ -493,7 +480,7 @@ impl PageCache {
     /// A read of pages `request` of `ino`: the pages to fill, from the
     /// readahead state (the request alone when it is all cached).
     pub fn readahead_window(&mut self, ino: InodeNumber, orders: (u8, u8), request: Range<u64>, eof_page: u64) -> (Range<u64>, u8) {
-        let ps = self.page_size;
+        let ps = self.geo.page_size();
         let ceiling = self.order_ceiling(orders);
         let m = self.mapping_mut(ino, orders);
         let cached = uncached_gaps(m, request.clone()).is_empty();
@@ -525,7 +512,7 @@ impl PageCache {
             Some(m) => uncached_gaps(m, widened),
             None => vec![widened],
         };
-        gaps.iter().map(|g| g.end - g.start).sum::<u64>().saturating_mul(u64::from(self.page_size))
+        gaps.iter().map(|g| g.end - g.start).sum::<u64>().saturating_mul(self.geo.page_size())
     }
 
     /// Copies `data` into the cached folios of `ino` at byte `offset`,
@@ -533,7 +520,7 @@ impl PageCache {
     /// and blocks the data covers only partly are uptodate already.
     /// Returns false (having copied nothing past it) at a page no folio holds.
     pub fn write_bytes(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> bool {
-        let bs = u64::from(self.block_size);
+        let bs = self.geo.block_size();
         let end = offset + data.len() as u64;
         let mut at = offset;
         while at < end {
@@ -564,7 +551,7 @@ impl PageCache {
     /// `ino` into `out`; returns the logical blocks it does not hold
     /// uptodate (their part of `out` is left as it was), in order.
     pub fn read_bytes(&mut self, ino: InodeNumber, offset: u64, out: &mut [u8]) -> Vec<u64> {
-        let bs = u64::from(self.block_size);
+        let bs = self.geo.block_size();
         let end = offset + out.len() as u64;
         let mut missing = Vec::new();
         let mut b = offset / bs;

@@ -53,7 +53,7 @@ impl Readahead {
     /// A read of pages `request` (of a file whose data ends before page
     /// `eof_page`) missed the cache: updates the window and returns the
     /// pages to fill, the request and what readahead adds after it.
-    pub fn on_miss(&mut self, request: Range<u64>, eof_page: u64, orders: (u8, u8), page_size: u32) -> Range<u64> {
+    pub fn on_miss(&mut self, request: Range<u64>, eof_page: u64, orders: (u8, u8), page_size: u64) -> Range<u64> {
         let (min, max) = orders;
         // In order: from where the last read ended, or from within its last page.
         let sequential = request.start <= self.next_page && request.start.saturating_add(1) >= self.next_page;
@@ -64,7 +64,7 @@ impl Readahead {
             self.folios = 1;
             self.order = min;
         }
-        let max_pages = (RA_MAX_BYTES / u64::from(page_size)).max(1);
+        let max_pages = (RA_MAX_BYTES / page_size).max(1);
         while self.window_pages() > max_pages && self.folios > 1 {
             self.folios /= 2;
         }

@@ -16,7 +16,7 @@ fn cache(ps: u32, bs: u32, bound: u64) -> PageCache {
 /// Every folio of `ino`: orders within `lo..=hi`, aligned to its size,
 /// whole blocks only.
 fn check_geometry(pc: &PageCache, ino: InodeNumber, lo: u8, hi: u8, what: &str) {
-    let (ps, bs) = (u64::from(pc.page_size), u64::from(pc.block_size));
+    let (ps, bs) = (pc.geo.page_size(), pc.geo.block_size());
     for (index, f) in pc.mapping(ino).expect("a mapping").folios() {
         let o = f.order();
         assert!((lo..=hi).contains(&o), "{what}: order {o} outside {lo}..={hi}");
@@ -88,9 +88,9 @@ fn write(pc: &mut PageCache, ino: InodeNumber, at: u64, len: usize) {
 }
 
 fn write_with(pc: &mut PageCache, ino: InodeNumber, at: u64, len: usize, orders: (u8, u8)) {
-    let ps = u64::from(pc.page_size);
+    let ps = pc.geo.page_size();
     pc.add_folios(ino, orders, at / ps..(at + len as u64).div_ceil(ps), orders.1);
-    for b in at / u64::from(pc.block_size)..(at + len as u64).div_ceil(u64::from(pc.block_size)) {
+    for b in at / pc.geo.block_size()..(at + len as u64).div_ceil(pc.geo.block_size()) {
         let (index, i) = pc.locate(ino, b).unwrap();
         pc.folio_mut(ino, index).unwrap().set_uptodate(i);
     }
