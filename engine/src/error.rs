@@ -37,6 +37,9 @@ pub enum Error {
     /// The page cache could get no memory for a folio, even of the minimum order.
     #[error("out of memory: {0}")]
     NoMemory(String),
+    /// A no-fail allocation reclaim could not satisfy (the kernel would spin).
+    #[error("livelock: {0}")]
+    Livelock(crate::memory::nofail::Livelock),
     /// Write-back could not allocate blocks its reservation promised.
     #[error("delayed allocation failed: {0}")]
     DelayedAllocation(String),

@@ -343,6 +343,10 @@ impl Target for EngineTarget {
         }
     }
 
+    fn take_livelock(&mut self) -> Option<String> {
+        self.fs.as_mut().and_then(|fs| fs.take_livelock()).map(|l| l.to_string())
+    }
+
     fn explain_last_error(&mut self) -> Option<String> {
         ext4_engine::fs::take_last_error().map(|e| e.to_string())
     }
@@ -396,6 +400,15 @@ impl Target for EngineTarget {
         blocks < NEARLY_FULL_BLOCKS.max(self.start_space.0 / 16) || inodes == 0
     }
 
+    fn memory_low(&self) -> bool {
+        self.fs.as_ref().is_some_and(|fs| fs.memory_low())
+    }
+    fn reclaim(&mut self) -> Result<(), String> {
+        match self.fs.as_mut() {
+            Some(fs) => fs.kswapd().map(|_| ()).map_err(|e| format!("kswapd: {e}")),
+            None => Ok(()),
+        }
+    }
     fn pass_time(&mut self, ns: u64) {
         if let Some(fs) = self.fs.as_mut() {
             fs.device_mut().pass_time(ns);
@@ -439,6 +452,7 @@ impl Target for EngineTarget {
             "page cache".to_string(),
             group(vec![
                 ("held", Figure::Bytes(data.cache_bytes)),
+                ("metadata", Figure::Bytes(data.metadata_bytes)),
                 ("bound", Figure::Bytes(data.cache_bound_bytes)),
                 ("dirty blocks", Figure::Count(data.dirty_blocks)),
                 ("reserved blocks", Figure::Count(data.reserved_blocks)),
@@ -448,6 +462,40 @@ impl Target for EngineTarget {
             ]),
         ));
         out.push(("folios by order".to_string(), Figure::PerOrder(data.cache.folios_by_order.clone())));
+        let nofail = fs.nofail_stats();
+        let first_warning = nofail.first_warning.map_or_else(|| "none".to_string(), |w| format!("order {} {} (request {})", w.order, w.what, w.request));
+        out.push((
+            "no-fail allocations".to_string(),
+            group(vec![
+                ("requests", Figure::Count(nofail.requests())),
+                ("retries", Figure::Count(nofail.retries)),
+                ("most retries", Figure::Count(nofail.max_retries)),
+                ("order>1 warnings", Figure::Count(nofail.warnings)),
+                ("first warned", Figure::Text(first_warning)),
+                ("metadata peak", Figure::Bytes(nofail.peak_metadata_bytes)),
+            ]),
+        ));
+        out.push((
+            "reclaim for no-fail".to_string(),
+            group(vec![
+                ("data folios", Figure::Count(nofail.reclaimed_data_folios)),
+                ("metadata folios", Figure::Count(nofail.reclaimed_metadata_folios)),
+                ("checkpoints", Figure::Count(nofail.reclaim_checkpoints)),
+                ("write-backs", Figure::Count(nofail.reclaim_writebacks)),
+            ]),
+        ));
+        out.push(("no-fail by order".to_string(), Figure::PerOrder(nofail.by_order.clone())));
+        let kswapd = fs.kswapd_stats();
+        out.push((
+            "reclaimer task".to_string(),
+            group(vec![
+                ("passes", Figure::Count(kswapd.passes)),
+                ("data folios", Figure::Count(kswapd.data_folios)),
+                ("metadata folios", Figure::Count(kswapd.metadata_folios)),
+                ("checkpoints", Figure::Count(kswapd.checkpoints)),
+                ("write-backs", Figure::Count(kswapd.writebacks)),
+            ]),
+        ));
         out.push((
             "write-back".to_string(),
             group(vec![

@@ -29,6 +29,11 @@ pub enum Failure {
     Crash { index: u64, what: String },
     /// A lock held after the op that took it returned, or every task asleep.
     Lock { index: u64, op: Option<OpKind>, what: String },
+    /// A no-fail allocation in `op` that reclaim could not satisfy: the
+    /// kernel would spin there.
+    Livelock { index: u64, op: Option<OpKind>, what: String },
+    /// The reclaimer task failed after op `index`.
+    Reclaim { index: u64, what: String },
     /// The model or the target panicked in `op`.
     Panic { index: u64, op: Option<Op>, message: String },
 }
@@ -42,6 +47,8 @@ impl Failure {
             | Failure::ReadBack { index, .. }
             | Failure::Crash { index, .. }
             | Failure::Lock { index, .. }
+            | Failure::Livelock { index, .. }
+            | Failure::Reclaim { index, .. }
             | Failure::Panic { index, .. } => *index,
         }
     }
@@ -50,9 +57,9 @@ impl Failure {
     pub fn op_kind(&self) -> Option<OpKind> {
         match self {
             Failure::Divergence(d) => Some(d.op.kind()),
-            Failure::Lock { op, .. } => *op,
+            Failure::Lock { op, .. } | Failure::Livelock { op, .. } => *op,
             Failure::Panic { op, .. } => op.as_ref().map(Op::kind),
-            Failure::ModelInvariant { .. } | Failure::TargetFsck { .. } | Failure::ReadBack { .. } | Failure::Crash { .. } => None,
+            Failure::ModelInvariant { .. } | Failure::TargetFsck { .. } | Failure::ReadBack { .. } | Failure::Crash { .. } | Failure::Reclaim { .. } => None,
         }
     }
 
@@ -94,6 +101,8 @@ impl fmt::Display for Failure {
             Failure::ReadBack { index, what } => write!(f, "image read back after op {index} differs from the model: {what}"),
             Failure::Crash { index, what } => write!(f, "crash after op {index}: {what}"),
             Failure::Lock { index, what, .. } => write!(f, "lock discipline broken after op {index}: {what}"),
+            Failure::Livelock { index, what, .. } => write!(f, "livelock in op {index}: {what}"),
+            Failure::Reclaim { index, what } => write!(f, "reclaimer task failed after op {index}: {what}"),
             Failure::Panic { index, op: Some(op), message } => write!(f, "panic in op {index}: {op}\n  panic:  {message}"),
             Failure::Panic { index, op: None, message } => write!(f, "panic after op {index}: {message}"),
         }

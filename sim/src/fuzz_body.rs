@@ -216,7 +216,7 @@ pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u
                 true
             }
             Step::Crash { .. } => !in_flight.contains(&true),
-            Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } => !busy,
+            Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } | Step::Reclaim => !busy,
         };
         if fits {
             steps.push(step);

@@ -338,6 +338,9 @@ impl<T: Target> Lockstep<T> {
     /// Counts an outcome and holds the target's answer to the model's.
     fn judge(&mut self, op: &Op, index: u64, expected: Outcome, actual: Outcome) -> Result<Outcome, Failure> {
         hash_outcome(&mut self.trace, &expected);
+        if let Some(what) = self.target.take_livelock() {
+            return Err(Failure::Livelock { index, op: Some(op.kind()), what });
+        }
         match &expected {
             Ok(_) => *self.stats.ok.entry(op.kind()).or_default() += 1,
             Err(e) => *self.stats.errors.entry(*e).or_default() += 1,
@@ -524,6 +527,21 @@ impl<T: Target> Lockstep<T> {
             (Err(what), None) => Err(Failure::TargetFsck { index, what }),
             (Ok(()), None) => Ok(()),
         }
+    }
+
+    /// Memory is low on the target: its reclaimer may run.
+    pub fn memory_low(&self) -> bool {
+        self.target.memory_low()
+    }
+
+    /// One pass of the target's reclaimer (kswapd), between ops. It frees
+    /// memory and asks the model nothing; its I/O runs on a healthy disk
+    /// (a fault there would fall in no op) and counts as idle time.
+    pub fn reclaim(&mut self) -> Result<(), Failure> {
+        let start = self.target.now_ns();
+        let out = self.with_faults_held(|ls| ls.target.reclaim());
+        self.time.record_idle(self.target.now_ns().saturating_sub(start));
+        out.map_err(|what| Failure::Reclaim { index: self.index, what })
     }
 
     /// Simulated time passes with nothing asked of the target.

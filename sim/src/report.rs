@@ -98,6 +98,8 @@ fn failure_json(f: &Failure) -> String {
         Failure::ReadBack { .. } => "read_back",
         Failure::Crash { .. } => "crash",
         Failure::Lock { .. } => "lock",
+        Failure::Livelock { .. } => "livelock",
+        Failure::Reclaim { .. } => "reclaim",
         Failure::Panic { .. } => "panic",
     };
     let op = f.op_kind().map_or("null".to_string(), |k| json_str(&format!("{k:?}")));

@@ -97,6 +97,14 @@ pub trait Target: FileSystem {
     /// Lets `ns` of simulated time pass with no I/O (a target with no
     /// clock ignores it).
     fn pass_time(&mut self, _ns: u64) {}
+    /// Whether free memory is low enough for the reclaimer task to run.
+    fn memory_low(&self) -> bool {
+        false
+    }
+    /// One pass of the reclaimer task: frees memory, changes no file.
+    fn reclaim(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Simulated ns the target's checks spent away from the run's clock.
     fn check_ns(&self) -> u64 {
         0
@@ -125,6 +133,10 @@ pub trait Target: FileSystem {
     }
     /// What lies behind the last errno the target answered, when it was
     /// more than the errno says (EIO: which structure, which check).
+    /// A no-fail allocation the last op could not get (a livelock), if any.
+    fn take_livelock(&mut self) -> Option<String> {
+        None
+    }
     fn explain_last_error(&mut self) -> Option<String> {
         None
     }

@@ -85,6 +85,9 @@ pub enum Step {
     /// the disk's clock moves on, so the filesystem's timers (the commit
     /// interval, dirty expiry) may fire at the next op.
     Pause { ns: u64 },
+    /// The reclaimer task (kswapd) ran one pass: memory was low. It frees
+    /// memory only, so the model has nothing to do.
+    Reclaim,
 }
 
 impl Step {
@@ -107,6 +110,7 @@ impl std::fmt::Display for Step {
             Step::Task(t) => write!(f, "task {t}"),
             Step::Begin(op) => write!(f, "begin {op}"),
             Step::Finish => write!(f, "finish"),
+            Step::Reclaim => write!(f, "reclaim"),
         }
     }
 }
@@ -229,6 +233,7 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
             Step::Begin(op)
         }
         "finish" => Step::Finish,
+        "reclaim" => Step::Reclaim,
         "crash" => Step::Crash { seed: fields()?.num("seed").map_err(|e| e.to_string())? },
         "pause" => Step::Pause { ns: fields()?.num("ns").map_err(|e| e.to_string())? },
         "fault" => {
@@ -301,6 +306,7 @@ mod tests {
                 Step::Op(Op::Sync),
                 Step::Crash { seed: 77 },
                 Step::Pause { ns: 12_345_678_901 },
+                Step::Reclaim,
                 Step::Fault(FaultEvent { kind: ScriptedFault::ReadOnly, command: 4, sector: 0 }),
                 Step::Fault(FaultEvent { kind: ScriptedFault::Latent, command: 0, sector: 7 }),
                 Step::Op(Op::Stat { path: "/a".into() }),

@@ -11,9 +11,15 @@
 //!   written later would overwrite whatever data the block holds by then.
 //! - With a journal, the dirty blocks go into a transaction instead
 //!   ([`BufferCache::dirty_blocks`], then [`BufferCache::mark_all_clean`]).
-//! - Nothing is ever evicted: with lazy checkpoints the newest copy of a
-//!   journaled block may be only here and in the log, not at home.
+//! - Only reclaim evicts, and only folios whose every block is clean and
+//!   whose home copy is the newest ([`BufferCache::drop_clean_folio`]): with
+//!   lazy checkpoints the newest copy of a journaled block may be only here
+//!   and in the log, not at home.
+//! - Blocks live in folios of the block device's page cache
+//!   ([`folios::MetadataFolios`]); their memory is the filesystem's to get.
 //! - [`BufferCache::drop_all`] loses everything, as a crash does.
+
+pub mod folios;
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::device::{BlockDevice, IoClass, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::BlockNumber;
+use folios::MetadataFolios;
 
 /// Largest single coalesced write: bounds the staging buffer.
 const MAX_WRITE_BYTES: usize = 1 << 20;
@@ -35,15 +42,43 @@ pub struct BufferCache {
     /// kept apart so writeback and commits visit only them (the cache itself
     /// never shrinks) in ascending order.
     dirty: BTreeSet<BlockNumber>,
+    folios: MetadataFolios,
 }
 
 impl BufferCache {
-    pub fn new(block_size: u32, blocks_count: u64) -> Self {
-        BufferCache { block_size: block_size as usize, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new() }
+    pub fn new(block_size: u32, blocks_count: u64, page_size: u32) -> Self {
+        BufferCache { block_size: block_size as usize, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new(), folios: MetadataFolios::new(block_size, page_size) }
+    }
+
+    pub fn folios(&self) -> &MetadataFolios {
+        &self.folios
+    }
+
+    pub fn folios_mut(&mut self) -> &mut MetadataFolios {
+        &mut self.folios
+    }
+
+    /// Drops folio `index` when every cached block in it is clean and not
+    /// `pinned` (its newest copy is not at home); whether it went.
+    pub fn drop_clean_folio(&mut self, index: u64, pinned: &dyn Fn(BlockNumber) -> bool) -> bool {
+        let blocks = self.folios.blocks_of(index);
+        let cached: Vec<BlockNumber> = self.bufs.range(blocks).map(|(b, _)| *b).collect();
+        if cached.is_empty() || cached.iter().any(|b| self.dirty.contains(b) || pinned(*b)) {
+            return false;
+        }
+        for b in cached {
+            self.bufs.remove(&b);
+            self.folios.block_removed(b);
+        }
+        true
     }
 
     pub fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    pub fn is_dirty(&self, block: BlockNumber) -> bool {
+        self.dirty.contains(&block)
     }
 
     /// Number of dirty blocks waiting for writeback.
@@ -62,10 +97,14 @@ impl BufferCache {
     fn load<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut Box<[u8]>> {
         self.check(block)?;
         match self.bufs.entry(block) {
-            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Occupied(e) => {
+                self.folios.touched(block);
+                Ok(e.into_mut())
+            }
             Entry::Vacant(e) => {
                 let mut data = vec![0u8; self.block_size].into_boxed_slice();
                 dev.read(block * self.block_size as u64, &mut data, IoClass::Metadata)?;
+                self.folios.block_added(block);
                 Ok(e.insert(data))
             }
         }
@@ -90,9 +129,13 @@ impl BufferCache {
         self.check(block)?;
         debug_assert_eq!(data.len(), self.block_size);
         match self.bufs.entry(block) {
-            Entry::Occupied(mut e) => e.get_mut().copy_from_slice(data),
+            Entry::Occupied(mut e) => {
+                e.get_mut().copy_from_slice(data);
+                self.folios.touched(block);
+            }
             Entry::Vacant(e) => {
                 e.insert(data.into());
+                self.folios.block_added(block);
             }
         }
         self.dirty.insert(block);
@@ -106,6 +149,7 @@ impl BufferCache {
         for b in doomed {
             self.bufs.remove(&b);
             self.dirty.remove(&b);
+            self.folios.block_removed(b);
         }
     }
 
@@ -154,6 +198,7 @@ impl BufferCache {
     pub fn drop_all(&mut self) {
         self.bufs.clear();
         self.dirty.clear();
+        self.folios.clear();
     }
 }
 
@@ -171,7 +216,7 @@ mod tests {
     #[test]
     fn nothing_reaches_the_device_before_write_back() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024);
+        let mut c = BufferCache::new(1024, 1024, 4096);
         c.get_mut(&mut dev, 5).unwrap()[0] = 7;
         c.put(6, &[9u8; 1024]).unwrap();
         assert_eq!(c.dirty_count(), 2);
@@ -186,7 +231,7 @@ mod tests {
     #[test]
     fn dirty_blocks_are_listed_in_order_until_marked_clean() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024);
+        let mut c = BufferCache::new(1024, 1024, 4096);
         c.put(9, &[1u8; 1024]).unwrap();
         c.put(3, &[2u8; 1024]).unwrap();
         c.get(&mut dev, 5).unwrap();
@@ -203,7 +248,7 @@ mod tests {
     #[test]
     fn forgotten_blocks_are_never_written() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024);
+        let mut c = BufferCache::new(1024, 1024, 4096);
         c.put(10, &[1u8; 1024]).unwrap();
         c.put(11, &[2u8; 1024]).unwrap();
         c.forget(10, 1);
@@ -216,5 +261,24 @@ mod tests {
         c.write_back(&mut dev).unwrap();
         assert_eq!(read(&mut dev, 12), vec![0u8; 1024]);
         assert!(c.get(&mut dev, 1024).is_err(), "past the filesystem");
+    }
+
+    #[test]
+    fn reclaim_drops_only_folios_whose_blocks_are_clean_and_unpinned() {
+        let mut dev = MemDevice::new(1 << 20);
+        let mut c = BufferCache::new(1024, 1024, 4096);
+        c.put(8, &[1u8; 1024]).unwrap();
+        c.get(&mut dev, 9).unwrap();
+        c.get(&mut dev, 12).unwrap();
+        c.get(&mut dev, 16).unwrap();
+        let none = |_b: BlockNumber| false;
+        assert!(!c.drop_clean_folio(2, &none), "block 8 is dirty");
+        assert!(!c.drop_clean_folio(4, &|b| b == 16), "block 16 is pinned");
+        assert!(c.drop_clean_folio(3, &none));
+        assert!(!c.drop_clean_folio(3, &none), "nothing left there");
+        c.write_back(&mut dev).unwrap();
+        assert!(c.drop_clean_folio(2, &none));
+        assert_eq!(c.folios().unbacked(), vec![4], "folios 2 and 3 went with their blocks");
+        assert_eq!(c.get(&mut dev, 8).unwrap(), &[1u8; 1024][..], "read again from home");
     }
 }

@@ -17,7 +17,8 @@
 //! - Checkpoints are lazy: only when the next transaction does not fit the
 //!   log, and at unmount (which also clears needs_recovery).
 //! - Transactions stay small: before an op, a running transaction that
-//!   could outgrow a quarter of the log, or held blocks that the op may
+//!   could outgrow a quarter of the log (or whose dirty metadata holds a
+//!   quarter of memory, which it pins until it commits), or held blocks that the op may
 //!   need, commit first — as jbd2 commits when a handle does not fit, and
 //!   ext4 forces a commit before giving ENOSPC.
 //! - A transaction larger than the whole log (not reachable through the ops
@@ -74,6 +75,23 @@ pub(crate) struct Committing {
     tid: u32,
     txn: Transaction,
     time: (u64, u32),
+    /// Blocks it logs that the running transaction has dirtied since:
+    /// jbd2 gives each a frozen copy (do_get_write_access).
+    pub(crate) frozen: std::collections::BTreeSet<BlockNumber>,
+    /// Frames of the frozen copies ([`super::memory`]).
+    pub(crate) copies: Vec<(u8, u64)>,
+}
+
+impl Committing {
+    /// Whether it logs `block`: until written, that block's newest copy is here.
+    pub(crate) fn logs(&self, block: BlockNumber) -> bool {
+        self.txn.contains(block)
+    }
+
+    /// The blocks it logs, ascending.
+    pub(crate) fn logged(&self) -> impl Iterator<Item = BlockNumber> + '_ {
+        self.txn.blocks().map(|(b, _)| b)
+    }
 }
 
 impl<D: BlockDevice> Ext4<D> {
@@ -134,6 +152,8 @@ impl<D: BlockDevice> Ext4<D> {
         let (sb_block, sb_data) = self.ctx.superblock_block()?;
         txn.add(sb_block, sb_data);
         let time = self.ctx.commit_time();
+        // Staging filled the cache; nothing here may write data back.
+        self.settle_metadata_memory(super::memory::Reclaim::CleanOnly)?;
         let Ctx { journal, cache, .. } = &mut self.ctx;
         let journal = journal.as_ref().ok_or_else(|| Error::InvalidArgument("commit without a journal".into()))?;
         for (start, len) in &freed {
@@ -145,7 +165,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let tid = journal.next_tid();
         cache.mark_all_clean();
-        self.committing = Some(Committing { tid, txn, time });
+        self.committing = Some(Committing { tid, txn, time, frozen: Default::default(), copies: Vec::new() });
         Ok(Some(tid))
     }
 
@@ -154,7 +174,12 @@ impl<D: BlockDevice> Ext4<D> {
     /// Blocks freed since it closed stay held: the running transaction has
     /// not committed their frees.
     pub(crate) fn finish_commit(&mut self) -> Result<()> {
-        let Some(Committing { txn, time, .. }) = self.committing.take() else { return Ok(()) };
+        let Some(Committing { txn, time, copies, .. }) = self.committing.take() else {
+            return Ok(());
+        };
+        // Nothing below allocates: the copies' memory may go back first,
+        // which keeps it from leaking on an I/O error.
+        self.release_frames(copies);
         // Logged (or home) below; a failure leaves them to a crash's replay.
         let _in_log = std::mem::take(&mut self.ctx.committing_data);
         #[cfg(feature = "test-hooks")]
@@ -201,11 +226,18 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn prepare_change(&mut self, need_blocks: u64) -> std::result::Result<(), Errno> {
         self.start_handle()?;
         self.run_timers().map_err(Errno::from)?;
-        let Some(journal) = self.ctx.journal.as_ref() else { return Ok(()) };
+        self.settle_metadata_memory(super::memory::Reclaim::WriteBack { spare: None }).map_err(Errno::from)?;
+        let Some(journal) = self.ctx.journal.as_ref() else {
+            return Ok(());
+        };
         let alloc = &self.ctx.alloc;
         let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);
         let estimate = (self.ctx.cache.dirty_count() + self.ctx.journaled_data.len() + alloc.dirty_count() + 2 * self.dirty.len() + 1) as u64;
-        let big = estimate.saturating_mul(LOG_SHARE) > u64::from(journal.capacity());
+        // Dirty metadata is pinned until its commit: a quarter of memory
+        // is as much as a transaction may hold of it.
+        let pinned = (self.ctx.cache.dirty_count() as u64).saturating_mul(self.ctx.cache.folios().folio_bytes());
+        let heavy = pinned.saturating_mul(LOG_SHARE) > self.ctx.pages.bound_bytes();
+        let big = heavy || estimate.saturating_mul(LOG_SHARE) > u64::from(journal.capacity());
         // Not while a split op holds a handle: the commit would wait for
         // it, as the kernel's new handle would wait for that commit.
         if (short || big) && self.locks.split_handles == 0 {

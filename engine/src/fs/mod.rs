@@ -67,6 +67,7 @@ mod lifecycle;
 mod lock_plan;
 mod mapped_write;
 pub mod locks;
+mod memory;
 mod namespace;
 mod node;
 pub mod not_modelled;
@@ -107,6 +108,7 @@ pub use split::{SecondHalf, SyncTicket, WholeOp};
 pub use timers::TimerStats;
 pub use direct_io::DirectIoStats;
 pub use mapped_write::MappedWriteStats;
+pub use memory::KswapdPass;
 pub use writepages::{DataPathStats, WritebackStats};
 use node::Node;
 
@@ -131,6 +133,11 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub wb_stats: writepages::WritebackStats,
     pub dio_stats: direct_io::DirectIoStats,
     pub mapped_stats: mapped_write::MappedWriteStats,
+    /// No-fail metadata allocations ([`memory`]).
+    pub nofail: crate::memory::nofail::NoFailStats,
+    pub kswapd: memory::KswapdPass,
+    /// A livelock not yet reported ([`Ext4::take_livelock`]).
+    pub livelock: Option<crate::memory::nofail::Livelock>,
     /// Inodes whose `Node::disksize` lags their size (sync clears them).
     pub(crate) disksize_lagging: std::collections::BTreeSet<InodeNumber>,
     /// Data blocks of journal-mode inodes the running transaction logs.
@@ -282,7 +289,7 @@ impl<D: BlockDevice> Ext4<D> {
             None
         };
         alloc.set_hold_freed(journal.is_some());
-        let cache = BufferCache::new(geo.block_size, geo.blocks_count);
+        let cache = BufferCache::new(geo.block_size, geo.blocks_count, mount.page_size);
         let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
         let page_geometry = crate::pagecache::geometry::Geometry::new(mount.block_size, mount.page_size)
             .ok_or_else(|| Error::InvalidArgument(format!("{}-byte blocks on {}-byte pages", mount.block_size, mount.page_size)))?;
@@ -301,6 +308,9 @@ impl<D: BlockDevice> Ext4<D> {
             wb_stats: writepages::WritebackStats::default(),
             dio_stats: direct_io::DirectIoStats::default(),
             mapped_stats: mapped_write::MappedWriteStats::default(),
+            nofail: Default::default(),
+            kswapd: Default::default(),
+            livelock: None,
             disksize_lagging: Default::default(),
             journaled_data: Default::default(),
             committing_data: Default::default(),
@@ -425,6 +435,9 @@ impl<D: BlockDevice> Ext4<D> {
             wb_stats: c.wb_stats,
             dio_stats: c.dio_stats,
             mapped_stats: c.mapped_stats,
+            nofail: c.nofail.clone(),
+            kswapd: c.kswapd,
+            livelock: None,
             disksize_lagging: c.disksize_lagging.clone(),
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),

@@ -278,13 +278,23 @@ impl<D: BlockDevice> Ext4<D> {
     /// dirty folio. Without room at the end, allocation falls back to
     /// smaller folios or reads go around the cache.
     pub(crate) fn make_room(&mut self, need: u64, spare: Option<(InodeNumber, std::ops::Range<u64>)>) -> Result<()> {
+        if !self.ctx.mount.read_only {
+            self.settle_metadata_memory(super::memory::Reclaim::WriteBack { spare: spare.as_ref() })?;
+        }
         let rounds = self.ctx.pages.dirty_inodes().len() + 1;
         for _ in 0..rounds {
             if self.ctx.pages.evict_clean(need, spare.clone()) || self.ctx.mount.read_only {
                 return Ok(());
             }
-            let Some(ino) = self.ctx.pages.oldest_dirty_inode() else { return Ok(()) };
+            let Some(ino) = self.ctx.pages.oldest_dirty_inode() else {
+                break;
+            };
             self.write_back_quietly(ino, 0)?;
+        }
+        // Metadata shares the bound: clean folios of it go last.
+        let mut batch = 1;
+        while !self.ctx.pages.evict_clean(need, spare.clone()) && self.reclaim_metadata(batch)?.0 > 0 {
+            batch = batch.saturating_mul(2);
         }
         Ok(())
     }
@@ -300,7 +310,8 @@ impl<D: BlockDevice> Ext4<D> {
         DataPathStats {
             cache: self.ctx.pages.stats().clone(),
             resident_by_order: self.ctx.pages.resident_by_order(),
-            cache_bytes: self.ctx.pages.in_use_bytes(),
+            cache_bytes: self.ctx.pages.in_use_bytes().saturating_sub(self.metadata_bytes()),
+            metadata_bytes: self.metadata_bytes(),
             cache_bound_bytes: self.ctx.pages.bound_bytes(),
             dirty_blocks: self.ctx.pages.dirty_block_count(),
             reserved_blocks: self.ctx.reserved_blocks,
@@ -316,7 +327,10 @@ impl<D: BlockDevice> Ext4<D> {
 pub struct DataPathStats {
     pub cache: crate::pagecache::PageCacheStats,
     pub resident_by_order: std::collections::BTreeMap<u8, u64>,
+    /// Data folios' bytes.
     pub cache_bytes: u64,
+    /// Metadata folios' and journal copies' bytes, in the same bound.
+    pub metadata_bytes: u64,
     pub cache_bound_bytes: u64,
     pub dirty_blocks: u64,
     /// Blocks reserved by delayed allocation and not yet allocated.

@@ -15,7 +15,9 @@
 //!   order its window has reached ([`readahead`]). A refused allocation
 //!   falls back to smaller orders, down to the minimum.
 //! - **Memory.** All folio memory is taken in one place,
-//!   [`PageCache::take_folio_memory`], and given back when a folio goes.
+//!   [`PageCache::take_folio_memory`], and given back when a folio goes;
+//!   metadata's no-fail frames come from the same allocator through
+//!   [`PageCache::allocate_frame`] (`fs::memory`), so both share the bound.
 //!   Reclaim evicts clean folios oldest first ([`PageCache::evict_clean`]);
 //!   writing dirty ones back is the filesystem's ([`crate::fs`]), which
 //!   asks [`PageCache::oldest_dirty_inode`].
@@ -439,26 +441,48 @@ impl PageCache {
         if self.has_room(need) {
             return true;
         }
+        let over = self.memory.in_use_bytes().saturating_add(need).saturating_sub(self.memory.bound_bytes());
+        self.evict_oldest_clean(over, usize::MAX, spare.as_ref());
+        self.has_room(need)
+    }
+
+    /// Evicts clean folios oldest first until `bytes` are freed or `count`
+    /// folios went, sparing pages `spare` of an inode (what the op at hand
+    /// is filling). Returns the folios evicted.
+    pub fn evict_oldest_clean(&mut self, bytes: u64, count: usize, spare: Option<&(InodeNumber, Range<u64>)>) -> usize {
         let mut victims = Vec::new();
         let mut freed = 0u64;
-        let over = self.memory.in_use_bytes().saturating_add(need).saturating_sub(self.memory.bound_bytes());
         for (_, (ino, index)) in self.lru.oldest_first() {
-            if freed >= over {
+            if freed >= bytes || victims.len() >= count {
                 break;
             }
-            let Some(f) = self.folio(ino, index) else { continue };
-            let spared = spare.as_ref().is_some_and(|(i, pages)| *i == ino && index < pages.end && index + (1u64 << f.order()) > pages.start);
+            let Some(f) = self.folio(ino, index) else {
+                continue;
+            };
+            let spared = spare.is_some_and(|(i, pages)| *i == ino && index < pages.end && index + (1u64 << f.order()) > pages.start);
             if f.is_dirty_any() || spared {
                 continue;
             }
             freed += f.len_bytes() as u64;
             victims.push((ino, index));
         }
+        let evicted = victims.len();
         for (ino, index) in victims {
             self.remove_folio(ino, index);
             self.stats.evicted_folios += 1;
         }
-        self.has_room(need)
+        evicted
+    }
+
+    /// Memory for a folio outside any mapping (metadata): the frame, or a
+    /// refusal. No fallback: the caller's order is the only one it can use.
+    pub fn allocate_frame(&mut self, order: u8) -> Result<u64, FolioRefused> {
+        self.memory.allocate(order)
+    }
+
+    /// Gives back what [`PageCache::allocate_frame`] granted.
+    pub fn release_frame(&mut self, order: u8, frame: u64) {
+        self.memory.release(order, frame);
     }
 
     /// Evicts every clean folio and forgets the readahead state of mappings

@@ -96,6 +96,9 @@ pub const DEFAULT_PAGE_CACHE_MB: u32 = 64;
 /// Bounds of `page_cache_mb=`: one MiB holds the largest minimum-order folio
 /// (a 64 KiB block) many times over; the top keeps byte counts far from overflow.
 pub const PAGE_CACHE_MB_RANGE: std::ops::RangeInclusive<u32> = 1..=1 << 20;
+/// The bound holds at least this many of the smallest folios (a block or
+/// a page, the larger): metadata blocks take memory from it too.
+pub const MIN_FOLIOS_IN_MEMORY: u32 = 256;
 
 impl Default for MountConfig {
     fn default() -> Self {
@@ -140,6 +143,8 @@ pub enum ConfigError {
     AllocKnobZero(&'static str),
     #[error("page_cache_mb={0} is outside 1..=1048576")]
     PageCacheSize(u32),
+    #[error("page_cache_mb={mb} holds fewer than {MIN_FOLIOS_IN_MEMORY} folios of {folio_bytes} bytes (at least {need_mb} MiB): metadata shares it and a transaction pins its blocks until it commits")]
+    PageCacheTooSmall { mb: u32, folio_bytes: u32, need_mb: u32 },
     #[error("invalid commit interval {0}, must be smaller than {COMMIT_SECS_LIMIT}")]
     CommitInterval(u32),
 }
@@ -218,6 +223,12 @@ impl MountConfig {
         let page_cache_mb = self.page_cache_mb.unwrap_or(DEFAULT_PAGE_CACHE_MB);
         if !PAGE_CACHE_MB_RANGE.contains(&page_cache_mb) {
             return Err(ConfigError::PageCacheSize(page_cache_mb));
+        }
+        let folio_bytes = bs.max(ps);
+        let need_mb = (u64::from(folio_bytes) * u64::from(MIN_FOLIOS_IN_MEMORY)).div_ceil(1 << 20);
+        if u64::from(page_cache_mb) < need_mb {
+            let need_mb = u32::try_from(need_mb).unwrap_or(u32::MAX);
+            return Err(ConfigError::PageCacheTooSmall { mb: page_cache_mb, folio_bytes, need_mb });
         }
 
         let block_bits = bs.trailing_zeros();

@@ -175,12 +175,15 @@ mod tests {
 
     #[test]
     fn replaying_a_generated_runs_steps_gives_its_steps_and_trace_hash_again() {
-        let knobs = Knobs { splits_fsync: true, ..Knobs::default() };
+        let knobs = Knobs { splits_fsync: true, memory_low: true, ..Knobs::default() };
         let spec = RunSpec { tasks: 3, fsck_every: 50, crash_every: 40, ..RunSpec::new(3, 300, MountConfig::default()) };
         let generated = run_seed(&knobs, &spec).unwrap();
         assert_eq!(generated.failure, None);
         let has = |f: fn(&Step) -> bool| generated.steps.iter().any(f);
-        assert!(has(|s| matches!(s, Step::Begin(_))) && has(|s| matches!(s, Step::Task(_))) && has(|s| matches!(s, Step::Crash { .. })), "the run interleaves, splits and crashes");
+        assert!(
+            has(|s| matches!(s, Step::Begin(_))) && has(|s| matches!(s, Step::Task(_))) && has(|s| matches!(s, Step::Crash { .. })) && has(|s| matches!(s, Step::Reclaim)),
+            "the run interleaves, splits, crashes and reclaims"
+        );
         let replayed = run_steps(&knobs, &spec, &generated.steps).unwrap();
         assert_eq!(replayed.failure, None);
         assert_eq!(replayed.steps, generated.steps);
@@ -201,6 +204,21 @@ mod tests {
             other => panic!("expected a panic failure, got {other:?}"),
         }
         assert_eq!(result.steps, [Step::Op(create("/a")), Step::Op(rename)], "nothing runs after the panic");
+    }
+
+    #[test]
+    fn a_livelock_ends_the_run_as_one_at_its_op() {
+        let knobs = Knobs { livelocks_on: Some(OpKind::Mkdir), ..Knobs::default() };
+        let steps: Vec<Step> = [create("/a"), Op::Mkdir { path: "/d".into(), perm: 0o755 }, create("/b")].into_iter().map(Step::Op).collect();
+        let r = run_steps(&knobs, &spec(3), &steps).unwrap();
+        match r.failure {
+            Some(Failure::Livelock { index, op, what }) => {
+                assert_eq!((index, op), (1, Some(OpKind::Mkdir)), "ops count from 0");
+                assert!(what.contains("nothing to reclaim"), "{what}");
+            }
+            other => panic!("expected a livelock, got {other:?}"),
+        }
+        assert_eq!(r.steps.len(), 2, "the run stops at the op that met it");
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Generated {
     crash_rng: ChaCha8Rng,
     /// Draws pauses between ops; None with think time off.
     think_rng: Option<ChaCha8Rng>,
+    /// Draws whether the reclaimer task runs while memory is low.
+    kswapd_rng: ChaCha8Rng,
     ops: u64,
     crash_every: u64,
 }
@@ -51,7 +53,9 @@ impl StepSource {
             rng.set_stream(0x0074_6869_6e6b); // "think"
             rng
         });
-        StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, ops: spec.ops, crash_every: spec.crash_every }))
+        let mut kswapd_rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        kswapd_rng.set_stream(0x006b_7377_6170); // "kswap"
+        StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, kswapd_rng, ops: spec.ops, crash_every: spec.crash_every }))
     }
 
     pub fn replay(steps: Vec<Step>) -> StepSource {
@@ -88,6 +92,11 @@ impl StepSource {
         // other choice of the run).
         if let Some(ns) = g.think_rng.as_mut().filter(|_| ran.new_op).and_then(pause) {
             st.execute(Step::Pause { ns })?;
+        }
+        // The reclaimer task: woken by low memory, it gets the CPU between
+        // other tasks' ops about every other time (its own stream again).
+        if ran.new_op && st.ls.memory_low() && g.kswapd_rng.random_range(0..2) == 0 {
+            st.execute(Step::Reclaim)?;
         }
         Ok(())
     }

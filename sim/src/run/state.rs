@@ -80,6 +80,10 @@ impl<T: Target> RunState<T> {
                 self.ls.pass_time(ns);
                 return Ok(None);
             }
+            Step::Reclaim => {
+                self.ls.reclaim()?;
+                return Ok(None);
+            }
             Step::Op(op) => {
                 let outcome = self.ls.step(&op).map(Some);
                 (op, true, outcome)

@@ -32,6 +32,11 @@ pub struct Knobs {
     pub splits_fsync: bool,
     /// While it holds any lock, every op would sleep on one.
     pub every_op_waits: bool,
+    /// Memory is always low: the reclaimer task may run after any op.
+    pub memory_low: bool,
+    /// An op of this kind meets a livelock (a no-fail allocation that
+    /// could not be had).
+    pub livelocks_on: Option<OpKind>,
 }
 
 /// The model as a target.
@@ -51,13 +56,16 @@ pub struct Plain {
     pub read_back: Vec<Vec<String>>,
     /// Locks held between calls: (lock, holder).
     pub locks: Vec<(String, u32)>,
+    /// Reclaimer passes run.
+    pub reclaims: u64,
+    livelock: Option<String>,
 }
 
 impl Plain {
     pub fn new(config: &MountConfig, knobs: Knobs) -> Plain {
         let fs = Model::new(config).expect("test configs are valid");
         let cold = knobs.forgets_on_disk.then(|| fs.clone());
-        Plain { fs, config: *config, knobs, cold, reading_back: false, ops: 0, fscks_at: Vec::new(), read_back: Vec::new(), locks: Vec::new() }
+        Plain { fs, config: *config, knobs, cold, reading_back: false, ops: 0, fscks_at: Vec::new(), read_back: Vec::new(), locks: Vec::new(), reclaims: 0, livelock: None }
     }
 
     /// Memory, or the image while it is read back.
@@ -75,6 +83,9 @@ impl Plain {
     }
 
     fn leave(&mut self, kind: OpKind) {
+        if self.knobs.livelocks_on == Some(kind) {
+            self.livelock = Some(format!("a {kind:?} found nothing to reclaim"));
+        }
         if self.knobs.leaks_lock_on == Some(kind) {
             self.locks.push((format!("the lock a {kind:?} took"), 9));
         }
@@ -190,6 +201,16 @@ impl Target for Plain {
     }
     fn locks_held(&self) -> Vec<(String, u32)> {
         self.locks.clone()
+    }
+    fn memory_low(&self) -> bool {
+        self.knobs.memory_low
+    }
+    fn reclaim(&mut self) -> Result<(), String> {
+        self.reclaims += 1;
+        Ok(())
+    }
+    fn take_livelock(&mut self) -> Option<String> {
+        self.livelock.take()
     }
     fn waits_for(&mut self, _op: &Op) -> Option<String> {
         (self.knobs.every_op_waits && !self.locks.is_empty()).then(|| "a lock held forever".to_string())

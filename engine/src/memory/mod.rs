@@ -1,8 +1,8 @@
-//! Memory for page-cache folios. The page cache gets every folio through
-//! one small trait, [`FolioAllocator`], and through one place in the page
-//! cache (`pagecache::PageCache::take_folio_memory`), so the simulator can
-//! later back it with a seeded pressure model and a no-fail contract
-//! without the page cache changing shape.
+//! Memory for folios. Page-cache folios come through one small trait,
+//! [`FolioAllocator`], and through one place in the page cache
+//! (`pagecache::PageCache::take_folio_memory`); metadata folios through
+//! the same allocator by way of `fs::memory`, so the simulator backs both
+//! with its seeded pressure model.
 //!
 //! Contract:
 //! - `allocate` grants or refuses memory for one folio of an order, and says
@@ -15,6 +15,11 @@
 //!   page size; nothing here asks the host how much memory it has.
 //! - `fork` makes an independent copy for a shadow mount (a check), whose
 //!   allocations never reach the original.
+//!
+//! Metadata (buffer cache folios, jbd2's copies) takes its memory from the
+//! same allocator with no-fail semantics ([`nofail`]).
+
+pub mod nofail;
 
 use std::fmt;
 
