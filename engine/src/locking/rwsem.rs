@@ -61,6 +61,17 @@ impl RwSem {
         Ok(())
     }
 
+    /// down_write_trylock (folio_trylock): takes it only if free now,
+    /// whatever the waiting mode; whether it did.
+    pub fn try_down_write(&self) -> bool {
+        let mut s = self.gate.state();
+        if s.writer || s.readers > 0 {
+            return false;
+        }
+        s.writer = true;
+        true
+    }
+
     /// up_write.
     pub fn up_write(&self) {
         let mut s = self.gate.state();
@@ -105,6 +116,20 @@ impl Clone for RwSem {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trylock_takes_only_a_free_lock_even_where_taking_would_sleep() {
+        let r = RwSem::new(LockClass::FolioLock, Waiting::Sleep);
+        assert!(r.try_down_write());
+        assert!(!r.try_down_write(), "held: refused at once, no sleep");
+        r.up_write();
+        r.down_read().unwrap();
+        assert!(!r.try_down_write(), "a reader holds it");
+        r.up_read();
+        assert!(r.try_down_write());
+        r.up_write();
+        assert!(!r.is_locked());
+    }
 
     #[test]
     fn readers_share_and_a_writer_excludes_all() {

@@ -20,6 +20,7 @@
 //! same allocator with no-fail semantics ([`nofail`]).
 
 pub mod nofail;
+pub mod reclaim;
 
 use std::fmt;
 
