@@ -480,6 +480,7 @@ impl Target for EngineTarget {
             group(vec![
                 ("data folios", Figure::Count(nofail.reclaimed_data_folios)),
                 ("metadata folios", Figure::Count(nofail.reclaimed_metadata_folios)),
+                ("compactions", Figure::Count(nofail.compactions)),
                 ("checkpoints", Figure::Count(nofail.reclaim_checkpoints)),
                 ("write-backs", Figure::Count(nofail.reclaim_writebacks)),
             ]),

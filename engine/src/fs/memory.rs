@@ -6,7 +6,8 @@
 //!   anything, before the page cache makes room for data, and when a
 //!   transaction closes. A folio a read-only op (stat, readdir) loaded is
 //!   backed at the next of those: between them it is memory not counted.
-//! - A refused request reclaims and retries, GFP_NOFS-style: clean data
+//! - A refused request compacts when the bound has room but memory is
+//!   fragmented, else reclaims and retries, GFP_NOFS-style: clean data
 //!   folios oldest first, then clean metadata folios whose newest copy is at
 //!   home (checkpointing the log when only it pins them); outside a commit
 //!   it may also write back the oldest dirty inode's
@@ -122,6 +123,12 @@ impl<D: BlockDevice> Ext4<D> {
                 return Ok(frame);
             }
             retries += 1;
+            // Room in the bound but no block of this order: fragmentation,
+            // which compaction answers before anything is evicted.
+            if self.ctx.pages.has_room(u64::from(self.ctx.mount.page_size) << order) && self.ctx.pages.compact_memory(order) {
+                self.ctx.nofail.compactions += 1;
+                continue;
+            }
             // Growing batches: a buddy allocator may need several
             // neighbours freed before a block of `order` forms.
             let spare = match reclaim {

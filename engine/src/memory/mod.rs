@@ -51,6 +51,11 @@ pub trait FolioAllocator: fmt::Debug {
     fn bound_bytes(&self) -> u64;
     /// An independent copy with the same state, for a shadow mount.
     fn fork(&self) -> Box<dyn FolioAllocator>;
+    /// Compaction: moves what can be moved so that a block of `order`
+    /// forms; whether one did. An allocator that places nothing cannot.
+    fn compact(&mut self, _order: u8) -> bool {
+        false
+    }
 }
 
 /// The default allocator: counts folio bytes against a fixed bound and

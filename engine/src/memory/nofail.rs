@@ -65,6 +65,8 @@ pub struct NoFailStats {
     pub reclaimed_metadata_folios: u64,
     /// Data folios reclaim evicted for no-fail requests.
     pub reclaimed_data_folios: u64,
+    /// Compactions that formed a block of a request's order.
+    pub compactions: u64,
     /// Checkpoints reclaim ran to unpin logged metadata.
     pub reclaim_checkpoints: u64,
     /// Dirty data write-backs reclaim started for no-fail requests.

@@ -480,6 +480,11 @@ impl PageCache {
         self.memory.allocate(order)
     }
 
+    /// Asks the allocator to compact memory for a block of `order`.
+    pub fn compact_memory(&mut self, order: u8) -> bool {
+        self.memory.compact(order)
+    }
+
     /// Gives back what [`PageCache::allocate_frame`] granted.
     pub fn release_frame(&mut self, order: u8, frame: u64) {
         self.memory.release(order, frame);

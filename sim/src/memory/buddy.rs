@@ -146,6 +146,53 @@ impl Buddy {
         taken
     }
 
+    /// Compaction, in brief (mm/compaction.c migrates movable pages out of
+    /// the way): finds the aligned block of `order` that the fewest moves
+    /// free (lowest first on a tie) whose used frames are all single
+    /// `movable` pages, and moves each to a free page outside it. Returns
+    /// the moves (old frame, new frame); None when no block can be freed
+    /// (an unmovable page in each, or too few free pages elsewhere).
+    pub fn compact(&mut self, order: u8, movable: &BTreeSet<u64>) -> Option<Vec<(u64, u64)>> {
+        if order > self.max_order || span(order) > self.pages {
+            return None;
+        }
+        let size = span(order);
+        let mut best: Option<(usize, u64)> = None;
+        let mut start = 0;
+        while start + size <= self.pages {
+            let covered = self.used.range(..start).next_back().is_some_and(|(&p, &o)| p + span(o) > start);
+            let inside: Vec<(u64, u8)> = self.used.range(start..start + size).map(|(&p, &o)| (p, o)).collect();
+            let movable_only = inside.iter().all(|&(p, o)| o == 0 && movable.contains(&p));
+            let free_inside = size - inside.iter().map(|&(_, o)| span(o)).sum::<u64>();
+            let room_elsewhere = self.free_pages - free_inside >= inside.len() as u64;
+            if !covered && movable_only && room_elsewhere && best.is_none_or(|(n, _)| inside.len() < n) {
+                best = Some((inside.len(), start));
+            }
+            start += size;
+        }
+        let (_, start) = best?;
+        let region = start..start + size;
+        let movers: Vec<u64> = self.used.range(region.clone()).map(|(&p, _)| p).collect();
+        let (mut moves, mut parked) = (Vec::new(), Vec::new());
+        for old in movers {
+            // The lowest free page may be inside the block: park it.
+            let new = loop {
+                let pfn = self.allocate(0)?;
+                if region.contains(&pfn) {
+                    parked.push(pfn);
+                } else {
+                    break pfn;
+                }
+            };
+            moves.push((old, new));
+        }
+        for pfn in moves.iter().map(|&(old, _)| old).chain(parked) {
+            // Frames this call holds: always allocated.
+            let _ = self.release(pfn);
+        }
+        Some(moves)
+    }
+
     /// The allocator's invariants: blocks aligned to their order and inside
     /// memory, none overlapping, free and used pages adding up, and no free
     /// block whose buddy is free at the same order (every merge made).
@@ -239,6 +286,26 @@ mod tests {
         }
         b.check().unwrap();
         assert_eq!(b.largest_free_order(), Some(10));
+    }
+
+    /// Scattered movable holders: compaction frees an order-4 block by
+    /// moving the fewest of them, and the allocation then succeeds; with
+    /// every holder unmovable it cannot.
+    #[test]
+    fn compaction_moves_movable_pages_out_of_the_cheapest_block() {
+        let mut b = Buddy::new(1 << 10, 10);
+        let held = b.fragment(&mut ChaCha8Rng::seed_from_u64(3), 60);
+        assert_eq!(b.allocate(4), None, "fragmented");
+        assert_eq!(b.compact(4, &BTreeSet::new()), None, "nothing movable");
+        let movable: BTreeSet<u64> = held.iter().copied().collect();
+        let free = b.free_pages();
+        let moves = b.compact(4, &movable).expect("a block can be freed");
+        b.check().unwrap();
+        assert_eq!(b.free_pages(), free, "moving keeps the count");
+        assert!(moves.iter().all(|(old, new)| movable.contains(old) && !movable.contains(new) && old / 16 != new / 16));
+        assert!(moves.len() < 16, "the cheapest block, not a full one: {}", moves.len());
+        let got = b.allocate(4).expect("the freed block");
+        assert!(moves.iter().all(|(old, _)| old / 16 == got / 16), "the block the moves emptied");
     }
 
     proptest! {

@@ -7,6 +7,8 @@
 //! scattered ([`Buddy::fragment`]): the cache may still fill its bound,
 //! but in smaller folios the more the others hold.
 
+use std::collections::BTreeSet;
+
 use ext4_engine::memory::{FolioAllocator, FolioRefused};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -20,8 +22,9 @@ pub const MAX_ORDER: u8 = 10;
 pub struct BuddyFolios {
     buddy: Buddy,
     page_size: u64,
-    /// Frames other users hold for the whole mount.
-    others: u64,
+    /// Frames other users hold for the whole mount: movable (user
+    /// memory), so compaction may move them.
+    others: BTreeSet<u64>,
 }
 
 impl BuddyFolios {
@@ -34,7 +37,7 @@ impl BuddyFolios {
         let cache_pages = bound_bytes / page_size;
         let pages = cache_pages * 100 / (100 - held);
         let mut buddy = Buddy::new(pages, MAX_ORDER);
-        let others = buddy.fragment(&mut ChaCha8Rng::seed_from_u64(seed), u8::try_from(held).unwrap_or(90)).len() as u64;
+        let others = buddy.fragment(&mut ChaCha8Rng::seed_from_u64(seed), u8::try_from(held).unwrap_or(90)).into_iter().collect();
         BuddyFolios { buddy, page_size, others }
     }
 
@@ -60,15 +63,24 @@ impl FolioAllocator for BuddyFolios {
     }
 
     fn in_use_bytes(&self) -> u64 {
-        (self.buddy.pages() - self.buddy.free_pages() - self.others) * self.page_size
+        (self.buddy.pages() - self.buddy.free_pages() - self.others.len() as u64) * self.page_size
     }
 
     fn bound_bytes(&self) -> u64 {
-        (self.buddy.pages() - self.others) * self.page_size
+        (self.buddy.pages() - self.others.len() as u64) * self.page_size
     }
 
     fn fork(&self) -> Box<dyn FolioAllocator> {
         Box::new(self.clone())
+    }
+
+    fn compact(&mut self, order: u8) -> bool {
+        let Some(moves) = self.buddy.compact(order, &self.others) else { return false };
+        for (old, new) in moves {
+            self.others.remove(&old);
+            self.others.insert(new);
+        }
+        true
     }
 }
 
@@ -76,6 +88,7 @@ impl FolioAllocator for BuddyFolios {
 mod tests {
     use super::*;
     use ext4_engine::fs::Ext4;
+    use ext4_engine::memory::BoundedFolios;
     use ext4_model::{FileSystem, MountConfig};
 
     fn mounted(held_percent: u8) -> Ext4<ext4_engine::device_mem::MemDevice> {
@@ -106,6 +119,19 @@ mod tests {
         let ((whole_largest, whole_refused), (frag_largest, frag_refused)) = (results[0], results[1]);
         assert!(frag_largest < whole_largest, "largest folio order {frag_largest} fragmented vs {whole_largest}");
         assert!(frag_refused > whole_refused, "refusals {frag_refused} fragmented vs {whole_refused}");
+    }
+
+    /// Others' pages are movable: an order-4 request fragmentation refuses
+    /// gets its block once compaction moves some of them, and the cache's
+    /// share is unchanged by the moves.
+    #[test]
+    fn compaction_moves_others_pages_so_a_large_block_forms() {
+        let mut m = BuddyFolios::new(4096, 8 << 20, 80, 5);
+        assert!(m.allocate(4).is_err());
+        assert!(m.compact(4));
+        assert!(m.allocate(4).is_ok());
+        assert_eq!((m.in_use_bytes(), m.bound_bytes()), (64 << 10, 8 << 20));
+        assert!(!BoundedFolios::new(4096, 1 << 20).compact(0), "a bound places nothing to move");
     }
 
     #[test]
