@@ -227,7 +227,8 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// One kswapd pass: reclaims until an eighth of the bound is free
     /// (its high watermark) or nothing more can go: clean data folios
-    /// oldest first, clean metadata (checkpointing when the log pins it),
+    /// oldest first (clean metadata before them while it holds more than
+    /// half of what is used), clean metadata (checkpointing when the log pins it),
     /// then dirty data written back, unless a switch between its halves
     /// holds write-back off. Frees memory only; what files hold is unchanged.
     pub fn kswapd(&mut self) -> Result<KswapdPass> {
@@ -245,6 +246,18 @@ impl<D: BlockDevice> Ext4<D> {
             let free = bound.saturating_sub(self.ctx.pages.in_use_bytes());
             if free >= high {
                 break;
+            }
+            // One LRU in the kernel holds both; here there are two, kept
+            // in balance: metadata goes first while it holds most of what
+            // is used.
+            let metadata_heavy = self.metadata_bytes().saturating_mul(2) > self.ctx.pages.in_use_bytes();
+            if metadata_heavy {
+                let dropped = self.drop_clean_metadata(batch);
+                if dropped > 0 {
+                    pass.metadata_folios += dropped as u64;
+                    batch = batch.saturating_mul(2);
+                    continue;
+                }
             }
             let evicted = self.ctx.pages.evict_oldest_clean(high - free, usize::MAX, None);
             if evicted > 0 {

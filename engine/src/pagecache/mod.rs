@@ -253,6 +253,14 @@ impl PageCache {
                 Err(refused) => {
                     self.stats.refused_folios += 1;
                     if o <= min {
+                        // A block's folio has no smaller fallback: compact
+                        // once (direct compaction) when only fragmentation refuses.
+                        let room = self.has_room(self.geo.page_size() << o);
+                        if room && self.memory.compact(o) {
+                            if let Ok(frame) = self.memory.allocate(o) {
+                                return Ok((o, frame));
+                            }
+                        }
                         return Err(refused);
                     }
                     o -= 1;

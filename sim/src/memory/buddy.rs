@@ -162,10 +162,11 @@ impl Buddy {
         while start + size <= self.pages {
             let covered = self.used.range(..start).next_back().is_some_and(|(&p, &o)| p + span(o) > start);
             let inside: Vec<(u64, u8)> = self.used.range(start..start + size).map(|(&p, &o)| (p, o)).collect();
-            let movable_only = inside.iter().all(|&(p, o)| o == 0 && movable.contains(&p));
-            let free_inside = size - inside.iter().map(|&(_, o)| span(o)).sum::<u64>();
-            let room_elsewhere = self.free_pages - free_inside >= inside.len() as u64;
-            if !covered && movable_only && room_elsewhere && best.is_none_or(|(n, _)| inside.len() < n) {
+            // Single pages only: then the rest of the block is free.
+            let movable_only = !covered && inside.iter().all(|&(p, o)| o == 0 && movable.contains(&p));
+            let free_inside = size.saturating_sub(inside.len() as u64);
+            let room_elsewhere = self.free_pages.saturating_sub(free_inside) >= inside.len() as u64;
+            if movable_only && room_elsewhere && best.is_none_or(|(n, _)| inside.len() < n) {
                 best = Some((inside.len(), start));
             }
             start += size;

@@ -1,6 +1,10 @@
 //! Bodies of the cargo-fuzz targets, kept in the library so that a plain
 //! `cargo test` replays every corpus file the same way the fuzzer decodes it.
 
+mod folio_nofail;
+
+pub use folio_nofail::{folio_nofail, seed_corpus as folio_nofail_seed_corpus, NoFailRun};
+
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_model::{DataMode, FileSystem, Model, MountConfig, Op};
 
