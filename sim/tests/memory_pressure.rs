@@ -6,7 +6,7 @@ use ext4_model::MountConfig;
 use ext4_sim::engine_target::EngineFactory;
 use ext4_sim::figure::Figure;
 use ext4_sim::run::{run_seed, run_steps, RunResult, RunSpec};
-use ext4_sim::trace::Step;
+use ext4_sim::trace::{Step, Trace};
 
 fn spec(seed: u64, mount: &str) -> RunSpec {
     RunSpec { tasks: 3, crash_every: 150, ..RunSpec::new(seed, 1200, mount.parse::<MountConfig>().unwrap()) }
@@ -58,3 +58,79 @@ fn a_bound_too_small_for_metadata_is_refused_with_the_reason() {
     let Err(err) = run_seed(&EngineFactory, &s) else { panic!("a bound too small must be refused") };
     assert!(err.contains("page_cache_mb=8") && err.contains("16 MiB") && err.contains("metadata"), "{err}");
 }
+
+/// Swarm seed 87 (`--fragment 80`, page_cache_mb=2), shrunk (the
+/// fragmentation went with shrinking: the bound alone does it): delalloc
+/// writes fill memory with dirty data, a pause makes the next op's timer
+/// commit, and the commit backed the metadata earlier ops read with
+/// clean-only reclaim: nothing clean was left, a livelock. A closing
+/// transaction now makes room (writing data back) before it locks.
+#[test]
+fn regression_a_commit_makes_room_before_it_can_only_drop_clean_folios() {
+    let trace = Trace::parse(TRACE_SEED_87).unwrap();
+    let r = run_steps(&EngineFactory, &trace.spec, &trace.steps).unwrap();
+    assert!(r.failure.is_none(), "{}", r.failure.unwrap());
+    assert!(figure(&r, "no-fail allocations", "requests") > 0);
+}
+
+const TRACE_SEED_87: &str = r#"# ext4sim trace v1
+seed 87
+ops 1500
+mount page_cache_mb=2
+profile ram
+crash_every 0
+fsck_every 500
+faults 
+tasks 1
+disk_bytes 8589934592
+swarm true
+think true
+fragment 80
+op mkdir path="/s" perm=755
+op mkdir path="/g" perm=755
+op create path="/g/e" perm=644
+op create path="/h" perm=644
+op mkdir path="/i" perm=755
+op create path="/j" perm=644
+op mkdir path="/o" perm=755
+op create path="/i/r" perm=644
+op create path="/b" perm=644
+op mkdir path="/i/c" perm=755
+op rename from="/g/e" to="/p"
+op create path="/g/c" perm=644
+op mkdir path="/k" perm=755
+op mkdir path="/i/c/t" perm=755
+op link from="/p" to="/l"
+op create path="/i/c/c" perm=644
+op create path="/g/s" perm=644
+op mkdir path="/m" perm=755
+op mkdir path="/k/d" perm=755
+op create path="/o/a" perm=644
+op mkdir path="/g/u" perm=755
+op create path="/k/d/d" perm=644
+op mkdir path="/g/f" perm=755
+op create path="/s/b" perm=644
+op create path="/a" perm=644
+op create path="/q" perm=644
+op write path="/h" offset=1393 len=43763 seed=1
+op write path="/g/s" offset=0 len=1 seed=2
+op create path="/n" perm=644
+op create path="/g/e" perm=644
+op write path="/n" offset=0 len=35230 seed=3
+op write path="/g/c" offset=0 len=595007 seed=4
+op write path="/a" offset=1540 len=27171 seed=5
+op direct_write path="/s/b" offset=0 len=512 seed=6
+op write path="/g/e" offset=1 len=16384 seed=7
+op write path="/j" offset=3814 len=307 seed=8
+op write path="/o/a" offset=4025 len=25074 seed=9
+op direct_write path="/i/c/c" offset=0 len=512 seed=10
+op write path="/q" offset=0 len=1 seed=11
+op write path="/k/d/d" offset=0 len=1 seed=12
+op write path="/g/e" offset=24576 len=83037 seed=13
+op mkdir path="/i/c/a" perm=755
+op write path="/i/r" offset=1 len=16384 seed=14
+op write path="/s/b" offset=0 len=1036909 seed=15
+op write path="/l" offset=1505 len=43718 seed=16
+pause ns=5113501992
+op mkdir path="/s/d" perm=755
+"#;

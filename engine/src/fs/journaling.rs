@@ -129,6 +129,14 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(crate::error::Error::WouldWait(crate::locking::WouldWait(crate::locking::LockClass::JournalHandle)));
         }
         self.finish_commit()?;
+        // Room for what staging reads and copies, made while data may
+        // still be written back: past this point reclaim can only drop
+        // what is clean. A switch between its halves holds write-back off.
+        let fs_locks = &self.locks.set.fs;
+        if !fs_locks.writepages.read_would_wait() && !fs_locks.updates.handle_would_wait() {
+            let staging = (self.dirty.len() as u64 + self.ctx.alloc.dirty_count() as u64 + 4).saturating_mul(self.ctx.cache.folios().folio_bytes());
+            self.make_room(staging, None)?;
+        }
         self.timers.transaction_closed();
         self.write_back_ordered_data()?;
         self.ctx.alloc.set_reuse_held(true);
