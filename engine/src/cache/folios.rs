@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use crate::format::BlockNumber;
+use crate::pagecache::geometry::Geometry;
 
 #[derive(Clone, Debug)]
 struct MetaFolio {
@@ -26,9 +27,10 @@ struct MetaFolio {
 /// The buffer cache's folios.
 #[derive(Clone, Debug)]
 pub struct MetadataFolios {
+    geo: Geometry,
+    /// The block device mapping's minimum order: every folio has it.
     order: u8,
     blocks_per_folio: u64,
-    folio_bytes: u64,
     folios: BTreeMap<u64, MetaFolio>,
     /// Folios with blocks and no memory yet.
     unbacked: BTreeSet<u64>,
@@ -38,11 +40,11 @@ pub struct MetadataFolios {
 }
 
 impl MetadataFolios {
-    pub fn new(block_size: u32, page_size: u32) -> Self {
-        let (bs, ps) = (u64::from(block_size.max(1)), u64::from(page_size.max(1)));
-        let order = if bs > ps { u8::try_from((bs / ps).trailing_zeros()).unwrap_or(0) } else { 0 };
-        let blocks_per_folio = (ps / bs).max(1);
-        MetadataFolios { order, blocks_per_folio, folio_bytes: bs.max(ps), folios: BTreeMap::new(), unbacked: BTreeSet::new(), released: Vec::new(), clock: 0 }
+    pub fn new(geo: Geometry) -> Self {
+        let order = geo.min_folio_order();
+        // At the minimum order a folio holds at least one block.
+        let blocks_per_folio = geo.blocks_per_folio(order).map_or(1, u64::from);
+        MetadataFolios { geo, order, blocks_per_folio, folios: BTreeMap::new(), unbacked: BTreeSet::new(), released: Vec::new(), clock: 0 }
     }
 
     /// Order of every folio (the block device mapping's minimum).
@@ -51,12 +53,13 @@ impl MetadataFolios {
     }
 
     pub fn folio_of(&self, block: BlockNumber) -> u64 {
-        block / self.blocks_per_folio
+        self.geo.lblk_to_pg(block) >> self.order
     }
 
     /// Blocks folio `index` covers.
     pub fn blocks_of(&self, index: u64) -> Range<BlockNumber> {
-        index * self.blocks_per_folio..(index + 1) * self.blocks_per_folio
+        let first = self.geo.pg_to_lblk(index << self.order);
+        first..first + self.blocks_per_folio
     }
 
     /// A block entered the cache.
@@ -129,11 +132,11 @@ impl MetadataFolios {
 
     /// Bytes of backed folios.
     pub fn backed_bytes(&self) -> u64 {
-        (self.folios.len() - self.unbacked.len()) as u64 * self.folio_bytes
+        (self.folios.len() - self.unbacked.len()) as u64 * self.folio_bytes()
     }
 
     pub fn folio_bytes(&self) -> u64 {
-        self.folio_bytes
+        self.geo.pg_to_byte(1 << self.order)
     }
 
     /// Forgets every folio (a crash): their memory goes with the mount.
@@ -154,7 +157,8 @@ mod tests {
 
     #[test]
     fn small_blocks_share_a_page_and_large_ones_are_a_folio_each() {
-        let mut small = MetadataFolios::new(1024, 4096);
+        let geo = |bs, ps| Geometry::new(bs, ps).expect("a supported pair");
+        let mut small = MetadataFolios::new(geo(1024, 4096));
         for b in [8, 9, 11, 12] {
             small.block_added(b);
         }
@@ -168,7 +172,7 @@ mod tests {
         assert_eq!(small.take_released(), vec![(0, 40)]);
         assert_eq!(small.unbacked(), vec![3]);
 
-        let mut large = MetadataFolios::new(65536, 4096);
+        let mut large = MetadataFolios::new(geo(65536, 4096));
         assert_eq!(large.order(), 4);
         large.block_added(5);
         large.block_added(6);
@@ -184,7 +188,7 @@ mod tests {
 
     #[test]
     fn memory_for_a_folio_whose_blocks_went_is_given_straight_back() {
-        let mut m = MetadataFolios::new(4096, 4096);
+        let mut m = MetadataFolios::new(Geometry::new(4096, 4096).expect("a supported pair"));
         m.block_added(3);
         m.block_removed(3);
         assert!(m.unbacked().is_empty());

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::device::{BlockDevice, IoClass, WriteFlags};
 use crate::error::{Error, Result};
 use crate::format::BlockNumber;
+use crate::pagecache::geometry::Geometry;
 use folios::MetadataFolios;
 
 /// Largest single coalesced write: bounds the staging buffer.
@@ -46,8 +47,9 @@ pub struct BufferCache {
 }
 
 impl BufferCache {
-    pub fn new(block_size: u32, blocks_count: u64, page_size: u32) -> Self {
-        BufferCache { block_size: block_size as usize, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new(), folios: MetadataFolios::new(block_size, page_size) }
+    pub fn new(geo: Geometry, blocks_count: u64) -> Self {
+        let block_size = usize::try_from(geo.block_size()).unwrap_or(usize::MAX);
+        BufferCache { block_size, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new(), folios: MetadataFolios::new(geo) }
     }
 
     pub fn folios(&self) -> &MetadataFolios {
@@ -216,7 +218,7 @@ mod tests {
     #[test]
     fn nothing_reaches_the_device_before_write_back() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024, 4096);
+        let mut c = BufferCache::new(Geometry::new(1024, 4096).unwrap(), 1024);
         c.get_mut(&mut dev, 5).unwrap()[0] = 7;
         c.put(6, &[9u8; 1024]).unwrap();
         assert_eq!(c.dirty_count(), 2);
@@ -231,7 +233,7 @@ mod tests {
     #[test]
     fn dirty_blocks_are_listed_in_order_until_marked_clean() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024, 4096);
+        let mut c = BufferCache::new(Geometry::new(1024, 4096).unwrap(), 1024);
         c.put(9, &[1u8; 1024]).unwrap();
         c.put(3, &[2u8; 1024]).unwrap();
         c.get(&mut dev, 5).unwrap();
@@ -248,7 +250,7 @@ mod tests {
     #[test]
     fn forgotten_blocks_are_never_written() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024, 4096);
+        let mut c = BufferCache::new(Geometry::new(1024, 4096).unwrap(), 1024);
         c.put(10, &[1u8; 1024]).unwrap();
         c.put(11, &[2u8; 1024]).unwrap();
         c.forget(10, 1);
@@ -266,7 +268,7 @@ mod tests {
     #[test]
     fn reclaim_drops_only_folios_whose_blocks_are_clean_and_unpinned() {
         let mut dev = MemDevice::new(1 << 20);
-        let mut c = BufferCache::new(1024, 1024, 4096);
+        let mut c = BufferCache::new(Geometry::new(1024, 4096).unwrap(), 1024);
         c.put(8, &[1u8; 1024]).unwrap();
         c.get(&mut dev, 9).unwrap();
         c.get(&mut dev, 12).unwrap();

@@ -274,11 +274,12 @@ mod tests {
     use super::*;
     use crate::device_mem::MemDevice;
     use crate::format::dirent::FT_REG_FILE;
+    use crate::pagecache::geometry::Geometry;
 
     #[test]
     fn add_remove_lookup_over_many_blocks_and_reload() {
         let mut dev = MemDevice::new(4 << 20);
-        let mut cache = BufferCache::new(1024, 4096, 4096);
+        let mut cache = BufferCache::new(Geometry::new(1024, 4096).unwrap(), 4096);
         let seed = Some(0xABCD);
         let mut d = Directory::create(&mut cache, 20, 2, seed, 100).unwrap();
         let mut next_block = 101;
@@ -305,14 +306,14 @@ mod tests {
         assert_eq!(d.subdirs(), 150);
         d.set_parent(&mut cache, &mut dev, 77).unwrap();
         cache.write_back(&mut dev).unwrap();
-        let mut fresh_cache = BufferCache::new(1024, 4096, 4096);
+        let mut fresh_cache = BufferCache::new(Geometry::new(1024, 4096).unwrap(), 4096);
         let back = Directory::load(&mut fresh_cache, &mut dev, 20, seed, d.blocks().to_vec(), false).unwrap();
         assert_eq!(back.len(), 350);
         assert_eq!(back.parent(), 77);
         assert_eq!(back.subdirs(), 150);
         assert_eq!(back.lookup(b"file-with-a-longish-name-1").map(|s| s.ino), Some(1001));
         assert!(back.lookup(b"file-with-a-longish-name-2").is_none());
-        let wrong_seed = Directory::load(&mut BufferCache::new(1024, 4096, 4096), &mut dev, 21, Some(1), d.blocks().to_vec(), false);
+        let wrong_seed = Directory::load(&mut BufferCache::new(Geometry::new(1024, 4096).unwrap(), 4096), &mut dev, 21, Some(1), d.blocks().to_vec(), false);
         assert!(matches!(wrong_seed, Err(Error::Corrupt(Corrupt::Checksum { .. }))));
     }
 }

@@ -132,8 +132,7 @@ impl<D: BlockDevice> Ext4<D> {
         // Room for what staging reads and copies, made while data may
         // still be written back: past this point reclaim can only drop
         // what is clean. A switch between its halves holds write-back off.
-        let fs_locks = &self.locks.set.fs;
-        if !fs_locks.writepages.read_would_wait() && !fs_locks.updates.handle_would_wait() {
+        if !self.write_back_held_off() {
             let staging = (self.dirty.len() as u64 + self.ctx.alloc.dirty_count() as u64 + 4).saturating_mul(self.ctx.cache.folios().folio_bytes());
             self.make_room(staging, None)?;
         }
@@ -182,9 +181,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// Blocks freed since it closed stay held: the running transaction has
     /// not committed their frees.
     pub(crate) fn finish_commit(&mut self) -> Result<()> {
-        let Some(Committing { txn, time, copies, .. }) = self.committing.take() else {
-            return Ok(());
-        };
+        let Some(Committing { txn, time, copies, .. }) = self.committing.take() else { return Ok(()) };
         // Nothing below allocates: the copies' memory may go back first,
         // which keeps it from leaking on an I/O error.
         self.release_frames(copies);
@@ -235,9 +232,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.start_handle()?;
         self.run_timers().map_err(Errno::from)?;
         self.settle_metadata_memory(super::memory::Reclaim::WriteBack { spare: None }).map_err(Errno::from)?;
-        let Some(journal) = self.ctx.journal.as_ref() else {
-            return Ok(());
-        };
+        let Some(journal) = self.ctx.journal.as_ref() else { return Ok(()) };
         let alloc = &self.ctx.alloc;
         let short = alloc.held_blocks() > 0 && alloc.available_blocks() < need_blocks.saturating_add(SLACK_BLOCKS);
         let estimate = (self.ctx.cache.dirty_count() + self.ctx.journaled_data.len() + alloc.dirty_count() + 2 * self.dirty.len() + 1) as u64;

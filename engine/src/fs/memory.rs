@@ -58,9 +58,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// Gives back the frames of metadata folios the buffer cache dropped
     /// and backs the ones it added (see the module docs).
     pub(crate) fn settle_metadata_memory(&mut self, reclaim: Reclaim<'_>) -> Result<()> {
-        for (order, frame) in self.ctx.cache.folios_mut().take_released() {
-            self.ctx.pages.release_frame(order, frame);
-        }
+        self.release_dropped_metadata();
         let order = self.ctx.cache.folios().order();
         for index in self.ctx.cache.folios().unbacked() {
             let frame = self.nofail_frame(order, NoFailUse::BufferCache, reclaim)?;
@@ -68,9 +66,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         self.freeze_committing_blocks(reclaim)?;
         // Reclaim may have dropped folios while backing others.
-        for (order, frame) in self.ctx.cache.folios_mut().take_released() {
-            self.ctx.pages.release_frame(order, frame);
-        }
+        self.release_dropped_metadata();
         Ok(())
     }
 
@@ -78,17 +74,16 @@ impl<D: BlockDevice> Ext4<D> {
     /// one has dirtied since it closed: one folio each at bs >= ps, slab
     /// pages at bs < ps (`jbd2_alloc` below a page).
     fn freeze_committing_blocks(&mut self, reclaim: Reclaim<'_>) -> Result<()> {
-        let Some(c) = self.committing.as_ref() else {
-            return Ok(());
-        };
+        let Some(c) = self.committing.as_ref() else { return Ok(()) };
         let fresh: Vec<BlockNumber> = c.logged().filter(|b| !c.frozen.contains(b) && self.ctx.cache.is_dirty(*b)).collect();
         if fresh.is_empty() {
             return Ok(());
         }
-        let (bs, ps) = (self.ctx.bs(), u64::from(self.ctx.mount.page_size));
-        let order = self.ctx.cache.folios().order();
+        let folios = self.ctx.cache.folios();
+        let order = folios.order();
+        // A folio a block at bs >= ps, a page for several below.
         let frozen = (c.frozen.len() + fresh.len()) as u64;
-        let want = if bs >= ps { frozen } else { (frozen * bs).div_ceil(ps) };
+        let want = (frozen * self.ctx.bs()).div_ceil(folios.folio_bytes());
         let have = c.copies.len() as u64;
         for _ in have..want {
             let frame = self.nofail_frame(order, NoFailUse::JournalCopy, reclaim)?;
@@ -100,6 +95,12 @@ impl<D: BlockDevice> Ext4<D> {
             c.frozen.extend(fresh);
         }
         Ok(())
+    }
+
+    /// Gives back the frames of the folios the buffer cache dropped.
+    fn release_dropped_metadata(&mut self) {
+        let frames = self.ctx.cache.folios_mut().take_released();
+        self.release_frames(frames);
     }
 
     pub(crate) fn release_frames(&mut self, frames: Vec<(u8, u64)>) {
@@ -125,7 +126,7 @@ impl<D: BlockDevice> Ext4<D> {
             retries += 1;
             // Room in the bound but no block of this order: fragmentation,
             // which compaction answers before anything is evicted.
-            if self.ctx.pages.has_room(u64::from(self.ctx.mount.page_size) << order) && self.ctx.pages.compact_memory(order) {
+            if self.ctx.pages.compact_memory(order) {
                 self.ctx.nofail.compactions += 1;
                 continue;
             }
@@ -148,16 +149,10 @@ impl<D: BlockDevice> Ext4<D> {
                 batch = batch.saturating_mul(2);
                 continue;
             }
-            // A switch holding s_writepages_rwsem or the barrier between
-            // its halves keeps write-back out: only clean folios can go.
-            let fs_locks = &self.locks.set.fs;
-            let may_write_back = !fs_locks.writepages.read_would_wait() && !fs_locks.updates.handle_would_wait();
-            if let (Reclaim::WriteBack { .. }, true) = (reclaim, may_write_back) {
-                if let Some(ino) = self.ctx.pages.oldest_dirty_inode() {
-                    let dirty = self.ctx.pages.dirty_block_count();
-                    self.write_back_quietly(ino, 0)?;
+            if let Reclaim::WriteBack { .. } = reclaim {
+                if let Some(progress) = self.write_back_oldest_dirty()? {
                     self.ctx.nofail.reclaim_writebacks += 1;
-                    if self.ctx.pages.dirty_block_count() < dirty {
+                    if progress {
                         continue;
                     }
                 }
@@ -169,6 +164,26 @@ impl<D: BlockDevice> Ext4<D> {
             self.ctx.livelock.get_or_insert(livelock.clone());
             return Err(Error::Livelock(livelock));
         }
+    }
+
+    /// Whether a switch between its halves holds s_writepages_rwsem or the
+    /// updates barrier, keeping write-back out: only clean folios can go.
+    pub(crate) fn write_back_held_off(&self) -> bool {
+        let fs_locks = &self.locks.set.fs;
+        fs_locks.writepages.read_would_wait() || fs_locks.updates.handle_would_wait()
+    }
+
+    /// Reclaim's last resort: writes back the inode of the oldest dirty
+    /// folio. None when nothing is dirty or write-back is held off, else
+    /// whether it cleaned anything.
+    fn write_back_oldest_dirty(&mut self) -> Result<Option<bool>> {
+        if self.write_back_held_off() {
+            return Ok(None);
+        }
+        let Some(ino) = self.ctx.pages.oldest_dirty_inode() else { return Ok(None) };
+        let dirty = self.ctx.pages.dirty_block_count();
+        self.write_back_quietly(ino, 0)?;
+        Ok(Some(self.ctx.pages.dirty_block_count() < dirty))
     }
 
     /// Drops up to `count` clean metadata folios; when none can go but the
@@ -204,9 +219,7 @@ impl<D: BlockDevice> Ext4<D> {
                 dropped += 1;
             }
         }
-        for (order, frame) in self.ctx.cache.folios_mut().take_released() {
-            self.ctx.pages.release_frame(order, frame);
-        }
+        self.release_dropped_metadata();
         dropped
     }
 
@@ -236,9 +249,7 @@ impl<D: BlockDevice> Ext4<D> {
         if self.ctx.mount.read_only {
             return Ok(pass);
         }
-        for (order, frame) in self.ctx.cache.folios_mut().take_released() {
-            self.ctx.pages.release_frame(order, frame);
-        }
+        self.release_dropped_metadata();
         let bound = self.ctx.pages.bound_bytes();
         let high = bound / KSWAPD_HIGH_SHARE;
         let mut batch = 1usize;
@@ -271,17 +282,9 @@ impl<D: BlockDevice> Ext4<D> {
                 batch = batch.saturating_mul(2);
                 continue;
             }
-            let fs_locks = &self.locks.set.fs;
-            if fs_locks.writepages.read_would_wait() || fs_locks.updates.handle_would_wait() {
-                break;
-            }
-            let Some(ino) = self.ctx.pages.oldest_dirty_inode() else {
-                break;
-            };
-            let dirty = self.ctx.pages.dirty_block_count();
-            self.write_back_quietly(ino, 0)?;
+            let Some(progress) = self.write_back_oldest_dirty()? else { break };
             pass.writebacks += 1;
-            if self.ctx.pages.dirty_block_count() >= dirty {
+            if !progress {
                 break;
             }
         }

@@ -289,10 +289,10 @@ impl<D: BlockDevice> Ext4<D> {
             None
         };
         alloc.set_hold_freed(journal.is_some());
-        let cache = BufferCache::new(geo.block_size, geo.blocks_count, mount.page_size);
-        let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
         let page_geometry = crate::pagecache::geometry::Geometry::new(mount.block_size, mount.page_size)
             .ok_or_else(|| Error::InvalidArgument(format!("{}-byte blocks on {}-byte pages", mount.block_size, mount.page_size)))?;
+        let cache = BufferCache::new(page_geometry, geo.blocks_count);
+        let clock_secs = i64::try_from(sb.wtime.max(sb.mkfs_time)).unwrap_or(0);
         let pages = PageCache::new(page_geometry, memory);
         let ctx = Ctx {
             dev,

@@ -286,9 +286,7 @@ impl<D: BlockDevice> Ext4<D> {
             if self.ctx.pages.evict_clean(need, spare.clone()) || self.ctx.mount.read_only {
                 return Ok(());
             }
-            let Some(ino) = self.ctx.pages.oldest_dirty_inode() else {
-                break;
-            };
+            let Some(ino) = self.ctx.pages.oldest_dirty_inode() else { break };
             self.write_back_quietly(ino, 0)?;
         }
         // Metadata shares the bound: clean folios of it go last.
@@ -307,11 +305,12 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// What the page cache and data write-back did so far.
     pub fn data_path_stats(&self) -> DataPathStats {
+        let metadata_bytes = self.metadata_bytes();
         DataPathStats {
             cache: self.ctx.pages.stats().clone(),
             resident_by_order: self.ctx.pages.resident_by_order(),
-            cache_bytes: self.ctx.pages.in_use_bytes().saturating_sub(self.metadata_bytes()),
-            metadata_bytes: self.metadata_bytes(),
+            cache_bytes: self.ctx.pages.in_use_bytes().saturating_sub(metadata_bytes),
+            metadata_bytes,
             cache_bound_bytes: self.ctx.pages.bound_bytes(),
             dirty_blocks: self.ctx.pages.dirty_block_count(),
             reserved_blocks: self.ctx.reserved_blocks,

@@ -254,9 +254,8 @@ impl PageCache {
                     self.stats.refused_folios += 1;
                     if o <= min {
                         // A block's folio has no smaller fallback: compact
-                        // once (direct compaction) when only fragmentation refuses.
-                        let room = self.has_room(self.geo.page_size() << o);
-                        if room && self.memory.compact(o) {
+                        // once (direct compaction).
+                        if self.compact_memory(o) {
                             if let Ok(frame) = self.memory.allocate(o) {
                                 return Ok((o, frame));
                             }
@@ -464,9 +463,7 @@ impl PageCache {
             if freed >= bytes || victims.len() >= count {
                 break;
             }
-            let Some(f) = self.folio(ino, index) else {
-                continue;
-            };
+            let Some(f) = self.folio(ino, index) else { continue };
             let spared = spare.is_some_and(|(i, pages)| *i == ino && index < pages.end && index + (1u64 << f.order()) > pages.start);
             if f.is_dirty_any() || spared {
                 continue;
@@ -488,9 +485,10 @@ impl PageCache {
         self.memory.allocate(order)
     }
 
-    /// Asks the allocator to compact memory for a block of `order`.
+    /// Compacts memory for a block of `order` when the bound has room for
+    /// it, so only fragmentation stands in the way; whether one formed.
     pub fn compact_memory(&mut self, order: u8) -> bool {
-        self.memory.compact(order)
+        self.has_room(self.geo.page_size() << order) && self.memory.compact(order)
     }
 
     /// Gives back what [`PageCache::allocate_frame`] granted.
