@@ -43,4 +43,4 @@ pub use errno::Errno;
 pub use fs::FileSystem;
 pub use model::{Limits, Model};
 pub use split::{Pending, PendingFsync, PendingSwitch};
-pub use op::{ChattrFlag, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, FileKind, Op, OpKind, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat};
+pub use op::{ChattrFlag, CutShort, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, FileKind, Op, OpKind, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat};

@@ -70,7 +70,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse_size)]
     pub disk_size: Option<u64>,
     /// Percent of memory seeded other users hold, scattered (0..=90): the
-    /// page cache's folios come from fragmented buddy memory (bs <= ps only).
+    /// page cache's folios come from fragmented buddy memory.
     #[arg(long, default_value_t = 0)]
     pub fragment: u8,
 }
@@ -315,6 +315,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
     let results = run_swarm(factory, &specs, jobs, &|n, _| bar.set_position(n as u64));
     bar.finish_and_clear();
     let (mut passed, mut ops, mut shrunk, mut crashes, mut holding) = (0, 0, 0, 0, 0);
+    let (mut enomem, mut short) = (0, 0);
     let (mut splits, mut sleeps) = (BTreeMap::<String, u64>::new(), BTreeMap::<String, u64>::new());
     let mut failed = Vec::new();
     let mut runs_json = Vec::new();
@@ -324,6 +325,8 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
                 ops += r.stats.ops;
                 crashes += r.stats.crashes;
                 holding += r.stats.lock_sleeps_holding;
+                enomem += r.stats.enomem;
+                short += r.stats.short_by_memory;
                 for (k, n) in crate::report::splits_by_kind(&r.steps) {
                     *splits.entry(k).or_default() += n;
                 }
@@ -366,6 +369,9 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
         println!("  {:<8} {:>6}", "fail", failed.len());
         let counts = crate::report::fmt_counts;
         println!("  crashes recovered {crashes}");
+        if enomem + short > 0 {
+            println!("  out of memory {enomem} ops answered ENOMEM, {short} writes came back short (no folio of the mapping's minimum order)");
+        }
         println!("  split ops (preemption points) {} kinds: {}", splits.len(), counts(&splits));
         println!("  lock sleeps {}: {}; {holding} holding the locks taken before", sleeps.values().sum::<u64>(), counts(&sleeps));
         for (seed, why) in &failed {

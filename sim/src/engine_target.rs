@@ -347,6 +347,10 @@ impl Target for EngineTarget {
         self.fs.as_mut().and_then(|fs| fs.take_livelock()).map(|l| l.to_string())
     }
 
+    fn take_out_of_memory(&mut self) -> Option<(u64, String)> {
+        self.fs.as_mut().and_then(|fs| fs.take_out_of_memory()).map(|o| (o.done, o.what))
+    }
+
     fn explain_last_error(&mut self) -> Option<String> {
         ext4_engine::fs::take_last_error().map(|e| e.to_string())
     }
@@ -459,6 +463,7 @@ impl Target for EngineTarget {
                 ("readahead folios", Figure::Count(data.cache.readahead_folios)),
                 ("evicted", Figure::Count(data.cache.evicted_folios)),
                 ("orders refused", Figure::Count(data.cache.refused_folios)),
+                ("no folio at all", Figure::Count(fs.folios_refused())),
             ]),
         ));
         out.push(("folios by order".to_string(), Figure::PerOrder(data.cache.folios_by_order.clone())));

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use ext4_model::agree::agrees;
 use ext4_model::whole_tree::{tree_agrees, ReadBackBudget};
-use ext4_model::{CrashEnvelope, Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Reply};
+use ext4_model::{CrashEnvelope, Errno, FileSystem, Model, MountConfig, Op, OpKind, Outcome, Pending, Reply};
 
 pub use crate::disk::hash::Fnv64;
 use crate::disk::FaultEvent;
@@ -91,6 +91,10 @@ pub struct OpStats {
     pub space_resyncs: u64,
     /// Ops in flight at those resyncs, returned on the target alone.
     pub space_resync_flights: u64,
+    /// Ops the target's page cache answered ENOMEM (no folio to be had).
+    pub enomem: u64,
+    /// Writes it cut short for the same reason (a short count).
+    pub short_by_memory: u64,
 }
 
 /// A model and a target in lockstep.
@@ -233,7 +237,9 @@ impl<T: Target> Lockstep<T> {
     pub fn step(&mut self, op: &Op) -> Result<Outcome, Failure> {
         let index = self.start_op(op);
         self.index += 1;
-        let (expected, actual) = match op {
+        // The target first: the model learns from it whether the op ran
+        // out of memory.
+        let actual = match op {
             // The model keeps a write's pattern by reference; the target gets
             // its bytes in a buffer reused for every write.
             Op::Write { path, offset, len, seed } if *len <= ext4_model::op::MAX_IO_LEN => {
@@ -243,13 +249,11 @@ impl<T: Target> Lockstep<T> {
                 }
                 let data = &mut self.write_buf[..bytes];
                 ext4_model::op::pattern_into(*seed, data);
-                (
-                    self.model.write_pattern(path, *offset, *len, *seed).map(Reply::Written),
-                    self.target.write(path, *offset, data).map(Reply::Written),
-                )
+                self.target.write(path, *offset, data).map(Reply::Written)
             }
-            _ => (self.model.apply(op), self.target.apply(op)),
+            _ => self.target.apply(op),
         };
+        let expected = self.model_answer(op, index, &actual, |m, op| m.apply(op))?;
         std::hash::Hash::hash(op, &mut self.trace);
         self.stats.ops += 1;
         let spent = self.spent_ns();
@@ -301,8 +305,12 @@ impl<T: Target> Lockstep<T> {
     pub fn finish(&mut self, flight: InFlight<T::SecondHalf>) -> Result<Outcome, Failure> {
         let InFlight { op, index, model, target, begun_ns } = flight;
         self.start_op(&op);
-        let expected = self.model.finish_split(model);
         let actual = self.target.finish_split(target);
+        let expected = match model {
+            // Done whole now: it may run out of memory as a whole op may.
+            Pending::Whole(whole) => self.model_answer(&whole, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?,
+            model => self.model.finish_split(model),
+        };
         self.trace.write(&[FINISH_MARK]);
         let spent = self.spent_ns();
         self.time.record_op(op.kind(), begun_ns.saturating_add(spent));
@@ -325,6 +333,7 @@ impl<T: Target> Lockstep<T> {
         self.envelope_unsynced = if injects { self.model.crash_envelope_unsynced(op) } else { None };
         // Whatever an earlier op left behind its errno is not this op's.
         let _ = self.target.explain_last_error();
+        let _ = self.target.take_out_of_memory();
         self.last_op = Some(op.clone());
         self.op_start_ns = self.target.now_ns();
         self.index
@@ -600,5 +609,6 @@ impl<T: Target> Lockstep<T> {
     }
 }
 
+mod out_of_memory;
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,9 @@ pub fn summary(r: &RunResult) -> String {
         let enospc = r.stats.errors.get(&Errno::ENOSPC).copied().unwrap_or(0);
         let _ = writeln!(s, "  space       {} MiB disk: {enospc} ENOSPC agreed, {} refused by the nearly full target only (model resynced; {} ops in flight returned on the target alone)", r.spec.disk_bytes >> 20, r.stats.space_resyncs, r.stats.space_resync_flights);
     }
+    if r.spec.fragment > 0 || r.stats.enomem + r.stats.short_by_memory > 0 {
+        let _ = writeln!(s, "  memory      {}% held by others: {} ops answered ENOMEM and {} writes came back short for want of a folio (model cut them as ext4 does)", r.spec.fragment, r.stats.enomem, r.stats.short_by_memory);
+    }
     let ns = |ns: u64| crate::disk::clock::DisplayNs(ns).to_string();
     let _ = writeln!(
         s,
@@ -162,6 +165,8 @@ pub fn json(r: &RunResult) -> String {
         ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("space_resync_flights", r.stats.space_resync_flights.to_string()),
+        ("enomem", r.stats.enomem.to_string()),
+        ("short_by_memory", r.stats.short_by_memory.to_string()),
         ("tasks", r.spec.tasks.to_string()),
         ("trace_hash", json_str(&format!("{:#018x}", r.trace_hash))),
         ("image_hash", json_str(&format!("{:#018x}", r.image_hash))),

@@ -131,12 +131,17 @@ pub trait Target: FileSystem {
     fn nearly_full(&self) -> bool {
         false
     }
-    /// What lies behind the last errno the target answered, when it was
-    /// more than the errno says (EIO: which structure, which check).
     /// A no-fail allocation the last op could not get (a livelock), if any.
     fn take_livelock(&mut self) -> Option<String> {
         None
     }
+    /// The folio the last op could not have: it answered ENOMEM, or a
+    /// short count for the bytes it finished first. (Bytes done, the request.)
+    fn take_out_of_memory(&mut self) -> Option<(u64, String)> {
+        None
+    }
+    /// What lies behind the last errno the target answered, when it was
+    /// more than the errno says (EIO: which structure, which check).
     fn explain_last_error(&mut self) -> Option<String> {
         None
     }

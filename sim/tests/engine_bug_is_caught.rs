@@ -27,6 +27,7 @@ impl TargetFactory for Buggy {
             InjectedBug::ReleaseForgetsTruncatedFile => |fs| fs.inject_bug(InjectedBug::ReleaseForgetsTruncatedFile),
             InjectedBug::OrphanListForgotten => |fs| fs.inject_bug(InjectedBug::OrphanListForgotten),
             InjectedBug::JournaledDataNeverLogged => |fs| fs.inject_bug(InjectedBug::JournaledDataNeverLogged),
+            InjectedBug::CutWriteAnswersEnomem => |fs| fs.inject_bug(InjectedBug::CutWriteAnswersEnomem),
         });
         Ok(t)
     }
@@ -377,4 +378,30 @@ fn the_journal_switch_fuzz_target_finds_still_catch_the_switch_bug() {
         n += 1;
     }
     assert!(n >= 2, "{n} twin finds");
+}
+
+/// A buffered write cut short for want of a folio that answers ENOMEM
+/// instead of its count (the bytes it copied stay): the model cuts the
+/// write where the engine says it stopped, so the answer disagrees at
+/// once. Shrinks and replays; the real engine passes the same steps.
+#[test]
+fn a_cut_write_that_answers_enomem_is_caught() {
+    use ext4_model::Op;
+    let bug = Buggy(InjectedBug::CutWriteAnswersEnomem);
+    let spec = RunSpec { fragment: 85, tasks: 1, crash_every: 0, ..RunSpec::new(1, 0, "bs=16k,ps=4k,page_cache_mb=4".parse().unwrap()) };
+    let mut steps = vec![ext4_sim::trace::Step::Op(Op::Create { path: "/f".into(), perm: 0o644 })];
+    for i in 0..6u64 {
+        steps.push(ext4_sim::trace::Step::Op(Op::Write { path: "/f".into(), offset: i * 5_000_000 + 1000, len: 3 << 20, seed: 40 + i }));
+    }
+    let failing = run_steps(&bug, &spec, &steps).unwrap();
+    let Some(Failure::Divergence(d)) = &failing.failure else { panic!("not caught: {:?}", failing.failure) };
+    assert!(matches!(d.op, Op::Write { .. }) && d.actual == Err(ext4_model::Errno::ENOMEM), "{d:?}");
+    assert!(matches!(d.model, Ok(ext4_model::Reply::Written(n)) if n > 0 && n < 3 << 20), "{d:?}");
+    let ext4_sim::run::ShrunkTrace { trace, replays, .. } = shrink_failure(&bug, &failing).unwrap();
+    assert!(replays);
+    let back = Trace::parse(&trace.to_text()).unwrap();
+    let again = run_steps(&bug, &back.spec, &back.steps).unwrap();
+    assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
+    let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &back.spec, &back.steps).unwrap();
+    assert!(clean.failure.is_none(), "{:?}", clean.failure);
 }

@@ -257,7 +257,7 @@ impl<D: BlockDevice> Ctx<D> {
         let pages = self.pages.geometry().pages_covering(offset..end);
         let (_, refused) = self.pages.add_folios(ino, orders, pages, orders.1);
         if let Some(r) = refused {
-            return Err(Error::NoMemory(r.to_string()).into());
+            return Err(self.folio_refused(r.to_string()));
         }
         // Read-modify-write of the partial edge blocks.
         let first = offset / bs;
@@ -281,7 +281,7 @@ impl<D: BlockDevice> Ctx<D> {
             }
         }
         if !self.pages.write_bytes(ino, offset, data) {
-            return Err(Error::NoMemory(format!("no folio for bytes {offset}..{end} of inode {ino}")).into());
+            return Err(self.folio_refused(format!("no folio for bytes {offset}..{end} of inode {ino}")));
         }
         Ok(())
     }
@@ -292,6 +292,36 @@ impl<D: BlockDevice> Ctx<D> {
     /// blocks of any other state are zeroed where they are; the rest reads
     /// as zeros already.
     pub fn cache_zero(&mut self, ino: InodeNumber, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
+        self.cache_zero_ranges(ino, node, std::slice::from_ref(&(from..to)))
+    }
+
+    /// [`Ctx::cache_zero`] of several byte ranges, all or nothing: every
+    /// folio the zeroing needs is had before any byte is zeroed, so ENOMEM
+    /// leaves the file as it was.
+    pub fn cache_zero_ranges(&mut self, ino: InodeNumber, node: &Node, ranges: &[Range<u64>]) -> Result<(), Errno> {
+        let bs = self.bs();
+        let orders = self.folio_orders(node);
+        let written = |r: &Range<u64>| (r.start / bs..r.end.div_ceil(bs)).filter(|&b| node.es.status(&node.map, b) == ExtentStatus::Written);
+        let needed: Vec<u64> = ranges.iter().filter(|r| r.start < r.end).flat_map(written).collect();
+        for &b in &needed {
+            let page = self.pages.page_of_block(b);
+            let (_, refused) = self.pages.add_folios(ino, orders, page..page + 1, orders.0);
+            if let Some(r) = refused {
+                return Err(self.folio_refused(r.to_string()));
+            }
+        }
+        // Direct reclaim for a later edge may have taken an earlier one's.
+        if let Some(b) = needed.iter().find(|&&b| self.pages.locate(ino, b).is_none()) {
+            return Err(self.folio_refused(format!("the folio of block {b} of inode {ino} went to reclaim before its zeroing")));
+        }
+        for r in ranges {
+            self.zero_cached_range(ino, node, r.start, r.end)?;
+        }
+        Ok(())
+    }
+
+    /// The zeroing itself, once the folios are had.
+    fn zero_cached_range(&mut self, ino: InodeNumber, node: &Node, from: u64, to: u64) -> Result<(), Errno> {
         let bs = self.bs();
         let orders = self.folio_orders(node);
         let mut pos = from;
@@ -307,7 +337,7 @@ impl<D: BlockDevice> Ctx<D> {
             let page = self.pages.page_of_block(b);
             let (_, refused) = self.pages.add_folios(ino, orders, page..page + 1, orders.0);
             if let Some(r) = refused {
-                return Err(Error::NoMemory(r.to_string()).into());
+                return Err(self.folio_refused(r.to_string()));
             }
             let stale = self.stale_runs(ino, b..b + 1);
             if !stale.is_empty() {
@@ -343,10 +373,16 @@ impl<D: BlockDevice> Ctx<D> {
     /// write's data and lose its size), and they must read as zeros once
     /// inside the file, as the page cache's zeroing past EOF guarantees in ext4.
     pub fn zero_past_eof(&mut self, ino: InodeNumber, node: &Node, old: u64, new: u64) -> Result<(), Errno> {
+        self.cache_zero_ranges(ino, node, &[self.past_eof(old, new)])
+    }
+
+    /// The bytes [`Ctx::zero_past_eof`] zeroes (empty when none).
+    pub fn past_eof(&self, old: u64, new: u64) -> Range<u64> {
         let bs = self.bs();
         if new > old && old % bs != 0 {
-            self.cache_zero(ino, node, old, new.min(old.div_ceil(bs) * bs))?;
+            old..new.min(old.div_ceil(bs) * bs)
+        } else {
+            old..old
         }
-        Ok(())
     }
 }

@@ -172,49 +172,80 @@ impl<D: BlockDevice> Ext4<D> {
         let span = block_span(offset, count as u64, bs);
         // Room for the whole write first, so ENOSPC leaves the file as it was.
         ctx.check_room(node, span.clone())?;
+        let old_size = node.disk.size;
+        // Before anything is reserved: a folio it cannot have is ENOMEM
+        // with the file as it was.
+        if offset > old_size {
+            ctx.zero_past_eof(ino, node, old_size, offset)?;
+        }
         if ctx.delays_allocation(node) {
             ctx.reserve_delayed(node, span.clone())?;
         }
-        let old_size = node.disk.size;
+        let (delays, lag_before) = (ctx.delays_allocation(node), node.disksize);
+        // ext4_da_should_update_i_disksize: only a delayed write whose last
+        // byte lands in a written block moves i_disksize at once. Asked of
+        // the map as the write found it, at each place the write may stop.
+        let chunks: Vec<(Range<u64>, bool)> = write_chunks(offset, end, ctx.write_chunk_bytes(), bs).map(|c| (c.clone(), node.map.lookup((c.end - 1) / bs).is_some_and(|p| !p.unwritten))).collect();
+        let disksize_after = |last_written: bool, lag: Option<u64>| if delays && !last_written { Some(lag.unwrap_or(old_size)) } else { None };
         if end > old_size {
-            // ext4_da_should_update_i_disksize: only a delayed write whose
-            // last byte lands in a written block moves i_disksize at once.
-            let last_written = node.map.lookup((end - 1) / bs).is_some_and(|p| !p.unwritten);
-            node.disksize = if ctx.delays_allocation(node) && !last_written { Some(node.disksize.unwrap_or(old_size)) } else { None };
+            node.disksize = disksize_after(chunks.last().is_some_and(|c| c.1), node.disksize);
             if node.disksize.is_some() {
                 ctx.disksize_lagging.insert(ino);
             }
         }
-        if offset > old_size {
-            ctx.zero_past_eof(ino, node, old_size, offset)?;
-        }
-        let chunk = ctx.write_chunk_bytes();
         let mut at = offset;
-        while at < end {
-            let to = if end - at <= chunk { end } else { ((at + chunk) / bs * bs).max(at.div_ceil(bs) * bs).min(end) };
-            let (lo, hi) = (at, to);
+        for (i, (c, _)) in chunks.iter().enumerate() {
+            let (lo, hi) = (c.start, c.end);
             let (need, pages) = {
                 let (ctx, node) = self.split(ino)?;
                 let pages = ctx.pages.geometry().pages_covering(lo..hi);
                 (ctx.pages.uncached_bytes(ino, ctx.folio_orders(node), pages.clone()), pages)
             };
-            self.make_room(need, Some((ino, pages)))?;
+            let room = self.make_room(need, Some((ino, pages))).map_err(Errno::from);
             let (ctx, node) = self.split(ino)?;
-            let copied = ctx.back_write(ino, node, block_span(lo, hi - lo, bs)).and_then(|fresh| ctx.cache_write(ino, node, lo, &data[(lo - offset) as usize..(hi - offset) as usize], &fresh, old_size));
+            let copied = room.and_then(|()| ctx.back_write(ino, node, block_span(lo, hi - lo, bs))).and_then(|fresh| {
+                let copied = ctx.cache_write(ino, node, lo, &data[(lo - offset) as usize..(hi - offset) as usize], &fresh, old_size);
+                if copied == Err(Errno::ENOMEM) {
+                    // ext4 takes the folio before get_block: blocks this
+                    // chunk allocated hold none of the file's bytes.
+                    for r in fresh {
+                        ctx.discard_blocks(ino, node, r)?;
+                    }
+                }
+                copied
+            });
             if let Err(e) = copied {
                 ctx.release_unfilled(ino, node, span);
+                // generic_perform_write: the bytes copied before a folio
+                // could not be had are the answer; none copied, the error.
+                let cut = e == Errno::ENOMEM && i > 0;
+                if cut {
+                    ctx.note_memory_progress(at - offset);
+                    if at > old_size {
+                        node.disksize = disksize_after(chunks[i - 1].1, node.disksize.or(lag_before));
+                    }
+                } else if e == Errno::ENOMEM {
+                    node.disksize = lag_before;
+                }
                 self.mark_dirty(ino);
+                #[cfg(feature = "test-hooks")]
+                if cut && self.bug_cut_write_answers_enomem() {
+                    return Err(e);
+                }
+                if cut {
+                    break;
+                }
                 return Err(e);
             }
             node.disk.size = node.disk.size.max(hi);
-            at = to;
+            at = hi;
         }
         let (ctx, node) = self.split(ino)?;
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;
         self.mark_dirty(ino);
-        Ok(count as u64)
+        Ok(at - offset)
     }
 
     pub(crate) fn do_read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
@@ -293,10 +324,12 @@ impl<D: BlockDevice> Ext4<D> {
         let bs = ctx.bs();
         let old = node.disk.size;
         // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
+        // ext4_block_truncate_page before the blocks go: a folio it cannot
+        // have leaves the file as it was.
         if size <= old {
             let keep = size.div_ceil(bs);
-            ctx.discard_blocks(ino, node, keep..u64::MAX)?;
             ctx.cache_zero(ino, node, size, keep * bs)?;
+            ctx.discard_blocks(ino, node, keep..u64::MAX)?;
             node.da_alloc_close |= size == 0 && ctx.mount.auto_da_alloc;
         }
         ctx.zero_past_eof(ino, node, old, size)?;
@@ -333,4 +366,19 @@ impl<D: BlockDevice> Ctx<D> {
             }
         }
     }
+}
+
+/// The pieces a buffered write of `offset..end` copies between chances to
+/// make room: `chunk` bytes, ending on block boundaries but for the last.
+fn write_chunks(offset: u64, end: u64, chunk: u64, bs: u64) -> impl Iterator<Item = Range<u64>> {
+    let mut at = offset;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let to = if end - at <= chunk { end } else { ((at + chunk) / bs * bs).max(at.div_ceil(bs) * bs).min(end) };
+        let piece = at..to;
+        at = to;
+        Some(piece)
+    })
 }

@@ -101,9 +101,12 @@ impl<D: BlockDevice> Ext4<D> {
     fn allocate(&mut self, ino: InodeNumber, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
         let (ctx, node) = self.split(ino)?;
         let span = block_span(offset, end - offset, ctx.bs());
-        ctx.map_range(ino, node, span, true)?;
-        if !keep_size && end > node.disk.size {
+        let grows = !keep_size && end > node.disk.size;
+        if grows {
             ctx.zero_past_eof(ino, node, node.disk.size, end)?;
+        }
+        ctx.map_range(ino, node, span, true)?;
+        if grows {
             node.disk.size = end;
             node.disksize = None;
         }
@@ -121,15 +124,14 @@ impl<D: BlockDevice> Ext4<D> {
         // The hole ends with the folio holding EOF: a page, or a larger block.
         let unit = ps.max(bs);
         let end = if end > size { size.div_ceil(unit) * unit } else { end };
-        disksize_before_punch(node, offset, end);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
+        // ext4_zero_partial_blocks before the blocks go, both edges or
+        // neither: a folio it cannot have leaves the file as it was.
+        ctx.cache_zero_ranges(ino, node, &partial_edges(offset, end, bs))?;
+        disksize_before_punch(node, offset, end);
         if first_full < last_full {
             ctx.discard_blocks(ino, node, first_full..last_full)?;
-            ctx.cache_zero(ino, node, offset, (first_full * bs).min(end))?;
-            ctx.cache_zero(ino, node, (last_full * bs).max(offset), end)?;
-        } else {
-            ctx.cache_zero(ino, node, offset, end)?;
         }
         Ok(())
     }
@@ -141,6 +143,14 @@ impl<D: BlockDevice> Ext4<D> {
         // Room for the whole range is checked first, so ENOSPC leaves the
         // file as it was (the model reserves the same way).
         ctx.check_room(node, span.clone())?;
+        // Written edges zeroed (and the old EOF block's tail, when the
+        // file grows) before anything changes: all or nothing for memory.
+        let grows = !keep_size && end > node.disk.size;
+        let mut zeroed = partial_edges(offset, end, bs);
+        if grows {
+            zeroed.push(ctx.past_eof(node.disk.size, offset));
+        }
+        ctx.cache_zero_ranges(ino, node, &zeroed)?;
         disksize_before_punch(node, offset, end);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
@@ -160,9 +170,7 @@ impl<D: BlockDevice> Ext4<D> {
             node.map_dirty = true;
             ctx.pages.invalidate(ino, first_full..last_full);
         }
-        ctx.cache_zero(ino, node, offset, end)?;
-        if !keep_size && end > node.disk.size {
-            ctx.zero_past_eof(ino, node, node.disk.size, offset)?;
+        if grows {
             node.disk.size = end;
             node.disksize = None;
         }
@@ -234,6 +242,18 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.size = size + len;
         node.disksize = None;
         Ok(())
+    }
+}
+
+/// The bytes of `offset..end` in blocks it covers only in part: one range
+/// when both ends share a block or touch, else up to two.
+fn partial_edges(offset: u64, end: u64, bs: u64) -> Vec<std::ops::Range<u64>> {
+    let (first_full, last_full) = (offset.div_ceil(bs), end / bs);
+    if first_full < last_full {
+        vec![offset..(first_full * bs).min(end), (last_full * bs).max(offset)..end]
+    } else {
+        let whole = offset..end;
+        vec![whole]
     }
 }
 
@@ -319,12 +339,12 @@ mod tests {
         }
     }
 
-    /// An fallocate that has mapped its blocks and then fails (here zeroing
-    /// the tail of the old EOF block must read that block, and the read
-    /// fails) still writes the inode: the blocks are in the bitmaps, so they
-    /// must be in its extent tree too, or they leak.
+    /// An fallocate that grows the file zeroes the tail of the old EOF
+    /// block before it maps anything (all or nothing, for memory and for
+    /// I/O): when that block's read fails, nothing is mapped and nothing
+    /// leaks, and the image stays clean.
     #[test]
-    fn an_fallocate_failing_after_it_mapped_blocks_still_writes_the_inode() {
+    fn an_fallocate_whose_tail_zeroing_fails_maps_nothing() {
         let broken = Rc::new(Cell::new(false));
         let mut fs = Ext4::mount(Flaky { inner: fresh().unmount().unwrap(), broken: broken.clone() }, &MountConfig::default()).unwrap();
         fs.create("/f", 0o644).unwrap();
@@ -337,9 +357,10 @@ mod tests {
         broken.set(false);
         let st = fs.stat("/f").unwrap();
         assert_eq!(st.size, 100, "the size moves only once the tail is zeroed");
-        assert_eq!(st.blocks, 4 * BS / 512, "blocks mapped before the error stay mapped");
+        assert_eq!(st.blocks, BS / 512, "the tail is zeroed before any block is mapped");
         fs.sync().unwrap();
         let (_, report) = check(fs.unmount().unwrap().inner);
         assert!(report.is_clean(), "{:?}", report.problems);
     }
 }
+

@@ -15,7 +15,6 @@
 use ext4_model::{Errno, FileKind};
 
 use crate::device::BlockDevice;
-use crate::error::Error;
 use crate::format::InodeNumber;
 
 use super::locks::Lock;
@@ -57,6 +56,9 @@ impl<D: BlockDevice> Ext4<D> {
         // buffered write does: no fault needs more than the cache holds.
         let chunk = (ctx.write_chunk_bytes() / ps).max(1);
         let mut at = pages.start;
+        // A fault that gets no folio after others stored: the stores
+        // before it landed, and msync writes them.
+        let mut cut = None;
         while at < pages.end {
             let these = at..pages.end.min(at + chunk);
             let need = {
@@ -67,7 +69,13 @@ impl<D: BlockDevice> Ext4<D> {
             let (ctx, node) = self.split(ino)?;
             let (_, refused) = ctx.pages.add_folios(ino, orders, these.clone(), orders.1);
             if let Some(r) = refused {
-                return Err(Error::NoMemory(r.to_string()).into());
+                let e = ctx.folio_refused(r.to_string());
+                if at == pages.start {
+                    return Err(e);
+                }
+                ctx.note_memory_progress(ctx.pages.geometry().pg_to_byte(at).max(offset) - offset);
+                cut = Some(e);
+                break;
             }
             let first = ctx.pages.folio_span(ino, these.start).map_or(these.start, |s| s.start);
             let last = ctx.pages.folio_span(ino, these.end - 1).map_or(these.end, |s| s.end);
@@ -80,7 +88,7 @@ impl<D: BlockDevice> Ext4<D> {
             let geo = ctx.pages.geometry();
             let (lo, hi) = (geo.pg_to_byte(these.start).max(offset), geo.pg_to_byte(these.end).min(end));
             if !ctx.pages.write_bytes(ino, lo, &data[(lo - offset) as usize..(hi - offset) as usize]) {
-                return Err(Error::NoMemory(format!("no folio for bytes {lo}..{hi} of inode {ino}")).into());
+                return Err(ctx.folio_refused(format!("no folio for bytes {lo}..{hi} of inode {ino}")));
             }
             let mut folios = std::collections::BTreeSet::new();
             for b in blocks.clone() {
@@ -101,6 +109,9 @@ impl<D: BlockDevice> Ext4<D> {
         self.mark_dirty(ino);
         // msync(MS_SYNC) of the mapped pages, then fdatasync of the rest.
         self.sync_file(ino)?;
-        Ok(end - offset)
+        match cut {
+            Some(e) => Err(e),
+            None => Ok(end - offset),
+        }
     }
 }

@@ -26,6 +26,7 @@ use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::{BlockNumber, InodeNumber};
 use crate::memory::nofail::{Livelock, NoFailUse};
+use crate::memory::refused::OutOfMemory;
 
 use super::Ext4;
 
@@ -311,6 +312,34 @@ impl<D: BlockDevice> Ext4<D> {
     /// What no-fail requests did so far.
     pub fn nofail_stats(&self) -> crate::memory::nofail::NoFailStats {
         self.ctx.nofail.clone()
+    }
+
+    /// The folio refusal the last op met, if it met one: it answered ENOMEM
+    /// or a short count (`done`). Taken once.
+    pub fn take_out_of_memory(&mut self) -> Option<OutOfMemory> {
+        self.ctx.out_of_memory.take()
+    }
+
+    /// Folio requests for file data refused so far.
+    pub fn folios_refused(&self) -> u64 {
+        self.ctx.folios_refused
+    }
+}
+
+impl<D: BlockDevice> super::Ctx<D> {
+    /// ENOMEM for a folio the page cache could not have, noted for
+    /// [`Ext4::take_out_of_memory`] (nothing of the op done yet).
+    pub(super) fn folio_refused(&mut self, what: String) -> ext4_model::Errno {
+        self.folios_refused += 1;
+        self.out_of_memory = Some(OutOfMemory { done: 0, what: what.clone() });
+        Error::NoMemory(what).into()
+    }
+
+    /// The op got `done` bytes through before the refusal it met.
+    pub(super) fn note_memory_progress(&mut self, done: u64) {
+        if let Some(oom) = self.out_of_memory.as_mut() {
+            oom.done = done;
+        }
     }
 }
 

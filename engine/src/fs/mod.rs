@@ -138,6 +138,11 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub kswapd: memory::KswapdPass,
     /// A livelock not yet reported ([`Ext4::take_livelock`]).
     pub livelock: Option<crate::memory::nofail::Livelock>,
+    /// The ordinary folio allocation the current op was refused
+    /// ([`Ext4::take_out_of_memory`]).
+    pub out_of_memory: Option<crate::memory::refused::OutOfMemory>,
+    /// Folio requests for file data refused over the mount.
+    pub folios_refused: u64,
     /// Inodes whose `Node::disksize` lags their size (sync clears them).
     pub(crate) disksize_lagging: std::collections::BTreeSet<InodeNumber>,
     /// Data blocks of journal-mode inodes the running transaction logs.
@@ -311,6 +316,8 @@ impl<D: BlockDevice> Ext4<D> {
             nofail: Default::default(),
             kswapd: Default::default(),
             livelock: None,
+            out_of_memory: None,
+            folios_refused: 0,
             disksize_lagging: Default::default(),
             journaled_data: Default::default(),
             committing_data: Default::default(),
@@ -438,6 +445,8 @@ impl<D: BlockDevice> Ext4<D> {
             nofail: c.nofail.clone(),
             kswapd: c.kswapd,
             livelock: None,
+            out_of_memory: None,
+            folios_refused: c.folios_refused,
             disksize_lagging: c.disksize_lagging.clone(),
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),

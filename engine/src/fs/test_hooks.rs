@@ -42,6 +42,10 @@ pub enum InjectedBug {
     /// Write-back of a journal-mode inode hands nothing to the journal:
     /// its data is neither logged nor written home.
     JournaledDataNeverLogged,
+    /// A buffered write the page cache cuts short (no folio for a later
+    /// chunk) answers ENOMEM instead of the bytes it copied, which stay
+    /// in the file (generic_perform_write returning its status).
+    CutWriteAnswersEnomem,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -76,6 +80,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_seek_ignores_page_cache(&self) -> bool {
         self.bug.bug == Some(InjectedBug::SeekIgnoresPageCache)
+    }
+
+    pub(crate) fn bug_cut_write_answers_enomem(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::CutWriteAnswersEnomem)
     }
 
     pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {

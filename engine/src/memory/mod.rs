@@ -21,6 +21,7 @@
 
 pub mod nofail;
 pub mod reclaim;
+pub mod refused;
 
 use std::fmt;
 

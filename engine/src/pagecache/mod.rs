@@ -114,6 +114,9 @@ pub struct PageCache {
 
 /// Host bytes of dropped folios kept for reuse.
 const SPARE_BYTES_MAX: usize = 32 << 20;
+/// Folios a refused minimum-order request may evict before it gives up
+/// (SWAP_CLUSTER_MAX, one round of direct reclaim).
+const DIRECT_RECLAIM_BATCH: usize = 32;
 
 impl Clone for PageCache {
     /// A copy for a shadow mount: folio bytes are shared until written,
@@ -245,27 +248,42 @@ impl PageCache {
     /// Memory for one folio: `order`, or a smaller one down to `min` when
     /// the allocator refuses; the order got and the frame it starts at.
     /// The one place folio memory is asked for.
-    fn take_folio_memory(&mut self, order: u8, min: u8) -> Result<(u8, u64), FolioRefused> {
+    fn take_folio_memory(&mut self, order: u8, min: u8, spare: &(InodeNumber, Range<u64>)) -> Result<(u8, u64), FolioRefused> {
         let mut o = order;
         loop {
             match self.memory.allocate(o) {
                 Ok(frame) => return Ok((o, frame)),
-                Err(refused) => {
+                Err(refused) if o <= min => {
                     self.stats.refused_folios += 1;
-                    if o <= min {
-                        // A block's folio has no smaller fallback: compact
-                        // once (direct compaction).
-                        if self.compact_memory(o) {
-                            if let Ok(frame) = self.memory.allocate(o) {
-                                return Ok((o, frame));
-                            }
-                        }
-                        return Err(refused);
-                    }
+                    return self.direct_reclaim(o, spare).ok_or(refused);
+                }
+                Err(_) => {
+                    self.stats.refused_folios += 1;
                     o -= 1;
                 }
             }
         }
+    }
+
+    /// A block's folio has no smaller fallback: compact (direct
+    /// compaction), then evict clean folios oldest first, one reclaim
+    /// batch at most, trying again after each (an evicted folio of the
+    /// minimum order frees a block that fits); None when none formed.
+    fn direct_reclaim(&mut self, order: u8, spare: &(InodeNumber, Range<u64>)) -> Option<(u8, u64)> {
+        if self.compact_memory(order) {
+            if let Ok(frame) = self.memory.allocate(order) {
+                return Some((order, frame));
+            }
+        }
+        for _ in 0..DIRECT_RECLAIM_BATCH {
+            if self.evict_oldest_clean(1, 1, Some(spare)) == 0 {
+                return None;
+            }
+            if let Ok(frame) = self.memory.allocate(order) {
+                return Some((order, frame));
+            }
+        }
+        None
     }
 
     /// Fills the uncached pages of `pages` (widened to the minimum order)
@@ -290,7 +308,7 @@ impl PageCache {
                 while o > min && (at % (1u64 << o) != 0 || at + (1u64 << o) > gap.end) {
                     o -= 1;
                 }
-                let (got, frame) = match self.take_folio_memory(o, min) {
+                let (got, frame) = match self.take_folio_memory(o, min, &(ino, start..end)) {
                     Ok(got) => got,
                     Err(refused) => return (made, Some(refused)),
                 };

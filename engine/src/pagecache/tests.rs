@@ -71,14 +71,31 @@ fn max_folio_order_caps_every_folio() {
 #[test]
 fn a_refused_folio_falls_back_to_smaller_orders_down_to_the_minimum() {
     let mut pc = cache(4096, 4096, 64 << 10);
-    // The bound's quarter caps folios at 16 KiB; fill 48 KiB of it.
-    let (made, refused) = pc.add_folios(1, (0, 9), 0..12, 9);
-    assert_eq!((made.len(), refused), (3, None));
-    // 16 KiB left: an order-2 folio fits, the next asks fall back and then fail.
+    // The bound's quarter caps folios at 16 KiB; fill 48 KiB of it, dirty.
+    write(&mut pc, 1, 0, 48 << 10);
+    assert_eq!(pc.in_use_bytes(), 48 << 10);
+    // 16 KiB left: an order-2 folio fits, the next asks fall back and then
+    // fail: direct reclaim finds nothing clean to drop.
     let (made, refused) = pc.add_folios(1, (0, 9), 16..32, 9);
     assert_eq!(made, vec![16]);
     assert!(refused.is_some());
     assert!(pc.stats().refused_folios >= 3, "order 2, 1 and 0 were each refused once");
+    assert_eq!(pc.in_use_bytes(), 64 << 10);
+}
+
+/// A folio of the minimum order that memory refuses reclaims clean folios
+/// (oldest first, never those of the range being filled) and is served.
+#[test]
+fn a_refused_minimum_order_folio_reclaims_clean_folios_directly() {
+    let mut pc = cache(4096, 4096, 64 << 10);
+    let (made, _) = pc.add_folios(1, (0, 9), 0..12, 9);
+    assert_eq!(made.len(), 3, "clean, nothing dirtied");
+    pc.add_folios(1, (0, 9), 16..20, 9);
+    let (made, refused) = pc.add_folios(1, (0, 9), 20..32, 9);
+    assert_eq!(refused, None);
+    assert!(!made.is_empty() && (20..32).all(|b| pc.locate(1, b).is_some()), "every page of the range is cached");
+    assert!(pc.stats().evicted_folios >= 3, "{:?}", pc.stats());
+    assert!(pc.locate(1, 16).is_some() && pc.locate(1, 0).is_none(), "the oldest went, the newest stayed");
     assert_eq!(pc.in_use_bytes(), 64 << 10);
 }
 

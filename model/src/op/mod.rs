@@ -10,9 +10,11 @@ use crate::Errno;
 
 pub use crate::pattern::{pattern, pattern_into};
 
+mod memory;
 mod seek;
 mod text;
 
+pub use memory::CutShort;
 pub use seek::{SeekChoices, SeekWhence};
 
 /// Longest file name component (EXT4_NAME_LEN).

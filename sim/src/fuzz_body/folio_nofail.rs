@@ -2,8 +2,9 @@
 //! (block size, page size, folio order cap, budget, fragmentation) and a
 //! stream of writes, reads, write-backs and metadata reads. A no-fail
 //! request that fails or livelocks, an ENOMEM where the budget holds 256
-//! minimum folios, a panic (an index conversion that overflows among
-//! them), or data that reads back wrong is a crash.
+//! minimum folios and memory is whole (or blocks are single pages), an
+//! ENOMEM that changed the file, a panic (an index conversion that
+//! overflows among them), or data that reads back wrong is a crash.
 
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_engine::device_mem::MemDevice;
@@ -46,6 +47,10 @@ pub struct NoFailRun {
     /// Clean metadata folios dropped by kswapd or for no-fail requests,
     /// and checkpoints run to unpin them.
     pub metadata_reclaimed: u64,
+    /// Writes and truncates that answered ENOMEM (no block for a folio).
+    pub enomem: u64,
+    /// Writes that came back short.
+    pub short: u64,
     pub steps: usize,
 }
 
@@ -74,6 +79,10 @@ pub fn folio_nofail(data: &[u8]) -> Option<NoFailRun> {
     }
     let folio = u64::from(bs.max(ps)) << effective.min_folio_order.min(effective.max_folio_order);
     let mut run = NoFailRun { mount: text.clone(), fragment, ..NoFailRun::default() };
+    // Fragmented memory may have no block for a folio of several pages:
+    // then a write or truncate answers ENOMEM and changes nothing (or a
+    // write comes back short), as the model's op/memory.rs says.
+    let enomem_ok = fragment > 0 && effective.min_folio_order > 0;
     let mut dirs = 0u32;
     while run.steps < MAX_OPS && !u.is_empty() {
         let Ok(step) = Step::arbitrary(&mut u) else { break };
@@ -86,7 +95,15 @@ pub fn folio_nofail(data: &[u8]) -> Option<NoFailRun> {
                 let at = if at & 1 == 0 { (u64::from(at >> 1) % (FILE_SPAN / folio)) * folio + u64::from(at >> 24) % 3 } else { u64::from(at) % FILE_SPAN };
                 let len = (u64::from(len) % MAX_LEN).min(FILE_SPAN - at);
                 let bytes: Vec<u8> = (0..len).map(|i| byte.wrapping_add((i % 251) as u8)).collect();
-                match expect(fs.write(&format!("/f{f}"), at, &bytes), &what) {
+                let written = fs.write(&format!("/f{f}"), at, &bytes);
+                if enomem_ok && written == Err(Errno::ENOMEM) {
+                    run.enomem += 1;
+                    continue;
+                }
+                if written.as_ref().is_ok_and(|&n| n < len) {
+                    run.short += 1;
+                }
+                match expect(written, &what) {
                     // A write of nothing changes nothing, its size included.
                     Some(0) => {}
                     Some(n) => {
@@ -132,7 +149,12 @@ pub fn folio_nofail(data: &[u8]) -> Option<NoFailRun> {
             Step::Truncate { file, size } => {
                 let f = usize::from(file) % FILES;
                 let size = u64::from(size) % FILE_SPAN;
-                match expect(fs.truncate(&format!("/f{f}"), size), &what) {
+                let truncated = fs.truncate(&format!("/f{f}"), size);
+                if enomem_ok && truncated == Err(Errno::ENOMEM) {
+                    run.enomem += 1;
+                    continue;
+                }
+                match expect(truncated, &what) {
                     Some(()) => {
                         if let Some(s) = shadow[f].as_mut() {
                             s.resize(size as usize, 0);

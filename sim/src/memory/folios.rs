@@ -5,11 +5,19 @@
 //!
 //! Memory is the page cache's bound plus what seeded other users hold,
 //! scattered ([`Buddy::fragment`]): the cache may still fill its bound,
-//! but in smaller folios the more the others hold.
+//! but in smaller folios the more the others hold. The kernel groups
+//! unmovable allocations (slab, page tables) into pageblocks of their own;
+//! here the others' pages are unmovable in a seeded share of pageblocks as
+//! large as the share they hold, movable elsewhere. Compaction cannot
+//! clear a block that holds an unmovable page, so at block size > page
+//! size the cache's folios fit only in the other pageblocks: filled with
+//! dirty folios that reclaim cannot drop, a block's folio finds no block
+//! and the op answers ENOMEM.
 
 use std::collections::BTreeSet;
 
 use ext4_engine::memory::{FolioAllocator, FolioRefused};
+use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -17,14 +25,18 @@ use super::buddy::Buddy;
 
 /// MAX_PAGE_ORDER: the largest block the kernel's buddy allocator keeps.
 pub const MAX_ORDER: u8 = 10;
+/// pageblock_order: the unit the kernel groups allocations by mobility in.
+pub const PAGEBLOCK_ORDER: u8 = 9;
 
 #[derive(Clone, Debug)]
 pub struct BuddyFolios {
     buddy: Buddy,
     page_size: u64,
-    /// Frames other users hold for the whole mount: movable (user
-    /// memory), so compaction may move them.
+    /// Frames other users hold for the whole mount that compaction may
+    /// move (user memory).
     others: BTreeSet<u64>,
+    /// Those it may not.
+    unmovable: usize,
 }
 
 impl BuddyFolios {
@@ -37,8 +49,18 @@ impl BuddyFolios {
         let cache_pages = bound_bytes / page_size;
         let pages = cache_pages * 100 / (100 - held);
         let mut buddy = Buddy::new(pages, MAX_ORDER);
-        let others = buddy.fragment(&mut ChaCha8Rng::seed_from_u64(seed), u8::try_from(held).unwrap_or(90)).into_iter().collect();
-        BuddyFolios { buddy, page_size, others }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let taken = buddy.fragment(&mut rng, u8::try_from(held).unwrap_or(90));
+        let mut blocks: Vec<u64> = (0..pages.div_ceil(1 << PAGEBLOCK_ORDER)).collect();
+        blocks.shuffle(&mut rng);
+        blocks.truncate((blocks.len() as u64 * held).div_ceil(100) as usize);
+        let unmovable_blocks: BTreeSet<u64> = blocks.into_iter().collect();
+        let (unmovable, others): (Vec<u64>, Vec<u64>) = taken.into_iter().partition(|f| unmovable_blocks.contains(&(f >> PAGEBLOCK_ORDER)));
+        BuddyFolios { buddy, page_size, others: others.into_iter().collect(), unmovable: unmovable.len() }
+    }
+
+    fn held_pages(&self) -> u64 {
+        (self.others.len() + self.unmovable) as u64
     }
 
     /// The largest order a folio could have now.
@@ -63,11 +85,11 @@ impl FolioAllocator for BuddyFolios {
     }
 
     fn in_use_bytes(&self) -> u64 {
-        (self.buddy.pages() - self.buddy.free_pages() - self.others.len() as u64) * self.page_size
+        (self.buddy.pages() - self.buddy.free_pages() - self.held_pages()) * self.page_size
     }
 
     fn bound_bytes(&self) -> u64 {
-        (self.buddy.pages() - self.others.len() as u64) * self.page_size
+        (self.buddy.pages() - self.held_pages()) * self.page_size
     }
 
     fn fork(&self) -> Box<dyn FolioAllocator> {

@@ -122,7 +122,7 @@ impl RunSpec {
         self.faults.validate().map_err(|e| format!("faults: {e}"))?;
         check_tasks(self.tasks)?;
         check_disk_bytes(self.disk_bytes)?;
-        check_fragment(self.fragment, &self.mount)?;
+        check_fragment(self.fragment)?;
         if let Some(mkfs) = &self.mkfs {
             if let Some(why) = mkfs.refusal() {
                 return Err(format!("--mkfs refused: {why}"));
@@ -291,18 +291,12 @@ fn check_tasks(tasks: u32) -> Result<(), String> {
 }
 
 /// The share of memory others may hold (the cache keeps at least a tenth
-/// of it), and only where a refused folio can fall back to order 0: at
-/// bs > ps a block needs a folio of several pages, which fragmented memory
-/// may not have, and the model does not yet know which ops answer ENOMEM.
-fn check_fragment(percent: u8, mount: &MountConfig) -> Result<(), String> {
+/// of it). At bs > ps a block needs a folio of several pages, which
+/// fragmented memory may not have: the op answers ENOMEM (or a short
+/// count), which the lockstep runner holds to ext4's rules.
+fn check_fragment(percent: u8) -> Result<(), String> {
     if percent > 90 {
         return Err(format!("fragment {percent}: at most 90 (percent of memory other users hold)"));
-    }
-    if percent > 0 && mount.block_size > mount.page_size {
-        return Err(format!(
-            "fragment {percent} with {}-byte blocks on {}-byte pages: a block's folio may find no free block, and ENOMEM is not modelled yet",
-            mount.block_size, mount.page_size
-        ));
     }
     Ok(())
 }
@@ -372,13 +366,10 @@ mod tests {
         assert_eq!(back.apply_header("bogus", "1"), Ok(false));
     }
 
-    /// Fragmented memory is refused where a block needs several pages
-    /// (ENOMEM is not modelled yet), and past 90%.
+    /// Fragmented memory runs at any block and page size, up to 90%.
     #[test]
-    fn fragmented_memory_is_refused_where_it_could_answer_enomem() {
+    fn fragmented_memory_is_refused_only_past_ninety() {
         let mut s = RunSpec { fragment: 50, ..RunSpec::new(1, 10, "bs=16k,ps=4k".parse().unwrap()) };
-        assert!(s.validate().unwrap_err().contains("ENOMEM is not modelled yet"));
-        s.mount = "bs=16k,ps=16k".parse().unwrap();
         assert_eq!(s.validate(), Ok(()));
         s.fragment = 91;
         assert!(s.validate().unwrap_err().contains("at most 90"));
