@@ -20,17 +20,18 @@
 //!   sets i_size before ext4_block_truncate_page may fail; the engine is
 //!   stricter, which the kernel oracle cannot tell apart.)
 
-use crate::Errno;
-
 use super::Op;
 
-/// What an op the page cache cut short did: the op the model applies in
-/// its place (none: nothing changed) and the answer the caller sees (none:
-/// that op's own answer, a short count).
+/// What an op the page cache cut short leaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CutShort {
-    pub applied: Option<Op>,
-    pub answer: Option<Errno>,
+pub enum CutShort {
+    /// ENOMEM, and nothing changed.
+    Nothing,
+    /// This shorter op took effect and its answer (a short count) is the
+    /// caller's.
+    Short(Op),
+    /// This shorter op took effect, and the caller sees ENOMEM.
+    Enomem(Op),
 }
 
 impl Op {
@@ -45,33 +46,39 @@ impl Op {
                 _ => Err(format!("{done} bytes done of a {len}-byte op cut short")),
             }
         };
-        let enomem = CutShort { applied: None, answer: Some(Errno::ENOMEM) };
+        // A write that copied nothing changed nothing.
+        let written = |d: u32, op: Op| if d == 0 { CutShort::Nothing } else { CutShort::Short(op) };
         Ok(match self {
-            Op::Write { path, offset, len, seed } => match shortened(*len)? {
-                0 => enomem,
-                d => CutShort { applied: Some(Op::Write { path: path.clone(), offset: *offset, len: d, seed: *seed }), answer: None },
-            },
-            Op::WriteFd { slot, offset, len, seed } => match shortened(*len)? {
-                0 => enomem,
-                d => CutShort { applied: Some(Op::WriteFd { slot: *slot, offset: *offset, len: d, seed: *seed }), answer: None },
-            },
-            Op::Append { path, len, seed } => match shortened(*len)? {
-                0 => enomem,
-                d => CutShort { applied: Some(Op::Append { path: path.clone(), len: d, seed: *seed }), answer: None },
-            },
-            Op::DirectWrite { path, offset, len, seed } => match shortened(*len)? {
-                0 => enomem,
-                d => CutShort { applied: Some(Op::DirectWrite { path: path.clone(), offset: *offset, len: d, seed: *seed }), answer: None },
-            },
+            Op::Write { path, offset, len, seed } => {
+                let d = shortened(*len)?;
+                written(d, Op::Write { path: path.clone(), offset: *offset, len: d, seed: *seed })
+            }
+            Op::WriteFd { slot, offset, len, seed } => {
+                let d = shortened(*len)?;
+                written(d, Op::WriteFd { slot: *slot, offset: *offset, len: d, seed: *seed })
+            }
+            Op::Append { path, len, seed } => {
+                let d = shortened(*len)?;
+                written(d, Op::Append { path: path.clone(), len: d, seed: *seed })
+            }
+            Op::DirectWrite { path, offset, len, seed } => {
+                let d = shortened(*len)?;
+                written(d, Op::DirectWrite { path: path.clone(), offset: *offset, len: d, seed: *seed })
+            }
             Op::Rewrite { path, len, seed } => {
                 let d = shortened(*len)?;
-                CutShort { applied: Some(Op::Rewrite { path: path.clone(), len: d, seed: *seed }), answer: (d == 0).then_some(Errno::ENOMEM) }
+                let cut = Op::Rewrite { path: path.clone(), len: d, seed: *seed };
+                if d == 0 {
+                    CutShort::Enomem(cut)
+                } else {
+                    CutShort::Short(cut)
+                }
             }
             Op::MapWrite { path, offset, len, seed } => match shortened(*len)? {
-                0 => enomem,
-                d => CutShort { applied: Some(Op::MapWrite { path: path.clone(), offset: *offset, len: d, seed: *seed }), answer: Some(Errno::ENOMEM) },
+                0 => CutShort::Nothing,
+                d => CutShort::Enomem(Op::MapWrite { path: path.clone(), offset: *offset, len: d, seed: *seed }),
             },
-            Op::Truncate { .. } | Op::FtruncateFd { .. } | Op::Fallocate { .. } if done == 0 => enomem,
+            Op::Truncate { .. } | Op::FtruncateFd { .. } | Op::Fallocate { .. } if done == 0 => CutShort::Nothing,
             Op::Truncate { .. } | Op::FtruncateFd { .. } | Op::Fallocate { .. } => {
                 return Err(format!("{:?} cut short after {done} bytes: it changes nothing before its folios are had", self.kind()));
             }
@@ -91,24 +98,20 @@ mod tests {
     #[test]
     fn a_write_cut_after_some_bytes_is_a_shorter_write() {
         let cut = write(65536).cut_short(16384).unwrap();
-        assert_eq!(cut, CutShort { applied: Some(write(16384)), answer: None });
+        assert_eq!(cut, CutShort::Short(write(16384)));
     }
 
     #[test]
     fn a_write_cut_before_any_byte_is_enomem_with_nothing_applied() {
-        assert_eq!(write(65536).cut_short(0).unwrap(), CutShort { applied: None, answer: Some(Errno::ENOMEM) });
+        assert_eq!(write(65536).cut_short(0).unwrap(), CutShort::Nothing);
     }
 
     #[test]
     fn rewrite_keeps_its_truncation_and_a_mapped_store_answers_enomem() {
         let rewrite = Op::Rewrite { path: "/f".into(), len: 100, seed: 1 };
-        let cut = rewrite.cut_short(0).unwrap();
-        assert_eq!(cut.applied, Some(Op::Rewrite { path: "/f".into(), len: 0, seed: 1 }));
-        assert_eq!(cut.answer, Some(Errno::ENOMEM));
+        assert_eq!(rewrite.cut_short(0).unwrap(), CutShort::Enomem(Op::Rewrite { path: "/f".into(), len: 0, seed: 1 }));
         let map = Op::MapWrite { path: "/f".into(), offset: 0, len: 100, seed: 1 };
-        let cut = map.cut_short(40).unwrap();
-        assert_eq!(cut.applied, Some(Op::MapWrite { path: "/f".into(), offset: 0, len: 40, seed: 1 }));
-        assert_eq!(cut.answer, Some(Errno::ENOMEM));
+        assert_eq!(map.cut_short(40).unwrap(), CutShort::Enomem(Op::MapWrite { path: "/f".into(), offset: 0, len: 40, seed: 1 }));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! succeeds, and the state is the model's after the op cut where the
 //! target says. Everything after is compared as usual.
 
-use ext4_model::{Errno, Model, Op, Outcome, Reply};
+use ext4_model::{CutShort, Errno, Model, Op, Outcome, Reply};
 
 use super::Lockstep;
 use crate::failure::{Divergence, Failure};
@@ -32,17 +32,15 @@ impl<T: Target> Lockstep<T> {
         if whole.is_err() {
             return Err(diverged(whole, "the target ran out of memory in an op ext4 refuses for another reason".into()));
         }
-        let applied = cut.applied.as_ref().map(|o| apply(&mut self.model, o));
         if short {
             self.stats.short_by_memory += 1;
         } else {
             self.stats.enomem += 1;
         }
-        Ok(match (cut.answer, applied) {
-            (_, Some(Err(e))) => Err(e),
-            (Some(e), _) => Err(e),
-            (None, Some(answer)) => answer,
-            (None, None) => whole,
+        Ok(match cut {
+            CutShort::Nothing => Err(Errno::ENOMEM),
+            CutShort::Short(o) => apply(&mut self.model, &o),
+            CutShort::Enomem(o) => apply(&mut self.model, &o).and(Err(Errno::ENOMEM)),
         })
     }
 }
