@@ -68,6 +68,8 @@ impl Model {
             let perm = (node.mode & 0o7777) as u16;
             let inode = Inode { node: inode_node, perm, links: 0, flags: node.flags, marks: Marks::default() };
             st.used_blocks += inode_blocks(&inode);
+            // An adopted file may be mid write-back.
+            st.touched.insert(ino);
             st.inodes.insert(ino, inode);
         }
         for (ino, inode) in st.inodes.iter_mut() {

@@ -5,7 +5,7 @@ use crate::content::Source;
 use crate::vfs::{block_span, check_fiemap, LOFF_MAX};
 use crate::model::Model;
 use crate::op::{inode_flags, ChattrFlag, FiemapExtent, FiemapRequest, Op};
-use crate::state::{Ino, Node};
+use crate::state::{Ino, Inode, Node};
 use crate::Errno;
 
 impl Model {
@@ -139,14 +139,14 @@ impl Model {
 
     pub(crate) fn do_sync(&mut self) {
         let (seq, bs) = (self.st.seq, self.bs());
-        // One pass over the inodes, no lookups: sync is frequent and crowded
-        // directories make thousands of them.
-        for inode in self.st.inodes.values_mut() {
-            if let Node::File(f) = &mut inode.node {
+        // Only inodes changed since the last sync can be unsettled: sync is
+        // frequent and crowded directories make thousands of inodes.
+        for ino in std::mem::take(&mut self.st.touched) {
+            if let Some(Inode { node: Node::File(f), .. }) = self.st.inodes.get_mut(&ino) {
                 f.settle_from(0, bs);
             }
-            inode.marks.durable_at = seq;
         }
+        self.st.synced_at = seq;
         self.st.namespace_floor = seq;
         if let Some(log) = &mut self.log {
             log.restart(self.st.clone());

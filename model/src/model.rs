@@ -339,7 +339,12 @@ impl Model {
                         return Err(format!("directory {ino} is not in its parent {parent}"));
                     }
                 }
-                Node::File(f) => f.check(bs).map_err(|e| format!("inode {ino}: {e}"))?,
+                Node::File(f) => {
+                    f.check(bs).map_err(|e| format!("inode {ino}: {e}"))?;
+                    if !st.touched.contains(ino) && (f.writeback_pending || f.disksize.is_some()) {
+                        return Err(format!("inode {ino} has write-back pending but is not marked touched: a sync would miss it"));
+                    }
+                }
                 Node::Symlink(t) => {
                     if t.is_empty() {
                         return Err(format!("symlink {ino} has an empty target"));

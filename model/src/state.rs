@@ -1,6 +1,6 @@
 //! The model's state: inodes in plain `BTreeMap`s, no physical blocks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::data::FileData;
 use crate::op::{inode_flags, FileKind};
@@ -71,6 +71,13 @@ pub struct State {
     pub seq: u64,
     /// Every op with a sequence number <= this has committed.
     pub namespace_floor: u64,
+    /// The last sync(2): every inode's data and size were durable after
+    /// it, whatever its own `marks.durable_at` says.
+    pub synced_at: u64,
+    /// Inodes handed out mutably since the last sync: the only ones a sync
+    /// can find with write-back pending or i_disksize behind, so it need
+    /// not visit thousands of untouched inodes.
+    pub touched: BTreeSet<Ino>,
     /// Data blocks in use by all files (allocated, unwritten or delayed).
     pub used_blocks: u64,
     /// Descriptor slots held across ops: slot -> the regular file it has
@@ -91,7 +98,7 @@ impl State {
         };
         inodes.insert(ROOT_INO, dir(BTreeMap::from([("lost+found".to_string(), LOST_FOUND_INO)]), ROOT_INO, 0o755));
         inodes.insert(LOST_FOUND_INO, dir(BTreeMap::new(), ROOT_INO, 0o700));
-        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, used_blocks: 0, slots: BTreeMap::new() }
+        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, synced_at: 0, touched: BTreeSet::new(), used_blocks: 0, slots: BTreeMap::new() }
     }
 
     pub fn inode(&self, ino: Ino) -> &Inode {
@@ -99,7 +106,13 @@ impl State {
     }
 
     pub fn inode_mut(&mut self, ino: Ino) -> &mut Inode {
+        self.touched.insert(ino);
         self.inodes.get_mut(&ino).expect("model invariant: every entry names a live inode")
+    }
+
+    /// When `ino`'s data and size were last made durable.
+    pub fn durable_at(&self, ino: Ino) -> u64 {
+        self.inode(ino).marks.durable_at.max(self.synced_at)
     }
 
     pub fn entries(&self, dir: Ino) -> Option<&BTreeMap<String, Ino>> {

@@ -16,6 +16,8 @@ use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::pattern;
 use ext4_model::{FileSystem, MountConfig};
 
+pub mod dd;
+
 use crate::run::{run_seed, RunSpec};
 use crate::target::TargetFactory;
 
@@ -274,7 +276,7 @@ pub fn bench_bitmap_checksum(allocations: u32) -> Vec<BenchRow> {
         let full_time = t.elapsed();
         // The running checksum.
         let mut running = Bitmap::from_bytes(vec![0; bytes]);
-        running.track_checksum(seed, items);
+        running.track_checksum(seed, items, ext4_engine::format::bitmap::BitmapChecksum::Running);
         let t = Instant::now();
         for i in 0..allocations {
             running.set(bit(i));

@@ -126,9 +126,9 @@ pub enum Command {
     /// The oracle's op runner: chroot into DIR, run the ops on stdin.
     #[command(hide = true)]
     OracleExec { dir: PathBuf },
-    /// Benchmarks: engine vs e2fsprogs (mkfs, populate, fsck) and lockstep throughput.
+    /// Benchmarks: engine vs e2fsprogs (mkfs, populate, fsck), lockstep throughput, and the LBS dd table.
     Bench {
-        /// Which: e2fsprogs, lockstep, bitmap-checksum, or all.
+        /// Which: e2fsprogs, lockstep, bitmap-checksum, dd, or all.
         #[arg(long, default_value = "all")]
         what: String,
         /// Runs per figure (median is reported).
@@ -140,6 +140,9 @@ pub enum Command {
         /// 1,000-op seeds for the seeds-per-minute figure.
         #[arg(long, default_value_t = 60)]
         seeds: u64,
+        /// MiB each dd cell writes.
+        #[arg(long, default_value_t = 32)]
+        dd_mib: u64,
     },
 }
 
@@ -291,7 +294,7 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             }
             Ok(r.failure.is_none())
         }
-        Command::Bench { what, runs, lockstep_ops, seeds } => bench(factory, &what, runs, lockstep_ops, seeds),
+        Command::Bench { what, runs, lockstep_ops, seeds, dd_mib } => bench(factory, &what, runs, lockstep_ops, seeds, dd_mib),
         Command::Oracle(_) | Command::OracleGuest | Command::OracleExec { .. } => unreachable!("handled in main_with"),
         Command::Shrink { trace } => {
             let (t, _) = read_trace(&trace)?;
@@ -381,9 +384,12 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
     Ok(failed.is_empty())
 }
 
-fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u64, seeds: u64) -> Result<bool, String> {
-    if !["all", "e2fsprogs", "lockstep", "bitmap-checksum"].contains(&what) {
-        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep, bitmap-checksum or all"));
+fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u64, seeds: u64, dd_mib: u64) -> Result<bool, String> {
+    if !["all", "e2fsprogs", "lockstep", "bitmap-checksum", "dd"].contains(&what) {
+        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep, bitmap-checksum, dd or all"));
+    }
+    if what == "dd" && dd_mib == 0 {
+        return Err("--dd-mib 0: each cell must write something".into());
     }
     let mut ok = true;
     if what == "all" || what == "e2fsprogs" {
@@ -400,6 +406,9 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
         println!("block bitmap checksum per allocation (host time; block size sets the bitmap's length)");
         crate::bench::bench_bitmap_checksum(200_000).iter().for_each(|r| println!("{}", r.line()));
     }
+    if what == "all" || what == "dd" {
+        ok &= bench_dd(dd_mib.max(1) << 20);
+    }
     if what == "all" || what == "lockstep" {
         println!("lockstep throughput (ram profile, host time)");
         match crate::bench::bench_lockstep(factory, runs, lockstep_ops, seeds) {
@@ -411,6 +420,27 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
         }
     }
     Ok(ok)
+}
+
+fn bench_dd(total: u64) -> bool {
+    use crate::bench::dd::{render, table, Stream};
+    use ext4_engine::format::bitmap::BitmapChecksum;
+    let cost = crate::cpu_cost::CpuCost::default();
+    println!("dd: one stream writes {} MiB per cell on nvme, page 4K; MB/s of simulated time (device + CPU cost model)", total >> 20);
+    println!("  bigalloc rows (4K blocks, 8K..64K clusters): not run, the engine has no bigalloc yet");
+    let mut ok = true;
+    for (stream, what) in [(Stream::Buffered, "buffered write + fsync"), (Stream::Direct, "O_DIRECT write + fsync")] {
+        for (how, whose) in [(BitmapChecksum::Recompute, "bitmap crc32c recomputed per change (the kernel's)"), (BitmapChecksum::Running, "bitmap crc32c kept running (the engine's)")] {
+            match table(stream, how, total, &cost) {
+                Ok(rows) => print!("{}", render(&format!("{what}, {whose}"), &rows)),
+                Err(e) => {
+                    println!("  {what}, {whose}: failed: {e}");
+                    ok = false;
+                }
+            }
+        }
+    }
+    ok
 }
 
 #[cfg(test)]

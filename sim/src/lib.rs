@@ -12,6 +12,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod cpu_cost;
 pub mod disk;
 pub mod engine_target;
 pub mod failure;

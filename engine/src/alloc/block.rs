@@ -74,6 +74,7 @@ impl Allocator {
         let bm = self.block_bitmaps[gi].as_mut().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))?;
         debug_assert!(bm.range_is_clear(start as usize, (start + len) as usize), "double allocation in group {g}");
         bm.set_range(start as usize, (start + len) as usize);
+        self.block_calls += 1;
         self.take_held(g, start, len);
         let d = &mut self.descs[gi];
         d.free_blocks = d.free_blocks.checked_sub(len).ok_or_else(|| {
@@ -184,6 +185,7 @@ impl Allocator {
                 self.held_blocks += n;
             }
             bm.clear_range(lo, hi);
+            self.block_calls += 1;
             let n = (hi - lo) as u32;
             self.descs[gi].free_blocks += n;
             self.descs[gi].flags &= !BG_BLOCK_UNINIT;

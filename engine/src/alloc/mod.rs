@@ -23,7 +23,7 @@ use ext4_model::AllocPolicy;
 use crate::cache::BufferCache;
 use crate::device::{BlockDevice, IoClass};
 use crate::error::{ChecksumObject, Corrupt, Error, Result};
-use crate::format::bitmap::{stored_bitmap_csum_matches, Bitmap};
+use crate::format::bitmap::{stored_bitmap_csum_matches, Bitmap, BitmapChecksum};
 use crate::format::geometry::Geometry;
 use crate::format::group_desc::{DescChecksum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::format::GroupIndex;
@@ -64,6 +64,19 @@ pub struct Allocator {
     reuse_held: bool,
     /// Ranges freed since the last commit, for the journal's revokes.
     freed: Vec<(u64, u64)>,
+    /// How loaded bitmaps keep their checksums.
+    bitmap_checksum: BitmapChecksum,
+    /// Runs allocated and group pieces freed (mballoc's work per call).
+    block_calls: u64,
+}
+
+/// The allocator's CPU work so far, for the simulator's cost model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocWork {
+    /// Bytes of block and inode bitmaps run through crc32c.
+    pub bitmap_crc_bytes: u64,
+    /// Runs allocated and group pieces freed.
+    pub block_calls: u64,
 }
 
 /// What the superblock needs after writeback.
@@ -115,7 +128,23 @@ impl Allocator {
             held_blocks: 0,
             reuse_held: false,
             freed: Vec::new(),
+            bitmap_checksum: BitmapChecksum::default(),
+            block_calls: 0,
         }
+    }
+
+    /// How bitmaps keep their checksums from now on: running (the
+    /// engine's) or recomputed whole on each change (the kernel's).
+    pub fn set_bitmap_checksum(&mut self, how: BitmapChecksum) {
+        self.bitmap_checksum = how;
+        for bm in self.block_bitmaps.iter_mut().chain(self.inode_bitmaps.iter_mut()).flatten() {
+            bm.set_checksum_mode(how);
+        }
+    }
+
+    pub fn work(&self) -> AllocWork {
+        let bitmap_crc_bytes = self.block_bitmaps.iter().chain(&self.inode_bitmaps).flatten().map(Bitmap::crc_bytes).sum();
+        AllocWork { bitmap_crc_bytes, block_calls: self.block_calls }
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -216,7 +245,7 @@ impl Allocator {
         };
         let mut bm = bm;
         if let Some(s) = self.bitmap_seed {
-            bm.track_checksum(s, self.geo.blocks_per_group);
+            bm.track_checksum(s, self.geo.blocks_per_group, self.bitmap_checksum);
         }
         self.block_bitmaps[g as usize] = Some(bm);
         Ok(())
@@ -243,7 +272,7 @@ impl Allocator {
         };
         let mut bm = bm;
         if let Some(s) = self.bitmap_seed {
-            bm.track_checksum(s, self.geo.inodes_per_group);
+            bm.track_checksum(s, self.geo.inodes_per_group, self.bitmap_checksum);
         }
         self.inode_bitmaps[g as usize] = Some(bm);
         Ok(())

@@ -119,10 +119,14 @@ impl<D: BlockDevice> Ctx<D> {
             let read = next.peek().is_some_and(|p| p.logical <= b);
             if let Some((index, i)) = self.pages.locate(ino, b) {
                 if let Some(f) = self.pages.folio_mut(ino, index) {
-                    if !read && !f.is_uptodate(i) {
+                    let zero = !read && !f.is_uptodate(i);
+                    if zero {
                         f.block_mut(i).fill(0);
                     }
                     f.set_uptodate(i);
+                    if zero {
+                        self.pages.note_zeroed(bs);
+                    }
                 }
             }
         }
@@ -272,12 +276,7 @@ impl<D: BlockDevice> Ctx<D> {
                 self.fill_blocks(ino, node, b..b + 1, old_size)?;
             } else {
                 // Nothing of the file's is on disk there: zeros.
-                if let Some((index, i)) = self.pages.locate(ino, b) {
-                    if let Some(f) = self.pages.folio_mut(ino, index) {
-                        f.block_mut(i).fill(0);
-                        f.set_uptodate(i);
-                    }
-                }
+                self.pages.zero_block(ino, b);
             }
         }
         if !self.pages.write_bytes(ino, offset, data) {
@@ -342,7 +341,7 @@ impl<D: BlockDevice> Ctx<D> {
             let stale = self.stale_runs(ino, b..b + 1);
             if !stale.is_empty() {
                 if take as u64 == bs {
-                    self.fill_zero(ino, b);
+                    self.pages.zero_block(ino, b);
                 } else {
                     self.fill_blocks(ino, node, b..b + 1, node.disk.size)?;
                 }
@@ -355,17 +354,6 @@ impl<D: BlockDevice> Ctx<D> {
             }
         }
         Ok(())
-    }
-
-    /// Block `b`'s cached copy becomes zeros, uptodate (it is about to be
-    /// zeroed whole, so its bytes on disk need not be read).
-    fn fill_zero(&mut self, ino: InodeNumber, b: u64) {
-        if let Some((index, i)) = self.pages.locate(ino, b) {
-            if let Some(f) = self.pages.folio_mut(ino, index) {
-                f.block_mut(i).fill(0);
-                f.set_uptodate(i);
-            }
-        }
     }
 
     /// Growing a file from `old` to `new` bytes: the block holding the old

@@ -55,6 +55,7 @@
 
 mod auto_da_alloc;
 mod buffered;
+mod cpu_work;
 mod data;
 mod data_journal;
 mod direct_io;
@@ -106,6 +107,7 @@ pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket, WholeOp};
 pub use timers::TimerStats;
+pub use cpu_work::CpuWork;
 pub use direct_io::DirectIoStats;
 pub use mapped_write::MappedWriteStats;
 pub use memory::KswapdPass;

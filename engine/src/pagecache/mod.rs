@@ -57,6 +57,15 @@ pub struct PageCacheStats {
     pub refused_folios: u64,
     /// Blocks a read got around the cache, when no folio could be had.
     pub read_around_blocks: u64,
+    /// Bytes copied into folios from writers (copy_from_user).
+    pub copied_in_bytes: u64,
+    /// Bytes copied out of folios to readers (copy_to_user).
+    pub copied_out_bytes: u64,
+    /// Bytes of cached blocks zeroed.
+    pub zeroed_bytes: u64,
+    /// Blocks buffered writes dirtied, one per block per write (the
+    /// per-buffer work of block_write_begin/end).
+    pub blocks_written: u64,
 }
 
 /// One inode's folios.
@@ -586,6 +595,8 @@ impl PageCache {
             let (lo, hi) = ((at - folio_start) as usize, (to - folio_start) as usize);
             f.bytes_mut()[lo..hi].copy_from_slice(&data[(at - offset) as usize..(to - offset) as usize]);
             let (first, last) = ((lo as u64 / bs) as u32, ((hi as u64 - 1) / bs) as u32);
+            self.stats.copied_in_bytes += (hi - lo) as u64;
+            self.stats.blocks_written += u64::from(last - first + 1);
             for i in first..=last {
                 let covered = f.block_range(i);
                 debug_assert!(f.is_uptodate(i) || (lo <= covered.start && covered.end <= hi), "a partly written block {i} was not read first");
@@ -626,6 +637,7 @@ impl PageCache {
                 if f.is_uptodate(j) {
                     let src = (from - folio_start) as usize..(block_end - folio_start) as usize;
                     out[(from - offset) as usize..(block_end - offset) as usize].copy_from_slice(&f.bytes()[src]);
+                    self.stats.copied_out_bytes += block_end - from;
                 } else {
                     missing.push(b);
                 }
@@ -646,7 +658,24 @@ impl PageCache {
             return false;
         }
         f.block_mut(i)[from..to].fill(0);
+        self.stats.zeroed_bytes += (to - from) as u64;
         true
+    }
+
+    /// Zeroes cached block `b` of `ino` whole and marks it uptodate (its
+    /// bytes on disk need not be read); false when no folio holds it.
+    pub fn zero_block(&mut self, ino: InodeNumber, b: u64) -> bool {
+        let Some((index, i)) = self.locate(ino, b) else { return false };
+        let Some(f) = self.folio_mut(ino, index) else { return false };
+        f.block_mut(i).fill(0);
+        f.set_uptodate(i);
+        self.stats.zeroed_bytes += self.geo.block_size();
+        true
+    }
+
+    /// Counts zeroing done on a folio taken with [`PageCache::folio_mut`].
+    pub fn note_zeroed(&mut self, bytes: u64) {
+        self.stats.zeroed_bytes += bytes;
     }
 
     /// Lists `ino` among the inodes whose dirty data must reach the device
