@@ -20,7 +20,7 @@ for d in "$@"; do drives+=(-drive "file=${d//,/,,},format=raw,if=virtio,cache=un
 
 rc=0
 timeout "${BOOT_TIMEOUT:-300}" qemu-system-x86_64 -accel tcg,thread=single -cpu max -M q35 \
-  -m 1G -smp 1 -nodefaults -display none -no-reboot -serial "file:$log" \
+  -m "${GUEST_MIB:-1024}M" -smp 1 -nodefaults -display none -no-reboot -serial "file:$log" \
   -kernel "$cache/vmlinuz" -initrd "$initrd" \
   -append "console=ttyS0 quiet cryptomgr.notests mitigations=off panic=-1 rdinit=/init" \
   "${drives[@]}" || rc=$?

@@ -10,6 +10,7 @@ use clap::Args;
 use ext4_model::MountConfig;
 
 use super::error::warn;
+use super::kmsg::PAGE_ALLOCATOR;
 use super::host::HostKernel;
 use super::qemu::QemuKernel;
 use super::{run_oracle, Kernel, MkfsArgs, OracleError, OracleReport, OracleSpec, Verdict};
@@ -53,6 +54,10 @@ pub struct OracleArgs {
     /// $EXT4SIM_QEMU_CACHE, else ~/.cache/ext4sim/qemu.
     #[arg(long)]
     pub qemu_cache: Option<PathBuf>,
+    /// The qemu guest's memory in MiB (little of it: the page cache under
+    /// pressure, where the page allocator may warn).
+    #[arg(long, default_value_t = super::qemu::GUEST_MIB)]
+    pub guest_mib: u32,
     /// Where failing traces are written.
     #[arg(long, default_value = ".")]
     pub trace_dir: PathBuf,
@@ -162,13 +167,14 @@ fn json_line(r: &OracleReport) -> String {
         Verdict::Failed { finding, .. } => ("diverged", finding.to_string()),
     };
     format!(
-        "{{\"seed\":{},\"kernel\":{},\"release\":{},\"ops\":{},\"result\":{},\"why\":{},\"command\":{}}}",
+        "{{\"seed\":{},\"kernel\":{},\"release\":{},\"ops\":{},\"result\":{},\"why\":{},\"engine_alloc_warnings\":{},\"command\":{}}}",
         r.spec.seed,
         json_str(r.kernel),
         json_str(&r.release),
         r.ops,
         json_str(result),
         json_str(&why),
+        r.engine_alloc_warnings.map_or("null".to_string(), |w| w.to_string()),
         json_str(&r.spec.command(r.kernel))
     )
 }
@@ -191,6 +197,12 @@ fn say(text: &str) -> Result<(), OracleError> {
 }
 
 fn run(args: &OracleArgs) -> Result<u8, OracleError> {
+    if args.guest_mib != super::qemu::GUEST_MIB && args.kernel != "qemu" {
+        return Err(usage("--guest-mib sizes the qemu guest; the host kernel's memory is the machine's"));
+    }
+    if args.guest_mib < super::qemu::GUEST_MIB_MIN {
+        return Err(usage(format!("--guest-mib {}: the guest needs at least {} MiB to boot and run", args.guest_mib, super::qemu::GUEST_MIB_MIN)));
+    }
     let specs = specs(args)?;
     let scratch = Scratch::new()?;
     let mut kernel: Box<dyn Kernel> = match args.kernel.as_str() {
@@ -198,7 +210,10 @@ fn run(args: &OracleArgs) -> Result<u8, OracleError> {
         "qemu" => {
             let cache = args.qemu_cache.clone().unwrap_or_else(default_qemu_cache);
             match QemuKernel::new(&cache, &scratch.0) {
-                Ok(k) => Box::new(k),
+                Ok(mut k) => {
+                    k.set_guest_mib(args.guest_mib);
+                    Box::new(k)
+                }
                 Err(e @ OracleError::Unavailable(_)) => {
                     say(&format!("ext4sim oracle: SKIPPED: {e}"))?;
                     return Ok(EXIT_SKIPPED);
@@ -236,9 +251,19 @@ fn run(args: &OracleArgs) -> Result<u8, OracleError> {
         let release = reports.first().map(|r| r.release.clone()).unwrap_or_default();
         let errors = if errors > 0 { format!(", {errors} harness error(s)") } else { String::new() };
         say(&format!("  kernel {} {release}: {passed} passed, {failed} failed, {skipped} skipped{errors}", kernel.name()))?;
-        // Not divergences: the kernel's own word that something went wrong.
+        // Not divergences: the kernel's own word that something went wrong,
+        // and the page allocator's warnings beside the engine's count.
+        let kernel_warned = kernel_log.iter().filter(|l| l.contains(PAGE_ALLOCATOR)).count();
+        let ran: Vec<u64> = reports.iter().filter_map(|r| r.engine_alloc_warnings).collect();
+        if !ran.is_empty() {
+            say(&format!(
+                "  page allocator warnings: kernel {kernel_warned} in its log; engine {} (no-fail requests of order > 1) running the same ops of {} seed(s)",
+                ran.iter().sum::<u64>(),
+                ran.len()
+            ))?;
+        }
         if !kernel_log.is_empty() {
-            say(&format!("  kernel log: {} ext4 warning(s) or error(s) about the cases' devices", kernel_log.len()))?;
+            say(&format!("  kernel log: {} line(s): ext4's warnings and errors about the cases' devices, the page allocator's warnings", kernel_log.len()))?;
             for line in kernel_log.iter().take(20) {
                 say(&format!("    {line}"))?;
             }

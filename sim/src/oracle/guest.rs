@@ -65,7 +65,7 @@ fn run() -> Result<(), String> {
                 }
             }
         }
-        result.kernel_log = log.ext4_lines_about(case.disk.trim_start_matches("/dev/"));
+        result.kernel_log = log.lines_about(case.disk.trim_start_matches("/dev/"));
         results.push(result);
     }
     let payload = Encoder::results(&release, &results);

@@ -131,7 +131,7 @@ impl Kernel for HostKernel {
             let device = lo.dev.trim_start_matches("/dev/").to_string();
             drop(lo);
             let image = case.image.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            self.kernel_log.extend(log.ext4_lines_about(&device).into_iter().map(|l| format!("{image}: {l}")));
+            self.kernel_log.extend(log.lines_about(&device).into_iter().map(|l| format!("{image}: {l}")));
             runs.push(run);
         }
         Ok(runs)

@@ -34,11 +34,25 @@ pub struct QemuKernel {
     boots: u64,
     /// ext4's warnings and errors the guest logged about the cases' disks.
     kernel_log: Vec<String>,
+    /// The guest's memory: little of it puts the guest's page cache (and
+    /// its allocator) under pressure.
+    guest_mib: u32,
 }
 
 fn run_script(script: &Path, args: &[&Path]) -> Result<Output, OracleError> {
-    Command::new("bash").arg(script).args(args).output().map_err(|e| OracleError::io("run", script, e))
+    run_script_with(script, args, &[])
 }
+
+fn run_script_with(script: &Path, args: &[&Path], env: &[(&str, String)]) -> Result<Output, OracleError> {
+    Command::new("bash").arg(script).args(args).envs(env.iter().map(|(k, v)| (k, v))).output().map_err(|e| OracleError::io("run", script, e))
+}
+
+/// The guest's memory unless asked otherwise (boot.sh's default).
+pub const GUEST_MIB: u32 = 1024;
+/// Less does not hold the initramfs (this binary, the kernel's modules)
+/// and the runner: at 160 MiB the guest's OOM killer took the runner
+/// (70 MiB resident) 1,000 ops into a 16K-block case.
+pub const GUEST_MIB_MIN: u32 = 256;
 
 /// What a script printed, stdout then stderr, cut to its last lines.
 fn said(out: &Output) -> String {
@@ -76,7 +90,12 @@ impl QemuKernel {
         if !out.status.success() {
             return Err(OracleError::Tool(format!("building the qemu initramfs {} failed ({}):\n{}", initramfs.display(), out.status, said(&out))));
         }
-        Ok(QemuKernel { kernel_dir, scripts, initramfs, work: work.to_path_buf(), release, boots: 0, kernel_log: Vec::new() })
+        Ok(QemuKernel { kernel_dir, scripts, initramfs, work: work.to_path_buf(), release, boots: 0, kernel_log: Vec::new(), guest_mib: GUEST_MIB })
+    }
+
+    /// Boots from now on give the guest `mib` of memory.
+    pub fn set_guest_mib(&mut self, mib: u32) {
+        self.guest_mib = mib;
     }
 
     pub fn boots(&self) -> u64 {
@@ -106,7 +125,7 @@ impl QemuKernel {
         self.boots += 1;
         let mut args: Vec<&Path> = vec![&self.kernel_dir, &self.initramfs, &console, &control];
         args.extend(cases.iter().map(|c| c.image.as_path()));
-        let out = run_script(&self.scripts.join("boot.sh"), &args)?;
+        let out = run_script_with(&self.scripts.join("boot.sh"), &args, &[("GUEST_MIB", self.guest_mib.to_string())])?;
         let log = std::fs::read_to_string(&console).map_err(|e| OracleError::io("read the console log", &console, e))?;
         if !out.status.success() || !log.contains("ORACLE-GUEST-EXIT 0") {
             let tail: Vec<&str> = log.lines().rev().take(15).collect();

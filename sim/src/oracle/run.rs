@@ -126,6 +126,9 @@ pub struct OracleReport {
     /// Op kinds left out, with why.
     pub left_out: Vec<(OpKind, String)>,
     pub verdict: Verdict,
+    /// The page allocator warnings the engine recorded running the same
+    /// ops (no-fail metadata requests of order > 1), when it ran them.
+    pub engine_alloc_warnings: Option<u64>,
 }
 
 /// The seed's ops, generated against the model, without `refused` kinds.
@@ -324,6 +327,7 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
     // Everything runnable is generated first, so a VM backend can batch all seeds.
     let mut reports = Vec::new();
     let mut runnable: Vec<(usize, Vec<Op>)> = Vec::new();
+    let mut warnings = Vec::new();
     for spec in specs {
         let skip = spec.mkfs.refusal().or_else(|| kernel.cannot_run(&spec.mount)).or_else(|| kernel_mount_data(&spec.mount).err());
         let (verdict, n) = if let Some(why) = skip {
@@ -333,6 +337,7 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
                 Err(e) => (Verdict::Error(e), 0),
                 Ok(ops) => {
                     let n = ops.len();
+                    warnings.push((reports.len(), engine_alloc_warnings(spec, &ops)));
                     runnable.push((reports.len(), ops));
                     // Pass until the kernel says otherwise, below.
                     (Verdict::Pass, n)
@@ -340,6 +345,9 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
             }
         };
         reports.push(report(kernel, spec, n, left_out.clone(), verdict));
+    }
+    for (i, w) in warnings {
+        reports[i].engine_alloc_warnings = w;
     }
     // Specs differ in mount options and mkfs, so each is its own evaluation;
     // a VM backend still batches same-config seeds below.
@@ -382,7 +390,23 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
 }
 
 fn report(kernel: &dyn Kernel, spec: &OracleSpec, ops: usize, left_out: Vec<(OpKind, String)>, verdict: Verdict) -> OracleReport {
-    OracleReport { spec: spec.clone(), kernel: kernel.name(), release: kernel.release(), ops, left_out, verdict }
+    OracleReport { spec: spec.clone(), kernel: kernel.name(), release: kernel.release(), ops, left_out, verdict, engine_alloc_warnings: None }
+}
+
+/// The page allocator warnings the engine records running `ops` on a
+/// fresh filesystem of the spec's mount (its own mkfs; None for mke2fs
+/// layouts, which the engine does not make): the figure the kernel's log
+/// is put beside. The answers are the kernel run's to judge, not this one's.
+fn engine_alloc_warnings(spec: &OracleSpec, ops: &[Op]) -> Option<u64> {
+    if !spec.mkfs.opts.is_empty() {
+        return None;
+    }
+    let mut target = crate::engine_target::make_engine(&RunSpec::new(spec.seed, 0, spec.mount)).ok()?;
+    let fs = target.engine_mut()?;
+    for op in ops {
+        let _ = fs.apply(op);
+    }
+    Some(fs.nofail_stats().warnings)
 }
 
 fn shrink_finding(kernel: &mut dyn Kernel, g: &Group, seed: u64, ops: Vec<Op>, finding: Finding, trace_dir: &Path, shrink: bool) -> Verdict {
