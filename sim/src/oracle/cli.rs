@@ -306,6 +306,17 @@ mod tests {
         assert_eq!(parse(&["--mkfs", "-b 2048", "--ops", "9"]).unwrap().ops, 9);
     }
 
+    #[test]
+    fn guest_memory_is_refused_where_it_would_change_nothing_or_cannot_boot() {
+        let refused = |argv: &[&str]| match run(&parse(argv).expect("parses")) {
+            Err(OracleError::Usage(why)) => why,
+            other => panic!("{argv:?}: {other:?}"),
+        };
+        assert!(refused(&["--seed", "1", "--guest-mib", "512"]).contains("qemu guest"), "the host kernel has no guest");
+        assert!(refused(&["--seed", "1", "--kernel", "qemu", "--guest-mib", "128"]).contains("at least 256"));
+        assert_eq!(parse(&["--seed", "1"]).expect("parses").guest_mib, super::super::qemu::GUEST_MIB);
+    }
+
     /// Words as a POSIX shell splits them (single quotes and backslashes).
     fn shell_words(line: &str) -> Vec<String> {
         let (mut words, mut word, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
