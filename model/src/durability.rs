@@ -138,7 +138,8 @@ impl Model {
     /// crash allows without having kept the history is a bug in the caller.
     pub fn crash_envelope(&self) -> CrashEnvelope {
         let log = self.log.as_ref().expect("crash_envelope needs the crash log (Model::set_crash_log(true))");
-        let durable_at = self.st.inodes.keys().map(|i| (*i, self.st.durable_at(*i))).collect();
+        // A sync made every inode durable, whatever its own mark says.
+        let durable_at = self.st.inodes.iter().map(|(i, n)| (*i, n.marks.durable_at.max(self.st.synced_at))).collect();
         let journal_mode = self.st.inodes.keys().map(|i| (*i, self.journal_mode(*i))).collect();
         CrashEnvelope {
             mount: self.mount,

@@ -110,11 +110,6 @@ impl State {
         self.inodes.get_mut(&ino).expect("model invariant: every entry names a live inode")
     }
 
-    /// When `ino`'s data and size were last made durable.
-    pub fn durable_at(&self, ino: Ino) -> u64 {
-        self.inode(ino).marks.durable_at.max(self.synced_at)
-    }
-
     pub fn entries(&self, dir: Ino) -> Option<&BTreeMap<String, Ino>> {
         match &self.inode(dir).node {
             Node::Dir { entries, .. } => Some(entries),

@@ -327,27 +327,22 @@ pub fn run_oracle(kernel: &mut dyn Kernel, specs: &[OracleSpec], scratch: &Path,
     // Everything runnable is generated first, so a VM backend can batch all seeds.
     let mut reports = Vec::new();
     let mut runnable: Vec<(usize, Vec<Op>)> = Vec::new();
-    let mut warnings = Vec::new();
     for spec in specs {
         let skip = spec.mkfs.refusal().or_else(|| kernel.cannot_run(&spec.mount)).or_else(|| kernel_mount_data(&spec.mount).err());
-        let (verdict, n) = if let Some(why) = skip {
-            (Verdict::Skipped(why), 0)
+        let (verdict, n, warnings) = if let Some(why) = skip {
+            (Verdict::Skipped(why), 0, None)
         } else {
             match generate(spec, &refused) {
-                Err(e) => (Verdict::Error(e), 0),
+                Err(e) => (Verdict::Error(e), 0, None),
                 Ok(ops) => {
-                    let n = ops.len();
-                    warnings.push((reports.len(), engine_alloc_warnings(spec, &ops)));
+                    let (n, warnings) = (ops.len(), engine_alloc_warnings(spec, &ops));
                     runnable.push((reports.len(), ops));
                     // Pass until the kernel says otherwise, below.
-                    (Verdict::Pass, n)
+                    (Verdict::Pass, n, warnings)
                 }
             }
         };
-        reports.push(report(kernel, spec, n, left_out.clone(), verdict));
-    }
-    for (i, w) in warnings {
-        reports[i].engine_alloc_warnings = w;
+        reports.push(OracleReport { engine_alloc_warnings: warnings, ..report(kernel, spec, n, left_out.clone(), verdict) });
     }
     // Specs differ in mount options and mkfs, so each is its own evaluation;
     // a VM backend still batches same-config seeds below.
