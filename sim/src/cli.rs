@@ -330,7 +330,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
                 holding += r.stats.lock_sleeps_holding;
                 enomem += r.stats.enomem;
                 short += r.stats.short_by_memory;
-                for (k, n) in crate::report::splits_by_kind(&r.steps) {
+                for (k, n) in crate::report::preemption_points(r) {
                     *splits.entry(k).or_default() += n;
                 }
                 for (k, n) in &r.stats.lock_sleeps_on {

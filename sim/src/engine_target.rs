@@ -15,7 +15,7 @@
 use ext4_engine::check::check;
 use ext4_engine::device::BlockDevice;
 use ext4_engine::fs::locks::{Lock, LockHolder};
-use ext4_engine::fs::{Ext4, OrphanStats, SecondHalf};
+use ext4_engine::fs::{Ext4, FlusherStep, OrphanStats, SecondHalf};
 use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
 use ext4_engine::memory::BoundedFolios;
@@ -29,7 +29,7 @@ use crate::disk::shadow::ShadowDisk;
 use crate::disk::{CrashPolicy, SimDisk};
 use crate::figure::Figure;
 use crate::run::spec::{RunSpec, SIM_EPOCH_SECS};
-use crate::target::{FaultPlane, ReadBack, Target, TargetFactory};
+use crate::target::{FaultPlane, FlusherDid, ReadBack, Target, TargetFactory};
 
 /// Below this many free blocks an ENOSPC the model did not expect is taken
 /// as metadata the model does not count, not as a divergence.
@@ -57,6 +57,8 @@ pub struct EngineTarget {
     pattern_buf: Vec<u8>,
     /// (percent others hold, seed) of fragmented memory; None: the bound.
     fragment: Option<(u8, u64)>,
+    /// The runner's scheduler runs the flusher ([`Target::run_flusher_as_task`]).
+    flusher_task: bool,
 }
 
 impl EngineTarget {
@@ -79,6 +81,9 @@ impl EngineTarget {
         let mut fs = mount_engine(dev, &self.config, self.fragment).map_err(|e| format!("{what}: {e}"))?;
         if let Some(hook) = self.after_mount {
             hook(&mut fs);
+        }
+        if self.flusher_task {
+            fs.run_flusher_as_task();
         }
         self.fs = Some(fs);
         Ok(())
@@ -182,7 +187,7 @@ pub fn make_engine(spec: &RunSpec) -> Result<EngineTarget, String> {
     // Faults start after mkfs and the first mount: they test the running filesystem.
     fs.device_mut().set_faults(spec.faults).map_err(|e| e.to_string())?;
     let start_space = fs.free_space();
-    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default(), pattern_buf: Vec::new(), fragment })
+    Ok(EngineTarget { fs: Some(fs), config: spec.mount, crash_policy: CrashPolicy::default(), start_space, after_mount: None, check_ns: 0, past_orphans: OrphanStats::default(), pattern_buf: Vec::new(), fragment, flusher_task: false })
 }
 
 /// A mount whose page cache takes folios from the plain bound, or from
@@ -384,7 +389,7 @@ impl Target for EngineTarget {
     }
 
     fn lock_violations(&mut self) -> Vec<String> {
-        self.fs.as_ref().map(|fs| fs.lock_violations()).unwrap_or_default()
+        self.fs.as_mut().map(|fs| fs.lock_violations()).unwrap_or_default()
     }
 
     fn locks_held(&self) -> Vec<(Lock, LockHolder)> {
@@ -410,6 +415,37 @@ impl Target for EngineTarget {
     fn reclaim(&mut self) -> Result<(), String> {
         match self.fs.as_mut() {
             Some(fs) => fs.kswapd().map(|_| ()).map_err(|e| format!("kswapd: {e}")),
+            None => Ok(()),
+        }
+    }
+    fn run_flusher_as_task(&mut self) {
+        self.flusher_task = true;
+        if let Some(fs) = self.fs.as_mut() {
+            fs.run_flusher_as_task();
+        }
+    }
+    fn flusher_runnable(&self) -> bool {
+        self.fs.as_ref().is_some_and(|fs| fs.flusher_runnable())
+    }
+    fn flusher_waits_for(&mut self) -> Option<Lock> {
+        self.fs.as_ref().and_then(|fs| fs.flusher_waits_for())
+    }
+    fn flusher_holder(&self) -> Option<LockHolder> {
+        self.fs.as_ref().and_then(|fs| fs.flusher_holder())
+    }
+    fn flusher_step(&mut self) -> Result<FlusherDid, String> {
+        let Some(fs) = self.fs.as_mut() else { return Ok(FlusherDid::Idle) };
+        Ok(match fs.flusher_step().map_err(|e| format!("flusher: {e}"))? {
+            FlusherStep::Idle => FlusherDid::Idle,
+            FlusherStep::Woke(_) => FlusherDid::Woke,
+            FlusherStep::Began(_) => FlusherDid::Began,
+            FlusherStep::WroteBack(_) => FlusherDid::WroteBack,
+            FlusherStep::Slept(_) => FlusherDid::Slept,
+        })
+    }
+    fn settle_flusher(&mut self) -> Result<(), String> {
+        match self.fs.as_mut() {
+            Some(fs) => fs.settle_flusher().map_err(|e| format!("flusher: {e}")),
             None => Ok(()),
         }
     }

@@ -34,6 +34,8 @@ pub enum Failure {
     Livelock { index: u64, op: Option<OpKind>, what: String },
     /// The reclaimer task failed after op `index`.
     Reclaim { index: u64, what: String },
+    /// The flusher task's write-back failed.
+    Flusher { index: u64, what: String },
     /// The model or the target panicked in `op`.
     Panic { index: u64, op: Option<Op>, message: String },
 }
@@ -49,6 +51,7 @@ impl Failure {
             | Failure::Lock { index, .. }
             | Failure::Livelock { index, .. }
             | Failure::Reclaim { index, .. }
+            | Failure::Flusher { index, .. }
             | Failure::Panic { index, .. } => *index,
         }
     }
@@ -59,7 +62,7 @@ impl Failure {
             Failure::Divergence(d) => Some(d.op.kind()),
             Failure::Lock { op, .. } | Failure::Livelock { op, .. } => *op,
             Failure::Panic { op, .. } => op.as_ref().map(Op::kind),
-            Failure::ModelInvariant { .. } | Failure::TargetFsck { .. } | Failure::ReadBack { .. } | Failure::Crash { .. } | Failure::Reclaim { .. } => None,
+            Failure::ModelInvariant { .. } | Failure::TargetFsck { .. } | Failure::ReadBack { .. } | Failure::Crash { .. } | Failure::Reclaim { .. } | Failure::Flusher { .. } => None,
         }
     }
 
@@ -103,6 +106,7 @@ impl fmt::Display for Failure {
             Failure::Lock { index, what, .. } => write!(f, "lock discipline broken after op {index}: {what}"),
             Failure::Livelock { index, what, .. } => write!(f, "livelock in op {index}: {what}"),
             Failure::Reclaim { index, what } => write!(f, "reclaimer task failed after op {index}: {what}"),
+            Failure::Flusher { index, what } => write!(f, "flusher task failed after op {index}: {what}"),
             Failure::Panic { index, op: Some(op), message } => write!(f, "panic in op {index}: {op}\n  panic:  {message}"),
             Failure::Panic { index, op: None, message } => write!(f, "panic after op {index}: {message}"),
         }

@@ -14,7 +14,7 @@ pub use crate::disk::hash::Fnv64;
 use crate::disk::FaultEvent;
 use crate::failure::{Divergence, Failure};
 use crate::sim_time::SimTime;
-use crate::target::{Begun, InFlight, Target};
+use crate::target::{Begun, FlusherDid, InFlight, Target};
 
 /// What a periodic full check reads back from the cold image and compares,
 /// going on each time where the last stopped: enough to walk a typical
@@ -95,6 +95,11 @@ pub struct OpStats {
     pub enomem: u64,
     /// Writes it cut short for the same reason (a short count).
     pub short_by_memory: u64,
+    /// The flusher task: wake-ups, inodes it wrote back asleep holding
+    /// their folio locks (a preemption point), steps it slept on a lock.
+    pub flusher_wakes: u64,
+    pub flusher_flights: u64,
+    pub flusher_sleeps: u64,
 }
 
 /// A model and a target in lockstep.
@@ -551,6 +556,49 @@ impl<T: Target> Lockstep<T> {
         let out = self.with_faults_held(|ls| ls.target.reclaim());
         self.time.record_idle(self.target.now_ns().saturating_sub(start));
         out.map_err(|what| Failure::Reclaim { index: self.index, what })
+    }
+
+    /// Whether the flusher task has something to do.
+    pub fn flusher_runnable(&self) -> bool {
+        self.target.flusher_runnable()
+    }
+
+    /// The lock the flusher's next step would sleep on.
+    pub fn flusher_waits_for(&mut self) -> Option<T::Lock> {
+        self.target.flusher_waits_for()
+    }
+
+    /// The flusher's holder between its halves.
+    pub fn flusher_holder(&self) -> Option<T::Holder> {
+        self.target.flusher_holder()
+    }
+
+    /// One step of the flusher task, between ops (or between an op's
+    /// halves). Its I/O runs on a healthy disk, as the reclaimer's does
+    /// (a fault there would fall in no op), and counts as idle time.
+    pub fn flusher(&mut self) -> Result<(), Failure> {
+        let start = self.target.now_ns();
+        let out = self.with_faults_held(|ls| ls.target.flusher_step());
+        self.time.record_idle(self.target.now_ns().saturating_sub(start));
+        match out.map_err(|what| Failure::Flusher { index: self.index, what })? {
+            FlusherDid::Woke => self.stats.flusher_wakes += 1,
+            FlusherDid::Began => self.stats.flusher_flights += 1,
+            FlusherDid::Slept => self.stats.flusher_sleeps += 1,
+            FlusherDid::Idle | FlusherDid::WroteBack => {}
+        }
+        Ok(())
+    }
+
+    /// Counts the flusher passed over for sleeping on a lock.
+    pub fn note_flusher_sleep(&mut self) {
+        self.stats.flusher_sleeps += 1;
+    }
+
+    /// Ends the flusher's write-back in flight (before the runner syncs or
+    /// adopts the target's state).
+    pub fn settle_flusher(&mut self) -> Result<(), Failure> {
+        let index = self.index;
+        self.harness(|ls| ls.target.settle_flusher()).map_err(|what| Failure::Flusher { index, what })
     }
 
     /// Simulated time passes with nothing asked of the target.

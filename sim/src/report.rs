@@ -39,7 +39,7 @@ pub fn summary(r: &RunResult) -> String {
         let count = |f: fn(&Step) -> bool| r.steps.iter().filter(|st| f(st)).count();
         let switches = count(|st| matches!(st, Step::Task(_)));
         let _ = writeln!(s, "  tasks       {} interleaved by seed, {switches} switches ({})", r.task_ops.len(), per.join(", "));
-        let splits = splits_by_kind(&r.steps);
+        let splits = preemption_points(r);
         let _ = writeln!(
             s,
             "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}, {} of them holding the locks they took before it",
@@ -48,6 +48,13 @@ pub fn summary(r: &RunResult) -> String {
             r.stats.lock_sleeps,
             sleeps_by_lock(&r.stats.lock_sleeps_on),
             r.stats.lock_sleeps_holding
+        );
+    }
+    if r.stats.flusher_wakes > 0 {
+        let _ = writeln!(
+            s,
+            "  flusher     {} wake-ups, {} inodes written back asleep holding their folio locks, {} times it slept on a -j's locks",
+            r.stats.flusher_wakes, r.stats.flusher_flights, r.stats.flusher_sleeps
         );
     }
     let _ = writeln!(s, "  checks      {} full fscks, {} crashes recovered, {} ops met device faults", r.stats.fscks, r.stats.crashes, r.stats.faults);
@@ -103,6 +110,7 @@ fn failure_json(f: &Failure) -> String {
         Failure::Lock { .. } => "lock",
         Failure::Livelock { .. } => "livelock",
         Failure::Reclaim { .. } => "reclaim",
+        Failure::Flusher { .. } => "flusher",
         Failure::Panic { .. } => "panic",
     };
     let op = f.op_kind().map_or("null".to_string(), |k| json_str(&format!("{k:?}")));
@@ -119,6 +127,16 @@ pub fn splits_by_kind(steps: &[Step]) -> BTreeMap<String, u64> {
         if let Step::Begin(op) = step {
             *by.entry(format!("{:?}", op.kind())).or_default() += 1;
         }
+    }
+    by
+}
+
+/// Where the run's tasks were preempted: split ops by kind, and the
+/// flusher's write-backs asleep on their I/O.
+pub fn preemption_points(r: &RunResult) -> BTreeMap<String, u64> {
+    let mut by = splits_by_kind(&r.steps);
+    if r.stats.flusher_flights > 0 {
+        by.insert("flusher write-back".into(), r.stats.flusher_flights);
     }
     by
 }
@@ -167,6 +185,9 @@ pub fn json(r: &RunResult) -> String {
         ("space_resync_flights", r.stats.space_resync_flights.to_string()),
         ("enomem", r.stats.enomem.to_string()),
         ("short_by_memory", r.stats.short_by_memory.to_string()),
+        ("flusher_wakes", r.stats.flusher_wakes.to_string()),
+        ("flusher_flights", r.stats.flusher_flights.to_string()),
+        ("flusher_sleeps", r.stats.flusher_sleeps.to_string()),
         ("tasks", r.spec.tasks.to_string()),
         ("trace_hash", json_str(&format!("{:#018x}", r.trace_hash))),
         ("image_hash", json_str(&format!("{:#018x}", r.image_hash))),

@@ -13,9 +13,9 @@
 //! page faults and reads where they sleep on I/O holding their inode's
 //! locks (i_rwsem, invalidate_lock, the DIO count). Tasks whose next op
 //! would take a held lock sleep (the driver asks the engine) and the
-//! scheduler runs others. Finer preemption points (between two locks of
-//! one op, between a handle's start and stop) need the engine to yield
-//! there.
+//! scheduler runs others. The flusher is a task outside these (see
+//! `run::source`). Finer preemption points (between two locks of one op,
+//! between a handle's start and stop) need the engine to yield there.
 
 use ext4_model::{Op, OpKind, Outcome};
 use rand::{RngExt, SeedableRng};

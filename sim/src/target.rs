@@ -105,6 +105,31 @@ pub trait Target: FileSystem {
     fn reclaim(&mut self) -> Result<(), String> {
         Ok(())
     }
+    /// Hands the flusher thread (timed write-back) to the runner's
+    /// scheduler on this and every later mount: the target stops running
+    /// it inside ops.
+    fn run_flusher_as_task(&mut self) {}
+    /// Whether a flusher step would do anything now.
+    fn flusher_runnable(&self) -> bool {
+        false
+    }
+    /// The lock the flusher's next step would sleep on.
+    fn flusher_waits_for(&mut self) -> Option<Self::Lock> {
+        None
+    }
+    /// Who holds the flusher's locks between its halves.
+    fn flusher_holder(&self) -> Option<Self::Holder> {
+        None
+    }
+    /// Runs the flusher to its next sleep. It changes no file the model
+    /// sees: write-back is invisible until a crash, whose envelope allows it.
+    fn flusher_step(&mut self) -> Result<FlusherDid, String> {
+        Ok(FlusherDid::Idle)
+    }
+    /// Ends the flusher's write-back in flight, before the runner's own work.
+    fn settle_flusher(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Simulated ns the target's checks spent away from the run's clock.
     fn check_ns(&self) -> u64 {
         0
@@ -183,6 +208,19 @@ pub trait Target: FileSystem {
     fn lock_violations(&mut self) -> Vec<String> {
         Vec::new()
     }
+}
+
+/// What one step of the flusher task did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlusherDid {
+    Idle,
+    /// Woke and found inodes dirty past the expiry.
+    Woke,
+    /// Sleeps on one inode's write-back I/O, holding its folios' locks.
+    Began,
+    WroteBack,
+    /// Could not go on: a lock it needs is held.
+    Slept,
 }
 
 /// Builds fresh targets for a spec (the engine, or a test double).

@@ -88,6 +88,11 @@ pub enum Step {
     /// The reclaimer task (kswapd) ran one pass: memory was low. It frees
     /// memory only, so the model has nothing to do.
     Reclaim,
+    /// The flusher task ran to its next sleep: woke on its timer, began
+    /// an expired inode's write-back (and sleeps on its I/O holding the
+    /// dirty folios' locks), or finished one. Write-back is invisible to
+    /// the model.
+    Flusher,
 }
 
 impl Step {
@@ -111,6 +116,7 @@ impl std::fmt::Display for Step {
             Step::Begin(op) => write!(f, "begin {op}"),
             Step::Finish => write!(f, "finish"),
             Step::Reclaim => write!(f, "reclaim"),
+            Step::Flusher => write!(f, "flusher"),
         }
     }
 }
@@ -234,6 +240,7 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
         }
         "finish" => Step::Finish,
         "reclaim" => Step::Reclaim,
+        "flusher" => Step::Flusher,
         "crash" => Step::Crash { seed: fields()?.num("seed").map_err(|e| e.to_string())? },
         "pause" => Step::Pause { ns: fields()?.num("ns").map_err(|e| e.to_string())? },
         "fault" => {
@@ -307,6 +314,7 @@ mod tests {
                 Step::Crash { seed: 77 },
                 Step::Pause { ns: 12_345_678_901 },
                 Step::Reclaim,
+                Step::Flusher,
                 Step::Fault(FaultEvent { kind: ScriptedFault::ReadOnly, command: 4, sector: 0 }),
                 Step::Fault(FaultEvent { kind: ScriptedFault::Latent, command: 0, sector: 7 }),
                 Step::Op(Op::Stat { path: "/a".into() }),

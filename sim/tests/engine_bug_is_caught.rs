@@ -28,6 +28,7 @@ impl TargetFactory for Buggy {
             InjectedBug::OrphanListForgotten => |fs| fs.inject_bug(InjectedBug::OrphanListForgotten),
             InjectedBug::JournaledDataNeverLogged => |fs| fs.inject_bug(InjectedBug::JournaledDataNeverLogged),
             InjectedBug::CutWriteAnswersEnomem => |fs| fs.inject_bug(InjectedBug::CutWriteAnswersEnomem),
+            InjectedBug::TruncateIgnoresFlusherFolios => |fs| fs.inject_bug(InjectedBug::TruncateIgnoresFlusherFolios),
         });
         Ok(t)
     }
@@ -404,4 +405,27 @@ fn a_cut_write_that_answers_enomem_is_caught() {
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &back.spec, &back.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
+}
+
+/// A truncate the scheduler lets run while the flusher sleeps holding the
+/// file's dirty folios reaches their locks: a random four-task swarm finds
+/// it as a lock-discipline failure naming the flusher, the trace shrinks
+/// and replays, and the real engine passes the same seed.
+#[test]
+fn a_truncate_running_into_the_flushers_folio_locks_is_caught() {
+    let bug = Buggy(InjectedBug::TruncateIgnoresFlusherFolios);
+    let spec = |seed| RunSpec { tasks: 4, ..RunSpec::new(seed, 2000, MountConfig::default()) };
+    let (seed, failing) = (0..200)
+        .map(|s| (s, run_seed(&bug, &spec(s)).unwrap()))
+        .find(|(_, r)| r.failure.is_some())
+        .expect("200 seeds of four tasks meet a truncate during the flusher's write-back");
+    let Some(Failure::Lock { what, .. }) = &failing.failure else { panic!("seed {seed}: {:?}", failing.failure) };
+    assert!(what.contains("locked by the flusher"), "{what}");
+    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
+    assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    // Its ops, the pauses that make the file expire, and the flusher's
+    // wake-ups and first half (twelve steps when written).
+    assert!(shrunk.replays && shrunk.trace.steps.len() <= 16 && shrunk.trace.steps.iter().any(|s| *s == ext4_sim::trace::Step::Flusher), "{:?}", shrunk.trace.steps);
+    eprintln!("found at seed {seed}; shrunk to {} steps in {} runs", shrunk.trace.steps.len(), shrunk.runs);
 }

@@ -413,17 +413,41 @@ task 2\nop write path=\"/f\" offset=0 len=4096 seed=3\nop stat path=\"/f\"\n";
 
     // Generated runs: every such op kind splits, some sleep holding the
     // locks they took before, all passes, and runs replay to their hashes.
-    let (mut kinds, mut holding) = (std::collections::BTreeSet::new(), 0);
+    let (mut kinds, mut holding, mut flusher) = (std::collections::BTreeSet::new(), 0, 0);
     for seed in 0..6 {
         let s = RunSpec { tasks: 4, crash_every: 150, ..spec(seed, 2500, "") };
         let a = run_seed(&EngineFactory, &s).unwrap();
         assert!(a.failure.is_none(), "seed {seed}: {}", a.failure.unwrap());
         kinds.extend(a.steps.iter().filter_map(|st| if let Step::Begin(op) = st { Some(op.kind()) } else { None }));
         holding += a.stats.lock_sleeps_holding;
+        flusher += a.stats.flusher_flights;
         let replay = run_steps(&EngineFactory, &s, &a.steps).unwrap();
         assert_eq!((replay.trace_hash, replay.image_hash), (a.trace_hash, a.image_hash), "seed {seed}");
     }
     assert!(kinds.len() >= 10 && holding >= 1, "{} kinds split ({kinds:?}), {holding} slept holding locks", kinds.len());
+    assert!(flusher >= 6, "the flusher slept on {flusher} write-backs in six runs");
+}
+
+/// The flusher is a task: due after 5 s, it finds the file dirty, 30 s on
+/// it begins its write-back and sleeps on the I/O holding the dirty
+/// folios' locks. Another task's truncate over them, and its write into
+/// them, wait for the flusher's second half (the replay runs it first);
+/// a write to a folio past them does not.
+#[test]
+fn the_flusher_sleeps_holding_folio_locks_and_truncate_waits_for_it() {
+    let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nthink false\n\
+op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=8192 seed=1\n\
+pause ns=5000000000\nflusher\npause ns=31000000000\nflusher\nflusher\n\
+task 1\nop write path=\"/f\" offset=65536 len=10 seed=2\nop truncate path=\"/f\" size=100\n\
+op write path=\"/f\" offset=0 len=10 seed=3\nop stat path=\"/f\"\n";
+    let r = replay_passes(text);
+    let lines: Vec<String> = r.steps.iter().map(|s| s.to_string()).collect();
+    let at = |l: &str| lines.iter().position(|x| x.starts_with(l)).unwrap_or_else(|| panic!("no {l} in {lines:?}"));
+    assert_eq!((r.stats.flusher_wakes, r.stats.flusher_flights), (2, 1), "{lines:?}");
+    assert_eq!(r.stats.lock_sleeps_on.get("folio lock"), Some(&1), "{:?}", r.stats.lock_sleeps_on);
+    let flushers: Vec<usize> = lines.iter().enumerate().filter(|(_, l)| l.as_str() == "flusher").map(|(i, _)| i).collect();
+    assert_eq!(flushers.len(), 4, "the replay added the second half: {lines:?}");
+    assert!(at("op write path=\"/f\" offset=65536") < flushers[3] && flushers[3] < at("op truncate"), "{lines:?}");
 }
 
 /// Found by a tasks-4 swarm (seed 189, shrunk to one task; fails on the

@@ -174,14 +174,14 @@ impl<D: BlockDevice> Ext4<D> {
             return Some(Lock::JournalHandle);
         }
         if let Some(plan) = self.lock_plan(op) {
-            return self.plan_would_wait(&plan);
+            return self.plan_would_wait(&plan).or_else(|| self.folio_wait(op));
         }
         match op {
             // A switch whose name finds no inode has no plan; it is still
             // held to s_writepages_rwsem, as it always was (it fails at the
             // lookup, so this sleep is more than ext4's).
             Op::SetJournalData { .. } => self.locks.set.fs.writepages.write_would_wait().then_some(Lock::WritepagesRwsem),
-            _ => None,
+            _ => self.folio_wait(op),
         }
     }
 
@@ -199,8 +199,12 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Lock-order inversions and unbalanced releases since the last call,
     /// each with the stacks that show it.
-    pub fn lock_violations(&self) -> Vec<String> {
-        self.locks.take_violations().iter().map(|v| v.to_string()).collect()
+    /// Touches of folios the flusher has locked count too: a lock the
+    /// prediction missed.
+    pub fn lock_violations(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = self.locks.take_violations().iter().map(|v| v.to_string()).collect();
+        out.extend(self.ctx.pages.take_locked_touches());
+        out
     }
 
     /// Lock acquisitions lockdep has recorded in this mount.

@@ -61,6 +61,7 @@ mod data_journal;
 mod direct_io;
 mod fallocate;
 mod fiemap;
+mod flusher;
 mod inode_flags;
 mod journal_switch;
 mod journaling;
@@ -107,6 +108,7 @@ pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket, WholeOp};
 pub use timers::TimerStats;
+pub use flusher::{FlusherStats, FlusherStep};
 pub use cpu_work::CpuWork;
 pub use direct_io::DirectIoStats;
 pub use mapped_write::MappedWriteStats;
@@ -208,6 +210,8 @@ pub struct Ext4<D: BlockDevice> {
     orphan_stats: OrphanStats,
     /// The commit timer and the flusher's dirty expiry.
     timers: timers::Timers,
+    /// The flusher thread, when the caller's scheduler runs it.
+    flusher: flusher::Flusher,
     #[cfg(feature = "test-hooks")]
     bug: test_hooks::BugState,
 }
@@ -341,6 +345,7 @@ impl<D: BlockDevice> Ext4<D> {
             orphans: Vec::new(),
             orphan_stats: OrphanStats::default(),
             timers,
+            flusher: flusher::Flusher::default(),
             #[cfg(feature = "test-hooks")]
             bug: test_hooks::BugState::default(),
         };
@@ -385,6 +390,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// the log (clearing needs_recovery), flushes, and returns the device.
     pub fn unmount(mut self) -> Result<D> {
         if !self.ctx.mount.read_only {
+            self.settle_flusher()?;
             // Whoever held descriptors has exited: unmount waits for that.
             self.close_every_slot().map_err(|e| take_last_error().unwrap_or_else(|| Error::InvalidArgument(format!("closing descriptors: {e}"))))?;
             self.write_back_all_data()?;
@@ -469,6 +475,7 @@ impl<D: BlockDevice> Ext4<D> {
             orphans: self.orphans.clone(),
             orphan_stats: self.orphan_stats,
             timers: self.timers.clone(),
+            flusher: self.flusher.clone(),
             #[cfg(feature = "test-hooks")]
             bug: self.bug,
         }

@@ -46,6 +46,9 @@ pub enum InjectedBug {
     /// chunk) answers ENOMEM instead of the bytes it copied, which stay
     /// in the file (generic_perform_write returning its status).
     CutWriteAnswersEnomem,
+    /// The scheduler is not told that a truncate sleeps on the folio locks
+    /// the flusher holds between its halves, so it runs into them.
+    TruncateIgnoresFlusherFolios,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -84,6 +87,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_cut_write_answers_enomem(&self) -> bool {
         self.bug.bug == Some(InjectedBug::CutWriteAnswersEnomem)
+    }
+
+    pub(crate) fn bug_truncate_ignores_flusher(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::TruncateIgnoresFlusherFolios)
     }
 
     pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {

@@ -19,7 +19,7 @@ use crate::format::InodeNumber;
 
 use super::Ext4;
 
-const SEC_NS: u64 = 1_000_000_000;
+pub(crate) const SEC_NS: u64 = 1_000_000_000;
 /// How often the flusher wakes (dirty_writeback_centisecs = 500).
 const FLUSHER_INTERVAL_NS: u64 = 5 * SEC_NS;
 /// Dirty this long, an inode is written back (dirty_expire_centisecs = 3000).
@@ -65,8 +65,10 @@ impl<D: BlockDevice> Ext4<D> {
             return Ok(());
         }
         let now = self.ctx.dev.now_ns();
-        if now >= self.timers.next_flush_ns {
-            self.flusher_wakes(now)?;
+        if now >= self.timers.next_flush_ns && !self.flusher.as_task {
+            for ino in self.expired_inodes(now) {
+                self.write_back_expired(ino)?;
+            }
         }
         let interval = u64::from(self.ctx.mount.commit_interval_secs) * SEC_NS;
         match self.timers.running_since_ns {
@@ -82,19 +84,32 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(())
     }
 
-    /// The flusher's wake-up: inodes dirty for DIRTY_EXPIRE_NS are written back.
-    fn flusher_wakes(&mut self, now: u64) -> Result<()> {
+    /// Whether the flusher's next wake-up has come.
+    pub(crate) fn flusher_due(&self) -> bool {
+        self.ctx.dev.now_ns() >= self.timers.next_flush_ns
+    }
+
+    /// The flusher's wake-up: the inodes dirty for DIRTY_EXPIRE_NS, which
+    /// it writes back next.
+    pub(crate) fn expired_inodes(&mut self, now: u64) -> Vec<InodeNumber> {
         let dirty: BTreeSet<InodeNumber> = self.ctx.pages.dirty_inodes().into_iter().collect();
         self.timers.dirty_since_ns.retain(|ino, _| dirty.contains(ino));
+        let mut expired = Vec::new();
         for ino in dirty {
             let since = *self.timers.dirty_since_ns.entry(ino).or_insert(now);
             if now.saturating_sub(since) >= DIRTY_EXPIRE_NS {
-                self.write_back_quietly(ino, 0)?;
-                self.timers.dirty_since_ns.remove(&ino);
-                self.timers.stats.expired_inodes += 1;
+                expired.push(ino);
             }
         }
         self.timers.next_flush_ns = now.saturating_add(FLUSHER_INTERVAL_NS);
+        expired
+    }
+
+    /// The flusher writes back one inode that stayed dirty too long.
+    pub(crate) fn write_back_expired(&mut self, ino: InodeNumber) -> Result<()> {
+        self.write_back_quietly(ino, 0)?;
+        self.timers.dirty_since_ns.remove(&ino);
+        self.timers.stats.expired_inodes += 1;
         Ok(())
     }
 
@@ -105,7 +120,7 @@ impl<D: BlockDevice> Ext4<D> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::cell::Cell;
     use std::rc::Rc;
 
@@ -119,7 +134,7 @@ mod tests {
     use crate::mkfs::{mkfs, MkfsOptions};
 
     /// A memory device whose clock the test sets.
-    struct Clocked {
+    pub(crate) struct Clocked {
         inner: MemDevice,
         now: Rc<Cell<u64>>,
     }
@@ -142,7 +157,7 @@ mod tests {
         }
     }
 
-    fn mounted(options: &str) -> (Ext4<Clocked>, Rc<Cell<u64>>) {
+    pub(crate) fn mounted(options: &str) -> (Ext4<Clocked>, Rc<Cell<u64>>) {
         let config: MountConfig = options.parse().unwrap();
         let bytes = 64 << 20;
         let mut inner = MemDevice::new(bytes);

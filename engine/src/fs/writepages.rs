@@ -209,6 +209,14 @@ impl<D: BlockDevice> Ext4<D> {
                 self.commit_transaction()?;
             }
         }
+        // Folios the flusher holds locked between its halves: whoever got
+        // here was not told to sleep on them.
+        let bytes = from.saturating_mul(u64::from(self.ctx.geo.block_size));
+        if self.ctx.pages.folios_locked(ino, bytes..u64::MAX) {
+            let pages = self.ctx.pages.geometry().pages_covering(bytes..u64::MAX);
+            self.ctx.pages.note_touch(ino, pages, "write-back");
+            return Err(Error::WouldWait(crate::locking::WouldWait(Lock::FolioLock)));
+        }
         let Some(node) = self.nodes.get_mut(&ino) else {
             // Dirty folios of an inode no longer loaded: nothing owns them.
             self.ctx.pages.drop_mapping(ino);

@@ -30,6 +30,7 @@
 
 pub mod folio;
 pub mod geometry;
+pub mod locked;
 pub mod lru;
 pub mod readahead;
 
@@ -119,6 +120,9 @@ pub struct PageCache {
     spare_bytes: usize,
     /// Inodes with a dirty folio: a sync visits these, not every mapping.
     dirty_inodes: BTreeSet<InodeNumber>,
+    /// Folios locked across a sleep ([`locked`]), and who reached them.
+    locked: Option<locked::LockedFolios>,
+    locked_touches: Vec<String>,
 }
 
 /// Host bytes of dropped folios kept for reuse.
@@ -142,6 +146,8 @@ impl Clone for PageCache {
             spare: BTreeMap::new(),
             spare_bytes: 0,
             dirty_inodes: self.dirty_inodes.clone(),
+            locked: self.locked.clone(),
+            locked_touches: Vec::new(),
         }
     }
 }
@@ -164,6 +170,8 @@ impl PageCache {
             spare: BTreeMap::new(),
             spare_bytes: 0,
             dirty_inodes: BTreeSet::new(),
+            locked: None,
+            locked_touches: Vec::new(),
         }
     }
 
@@ -406,6 +414,7 @@ impl PageCache {
             return;
         }
         let (first_page, last_page) = (self.page_of_block(blocks.start), self.page_of_block(blocks.end - 1));
+        self.note_touch(ino, first_page..last_page.saturating_add(1), "truncation of the page cache");
         let bs_per_page = |s: &Self, index: u64| s.block_of_page(index);
         let Some(m) = self.mappings.get(&ino) else { return };
         let start = m.folio_at(first_page).map_or(first_page, |(i, _)| i);
@@ -457,6 +466,7 @@ impl PageCache {
     /// Drops `ino`'s whole mapping, dirty data included (an unlinked inode,
     /// or a mapping written back whose orders must be reset).
     pub fn drop_mapping(&mut self, ino: InodeNumber) {
+        self.note_touch(ino, 0..u64::MAX, "dropping the mapping");
         let Some(m) = self.mappings.remove(&ino) else { return };
         self.dirty_inodes.remove(&ino);
         for f in m.folios.into_values() {
@@ -534,9 +544,11 @@ impl PageCache {
     }
 
     /// The inode of the least recently used dirty folio: what reclaim
-    /// writes back first.
+    /// writes back first. Folios locked by the flusher are passed over
+    /// (reclaim only tries their lock), and are being written anyway.
     pub fn oldest_dirty_inode(&self) -> Option<InodeNumber> {
-        self.lru.oldest_first().find(|(_, (ino, index))| self.folio(*ino, *index).is_some_and(Folio::is_dirty_any)).map(|(_, (ino, _))| ino)
+        let locked = self.locked_inode();
+        self.lru.oldest_first().find(|(_, (ino, index))| Some(*ino) != locked && self.folio(*ino, *index).is_some_and(Folio::is_dirty_any)).map(|(_, (ino, _))| ino)
     }
 
     /// A read of pages `request` of `ino`: the pages to fill, from the
@@ -584,6 +596,7 @@ impl PageCache {
     pub fn write_bytes(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> bool {
         let bs = self.geo.block_size();
         let end = offset + data.len() as u64;
+        self.note_touch(ino, self.geo.pages_covering(offset..end), "a write into the page cache");
         let mut at = offset;
         while at < end {
             let Some(m) = self.mappings.get_mut(&ino) else { return false };

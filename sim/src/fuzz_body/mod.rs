@@ -221,6 +221,8 @@ pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u
             }
             Step::Crash { .. } => !in_flight.contains(&true),
             Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } | Step::Reclaim => !busy,
+            // Not a task's: the flusher runs between any two steps.
+            Step::Flusher => true,
         };
         if fits {
             steps.push(step);

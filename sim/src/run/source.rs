@@ -7,8 +7,15 @@
 //!   holder that can finish finish first, so a trace whose interleaving was
 //!   shrunk away cannot deadlock.
 //!
-//! Either way, once the steps run out the ops in flight return, lowest
-//! task first.
+//! Either way, once the steps run out the ops in flight return, the
+//! flusher's first (tasks may sleep on its folio locks), then the lowest
+//! task's.
+//!
+//! The flusher is a task of its own, outside the workload's: after a step
+//! that ran an op it gets the CPU about every other time it has something
+//! to do (its own stream), so its write-back's halves fall anywhere,
+//! between other ops' halves too. It never sleeps holding nothing another
+//! needs, and its second half never sleeps: when every task sleeps, it runs.
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -33,6 +40,8 @@ pub struct Generated {
     think_rng: Option<ChaCha8Rng>,
     /// Draws whether the reclaimer task runs while memory is low.
     kswapd_rng: ChaCha8Rng,
+    /// Draws whether the flusher task runs when it has work.
+    flusher_rng: ChaCha8Rng,
     ops: u64,
     crash_every: u64,
 }
@@ -55,7 +64,9 @@ impl StepSource {
         });
         let mut kswapd_rng = ChaCha8Rng::seed_from_u64(spec.seed);
         kswapd_rng.set_stream(0x006b_7377_6170); // "kswap"
-        StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, kswapd_rng, ops: spec.ops, crash_every: spec.crash_every }))
+        let mut flusher_rng = ChaCha8Rng::seed_from_u64(spec.seed);
+        flusher_rng.set_stream(0x0066_6c75_7368); // "flush"
+        StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, kswapd_rng, flusher_rng, ops: spec.ops, crash_every: spec.crash_every }))
     }
 
     pub fn replay(steps: Vec<Step>) -> StepSource {
@@ -97,6 +108,14 @@ impl StepSource {
         // other tasks' ops about every other time (its own stream again).
         if ran.new_op && st.ls.memory_low() && g.kswapd_rng.random_range(0..2) == 0 {
             st.execute(Step::Reclaim)?;
+        }
+        if st.ls.flusher_runnable() && g.flusher_rng.random_range(0..2) == 0 {
+            match st.ls.flusher_waits_for() {
+                Some(_) => st.ls.note_flusher_sleep(),
+                None => {
+                    st.execute(Step::Flusher)?;
+                }
+            }
         }
         Ok(())
     }
@@ -147,6 +166,9 @@ fn finish_sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> Option<T::Lock> {
 /// locks: the failure a generated run meets when every task sleeps, so a
 /// replay of its trace fails alike.
 fn wind_down<T: Target>(st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
+    if st.ls.flusher_holder().is_some() {
+        return Ok(Some(Step::Flusher));
+    }
     if st.flights.first().is_none() {
         return Ok(None);
     }
@@ -170,6 +192,9 @@ impl Generated {
             if sleeps(st, next) {
                 match self.tasks.pick_among(|t| !sleeps(st, t)) {
                     Some(t) => next = t,
+                    // Every task sleeps: the flusher's second half, which
+                    // never does, may be what they wait for.
+                    None if st.ls.flusher_holder().is_some() => return Ok(Some(Step::Flusher)),
                     None => return Err(never_ends(st)),
                 }
             }
@@ -230,6 +255,11 @@ impl Replay {
             let holders: Vec<u32> = st.flights.tasks().into_iter().filter(|&t| t != current && st.flights.get(t).is_some_and(|f| T::holder(&f.target).is_some())).collect();
             holders.into_iter().find(|&t| finish_sleeps(st, t).is_none())
         };
+        // The flusher's second half never sleeps: it goes first.
+        if let (Some(lock), Some(_)) = (&sleeps, st.ls.flusher_holder()) {
+            st.ls.note_lock_sleep(lock);
+            return Ok(Some(Step::Flusher));
+        }
         if let Some((lock, holder)) = sleeps.and_then(|l| free_holder(st).map(|h| (l, h))) {
             st.ls.note_lock_sleep(&lock);
             self.resume = Some(st.task);

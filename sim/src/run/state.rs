@@ -46,7 +46,9 @@ pub struct RunState<T: Target> {
 }
 
 impl<T: Target> RunState<T> {
-    pub fn new(ls: Lockstep<T>, tasks: u32, fsck_every: u64, records_faults: bool) -> Self {
+    pub fn new(mut ls: Lockstep<T>, tasks: u32, fsck_every: u64, records_faults: bool) -> Self {
+        // Timed write-back is a task of the run's scheduler (Step::Flusher).
+        ls.target_mut().run_flusher_as_task();
         let tasks = usize::try_from(tasks).expect("task counts are validated to 1..=64");
         RunState { ls, flights: Flights::default(), task: 0, steps: Vec::new(), errored: Vec::new(), task_ops: vec![0; tasks], ops_run: 0, fsck_every, fsck_due: false, records_faults, unfired: Vec::new() }
     }
@@ -82,6 +84,13 @@ impl<T: Target> RunState<T> {
             }
             Step::Reclaim => {
                 self.ls.reclaim()?;
+                return Ok(None);
+            }
+            Step::Flusher => {
+                self.ls.flusher()?;
+                // Its write-back takes and gives back locks: the same
+                // discipline as an op's.
+                self.ls.check_locks(self.owed_holders())?;
                 return Ok(None);
             }
             Step::Op(op) => {
@@ -133,13 +142,14 @@ impl<T: Target> RunState<T> {
     fn after_op(&mut self, new_op: bool) -> Result<bool, Failure> {
         // Before any resync remounts: a lock left held by an op that has
         // returned, error paths included, puts every later handle to sleep.
-        self.ls.check_locks(self.flights.holders(T::holder))?;
+        self.ls.check_locks(self.owed_holders())?;
         let space = self.ls.space_pending();
         if space || self.ls.fault_pending() {
             // The model adopts the target's state next: what was in flight
             // is dropped with the model it began in.
             let in_flight = self.flights.take_all();
             if space {
+                self.ls.settle_flusher()?;
                 // The target ran out of room where the model, blind to
                 // metadata, still had some: the model takes its state. The
                 // target stays mounted, so its ops in flight return first
@@ -158,11 +168,18 @@ impl<T: Target> RunState<T> {
         self.ls.check_model()?;
         // An op in flight holds what its first half took: the check waits
         // until none is, so it sees the filesystem between ops.
-        if self.fsck_due && self.flights.is_empty() {
+        if self.fsck_due && self.flights.is_empty() && self.ls.flusher_holder().is_none() {
             self.fsck_due = false;
             self.ls.full_check()?;
         }
         Ok(false)
+    }
+
+    /// Holders that may hold locks now: ops in flight and the flusher.
+    fn owed_holders(&self) -> Vec<T::Holder> {
+        let mut owed = self.flights.holders(T::holder);
+        owed.extend(self.ls.flusher_holder());
+        owed
     }
 
     /// Notes the fault steps just before the op that the op never reached.

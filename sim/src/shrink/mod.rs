@@ -84,6 +84,37 @@ pub fn drop_by_class(steps: &[Step], errored: &[usize], budget: &mut Budget, mut
     steps.to_vec()
 }
 
+/// The flusher writes expired inodes back one per pair of `flusher` steps,
+/// in inode order: without an op that dirtied an earlier inode, every later
+/// step of it shifts by one inode, and the failure goes with it. So ddmin
+/// keeps such ops. This pass drops each step together with the last one or
+/// two `flusher` steps after it (one inode's write-back, begun and
+/// finished: the steps are alike, so the last ones stand for any).
+pub fn drop_with_flusher_steps(steps: &[Step], budget: &mut Budget, mut fails: impl FnMut(&[Step]) -> bool) -> Vec<Step> {
+    let mut current = steps.to_vec();
+    let mut i = current.len().saturating_sub(1);
+    while i > 0 {
+        i -= 1;
+        if current[i] == Step::Flusher {
+            continue;
+        }
+        let after: Vec<usize> = (i + 1..current.len()).rev().filter(|&j| current[j] == Step::Flusher).take(2).collect();
+        for take in [2, 1] {
+            if after.len() < take || budget.exhausted() {
+                continue;
+            }
+            let drop: Vec<usize> = std::iter::once(i).chain(after[..take].iter().copied()).collect();
+            let candidate: Vec<Step> = current.iter().enumerate().filter(|(j, _)| !drop.contains(j)).map(|(_, s)| s.clone()).collect();
+            if budget.try_one(&candidate, &mut fails) {
+                current = candidate;
+                break;
+            }
+        }
+        i = i.min(current.len().saturating_sub(1));
+    }
+    current
+}
+
 /// What a shrink found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shrunk<T> {
@@ -156,6 +187,7 @@ pub fn shrink_trace(trace: &Trace, budget: &mut Budget, mut fails: impl FnMut(&T
     for _ in 0..MAX_ROUNDS {
         let spec = current.spec.clone();
         let steps = shrink_within(&current.steps, budget, |steps| judge(&Trace { spec: spec.clone(), steps: steps.to_vec() }));
+        let steps = drop_with_flusher_steps(&steps, budget, |steps| judge(&Trace { spec: spec.clone(), steps: steps.to_vec() }));
         let dropped = Trace { spec, steps }.without_orphan_finishes();
         let plain = simplify(&dropped, &mut Trial::new(budget, &mut judge));
         let changed = plain != dropped;

@@ -66,7 +66,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// The plan of a directory op (see the module's words), if it gets as
     /// far as its parent's lock.
-    pub(super) fn namespace_plan(&mut self, op: &Op) -> Option<LockPlan> {
+    pub(crate) fn namespace_plan(&mut self, op: &Op) -> Option<LockPlan> {
         match op {
             Op::Create { path, .. } => self.create_plan(path, true, None),
             Op::Mkdir { path, .. } | Op::Symlink { path, .. } => self.create_plan(path, false, None),
