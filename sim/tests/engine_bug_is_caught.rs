@@ -426,6 +426,6 @@ fn a_truncate_running_into_the_flushers_folio_locks_is_caught() {
     let shrunk = shrink_failure(&bug, &failing).unwrap();
     // Its ops, the pauses that make the file expire, and the flusher's
     // wake-ups and first half (twelve steps when written).
-    assert!(shrunk.replays && shrunk.trace.steps.len() <= 16 && shrunk.trace.steps.iter().any(|s| *s == ext4_sim::trace::Step::Flusher), "{:?}", shrunk.trace.steps);
+    assert!(shrunk.replays && shrunk.trace.steps.len() <= 16 && shrunk.trace.steps.contains(&ext4_sim::trace::Step::Flusher), "{:?}", shrunk.trace.steps);
     eprintln!("found at seed {seed}; shrunk to {} steps in {} runs", shrunk.trace.steps.len(), shrunk.runs);
 }
