@@ -38,7 +38,7 @@ fn lockstep_ops_corpus_replays() {
 /// locks, crashes.
 #[test]
 fn journal_switch_corpus_replays() {
-    let (mut switches, mut sleeps, mut crashes, mut holding) = (0, 0, 0, 0);
+    let (mut switches, mut sleeps, mut crashes, mut holding, mut flusher) = (0, 0, 0, 0, 0);
     let mut sleeps_on = std::collections::BTreeMap::new();
     let mut split_kinds = std::collections::BTreeSet::new();
     for (path, data) in corpus("journal_switch") {
@@ -51,12 +51,14 @@ fn journal_switch_corpus_replays() {
         }
         crashes += run.stats.crashes;
         holding += run.stats.lock_sleeps_holding;
+        flusher += run.stats.flusher_flights;
         split_kinds.extend(run.steps.iter().filter_map(|st| if let ext4_sim::trace::Step::Begin(op) = st { Some(op.kind()) } else { None }));
     }
     assert!(switches >= 50 && sleeps >= 2 && crashes >= 10, "corpus reaches {switches} switches, {sleeps} lock sleeps, {crashes} crashes");
     // Its rivals split where they sleep under their inode's locks, and
     // some meet a held lock after taking others, sleeping holding them.
     assert!(split_kinds.len() >= 9 && holding >= 3, "{} kinds split ({split_kinds:?}), {holding} slept holding locks", split_kinds.len());
+    assert!(flusher >= 5, "the flusher slept on {flusher} write-backs");
     // Reads and seeks of the switching file sleep on its own locks.
     for lock in ["invalidate_lock", "i_rwsem"] {
         assert!(sleeps_on.get(lock).is_some_and(|n| *n >= 2), "sleeps by lock: {sleeps_on:?}");

@@ -179,6 +179,11 @@ fn switch_step(u: &mut Unstructured, tasks: u32) -> arbitrary::Result<crate::tra
     })
 }
 
+/// Decoded steps between the flusher's turns in a `journal_switch` input.
+const FLUSHER_EVERY: usize = 8;
+/// Past the dirty expiry (30 s): what was dirty at the last turn has expired.
+const FLUSHER_PAUSE_NS: u64 = 36_000_000_000;
+
 /// chattr +j/-j against its rivals, in lockstep under the seeded scheduler:
 /// any divergence, lock-discipline failure (a lock held after its op, an
 /// order inversion) or crash-state violation panics with the report.
@@ -206,8 +211,21 @@ pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u
     let (mut task, mut in_flight) = (0usize, vec![false; tasks as usize]);
     // An exhausted `Unstructured` answers defaults forever, which could
     // be a step that never fits: stop at the end of the input.
+    let mut decoded = 0usize;
     while steps.len() < MAX_FUZZ_OPS && !u.is_empty() {
         let Ok(step) = switch_step(&mut u, tasks) else { break };
+        decoded += 1;
+        // Every so many steps, time passes and the flusher runs: it
+        // finishes what it had in flight, wakes to see what is dirty, wakes
+        // again once that has expired, and begins writing back the first
+        // such file, sleeping on it across the next steps (which meet its
+        // folio locks, its handle and s_writepages_rwsem). Taken from no
+        // byte of the input: inputs decode to the steps they did, with
+        // these between.
+        if decoded % FLUSHER_EVERY == 0 && !in_flight[task] {
+            let pause = Step::Pause { ns: FLUSHER_PAUSE_NS };
+            steps.extend([Step::Flusher, pause.clone(), Step::Flusher, pause, Step::Flusher, Step::Flusher]);
+        }
         let busy = in_flight[task];
         let fits = match &step {
             Step::Task(t) => {
