@@ -188,7 +188,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// folio of the inode the op would lock a folio of (writing into it,
     /// truncating or punching the cache, writing the file back first:
     /// fsync, direct I/O, msync, FIEMAP_FLAG_SYNC, a close's auto_da_alloc
-    /// flush, the switch; evicting it: a name op on it, a close). Ranges reach to
+    /// flush, the switch, chattr +i; evicting it: a name op on it, a close). Ranges reach to
     /// EOF where ext4 writes back or drops from an offset on.
     pub(crate) fn folio_wait(&mut self, op: &Op) -> Option<Lock> {
         let locked = self.ctx.pages.locked_inode()?;
@@ -196,12 +196,21 @@ impl<D: BlockDevice> Ext4<D> {
         if self.bug_truncate_ignores_flusher() && matches!(op, Op::Truncate { .. } | Op::FtruncateFd { .. }) {
             return None;
         }
+        // A file truncated to 0 is written back when the next op that opens
+        // it closes it (auto_da_alloc, ext4_release_file).
+        if self.nodes.get(&locked).is_some_and(|n| n.da_alloc_close) {
+            let paths: Vec<String> = op.paths().into_iter().map(str::to_string).collect();
+            if paths.iter().any(|p| self.open_path(p).ok() == Some(locked)) {
+                return Some(Lock::FolioLock);
+            }
+        }
         let (ino, bytes) = match op {
             Op::Sync => return Some(Lock::FolioLock),
             Op::Write { path, offset, len, .. } => (self.open_path(path).ok()?, *offset..offset.saturating_add(u64::from(*len))),
             Op::WriteFd { slot, offset, len, .. } => (self.slot_file(*slot).ok()?, *offset..offset.saturating_add(u64::from(*len))),
             Op::Append { path, .. } | Op::Rewrite { path, .. } | Op::Fsync { path } | Op::Fdatasync { path } | Op::SetJournalData { path, .. } => (self.open_path(path).ok()?, 0..u64::MAX),
-            Op::MapWrite { path, .. } => (self.open_path(path).ok()?, 0..u64::MAX),
+            // chattr +i writes a regular file back first (ext4_ioctl_setflags).
+            Op::MapWrite { path, .. } | Op::Chattr { path, flag: ext4_model::ChattrFlag::Immutable, enable: true } => (self.open_path(path).ok()?, 0..u64::MAX),
             // Closing a file (a reopened slot closes what it held) may evict it.
             Op::FsyncFd { slot } | Op::Close { slot } | Op::Open { slot, .. } => (self.slot_file(*slot).ok()?, 0..u64::MAX),
             Op::Truncate { path, size } => (self.open_path(path).ok()?, *size..u64::MAX),
