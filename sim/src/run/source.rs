@@ -13,7 +13,8 @@
 //!
 //! The flusher is a task of its own, outside the workload's: after a step
 //! that ran an op it gets the CPU about every other time it has something
-//! to do (its own stream), so its write-back's halves fall anywhere,
+//! to do, and one time in four while it sleeps on a write-back (its own
+//! stream), so its write-back's halves fall anywhere,
 //! between other ops' halves too. It never sleeps holding nothing another
 //! needs, and its second half never sleeps: when every task sleeps, it runs.
 
@@ -109,7 +110,10 @@ impl StepSource {
         if ran.new_op && st.ls.memory_low() && g.kswapd_rng.random_range(0..2) == 0 {
             st.execute(Step::Reclaim)?;
         }
-        if st.ls.flusher_runnable() && g.flusher_rng.random_range(0..2) == 0 {
+        // Asleep on its write-back, it wakes one time in four: long enough
+        // for other tasks to meet its folio locks.
+        let odds = if st.ls.flusher_holder().is_some() { 4 } else { 2 };
+        if st.ls.flusher_runnable() && g.flusher_rng.random_range(0..odds) == 0 {
             match st.ls.flusher_waits_for() {
                 Some(_) => st.ls.note_flusher_sleep(),
                 None => {
