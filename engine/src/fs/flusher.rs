@@ -97,18 +97,24 @@ impl<D: BlockDevice> Ext4<D> {
     /// The lock the flusher's next step would sleep on. A second half
     /// never does: it holds all it needs.
     pub fn flusher_waits_for(&self) -> Option<Lock> {
-        if self.flusher.flight.is_some() || self.flusher.queue.is_empty() {
+        if self.flusher.flight.is_some() {
             return None;
         }
-        self.flusher_blocked()
+        self.flusher_blocked(*self.flusher.queue.front()?)
     }
 
-    fn flusher_blocked(&self) -> Option<Lock> {
+    /// What the flusher would sleep on to write inode `next` back: a -j's
+    /// locks, or a folio of it another holder locked (a truncate zeroing
+    /// its EOF block).
+    fn flusher_blocked(&self, next: InodeNumber) -> Option<Lock> {
         let fs = &self.locks.set.fs;
         if fs.writepages.read_would_wait() {
             return Some(Lock::WritepagesRwsem);
         }
-        fs.updates.handle_would_wait().then_some(Lock::JournalUpdates)
+        if fs.updates.handle_would_wait() {
+            return Some(Lock::JournalUpdates);
+        }
+        self.ctx.pages.folios_locked(next, 0..u64::MAX).then_some(Lock::FolioLock)
     }
 
     /// Runs the flusher to its next sleep.
@@ -125,11 +131,12 @@ impl<D: BlockDevice> Ext4<D> {
             self.flusher.stats.wakes += 1;
             return Ok(FlusherStep::Woke(self.flusher.queue.len()));
         }
-        if let Some(lock) = self.flusher_blocked() {
-            self.flusher.stats.sleeps += 1;
-            return Ok(FlusherStep::Slept(lock));
-        }
-        while let Some(ino) = self.flusher.queue.pop_front() {
+        while let Some(&ino) = self.flusher.queue.front() {
+            if let Some(lock) = self.flusher_blocked(ino) {
+                self.flusher.stats.sleeps += 1;
+                return Ok(FlusherStep::Slept(lock));
+            }
+            self.flusher.queue.pop_front();
             if let Some(step) = self.begin_flusher_flight(ino)? {
                 return Ok(step);
             }
@@ -163,7 +170,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let holder = self.locks.new_holder();
         self.take_plan(&steps, holder).map_err(|e| Error::InvalidArgument(format!("the flusher took locks it was told were free: {e:?}")))?;
-        let Some(locked) = self.ctx.pages.lock_dirty_folios(ino) else {
+        let Some(locked) = self.ctx.pages.lock_dirty_folios(ino, holder.number()) else {
             self.give_back(&steps, holder);
             return Ok(None);
         };
@@ -175,7 +182,7 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     fn finish_flusher_flight(&mut self, flight: FlusherFlight) -> Result<FlusherStep> {
-        self.ctx.pages.unlock_folios();
+        self.ctx.pages.unlock_folios(flight.holder.number());
         self.locks.tracker(flight.holder).released(Lock::FolioLock, u64::from(flight.ino));
         self.give_back(&flight.plan.steps, flight.holder);
         self.write_back_expired(flight.ino)?;
@@ -191,16 +198,25 @@ impl<D: BlockDevice> Ext4<D> {
     /// flush, the switch, chattr +i; evicting it: a name op on it, a close). Ranges reach to
     /// EOF where ext4 writes back or drops from an offset on.
     pub(crate) fn folio_wait(&mut self, op: &Op) -> Option<Lock> {
-        let locked = self.ctx.pages.locked_inode()?;
+        self.folio_wait_except(op, None)
+    }
+
+    /// [`Ext4::folio_wait`] for a second half: its own folio locks
+    /// (`except`, its holder's) left out.
+    pub(crate) fn folio_wait_except(&mut self, op: &Op, except: Option<u64>) -> Option<Lock> {
+        let locked = self.ctx.pages.locked_inodes_except(except);
+        if locked.is_empty() {
+            return None;
+        }
         #[cfg(feature = "test-hooks")]
         if self.bug_truncate_ignores_flusher() && matches!(op, Op::Truncate { .. } | Op::FtruncateFd { .. }) {
             return None;
         }
         // A file truncated to 0 is written back when the next op that opens
         // it closes it (auto_da_alloc, ext4_release_file).
-        if self.nodes.get(&locked).is_some_and(|n| n.da_alloc_close) {
+        if locked.iter().any(|i| self.nodes.get(i).is_some_and(|n| n.da_alloc_close)) {
             let paths: Vec<String> = op.paths().into_iter().map(str::to_string).collect();
-            if paths.iter().any(|p| self.open_path(p).ok() == Some(locked)) {
+            if paths.iter().any(|p| self.open_path(p).is_ok_and(|i| locked.contains(&i) && self.nodes.get(&i).is_some_and(|n| n.da_alloc_close))) {
                 return Some(Lock::FolioLock);
             }
         }
@@ -223,11 +239,11 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Fiemap { path, flags, .. } if flags & ext4_model::FiemapRequest::SYNC != 0 => (self.open_path(path).ok()?, 0..u64::MAX),
             _ => {
                 let plan = self.namespace_plan(op)?;
-                let names = plan.steps.iter().any(|s| matches!(s, PlannedLock::Sem { ino, .. } if *ino == locked));
+                let names = plan.steps.iter().any(|s| matches!(s, PlannedLock::Sem { ino, .. } if locked.contains(ino)));
                 return names.then_some(Lock::FolioLock);
             }
         };
-        (ino == locked && self.ctx.pages.folios_locked(ino, bytes)).then_some(Lock::FolioLock)
+        self.ctx.pages.folios_locked_except(ino, bytes, except).then_some(Lock::FolioLock)
     }
 }
 
@@ -294,7 +310,7 @@ mod tests {
         // A writer the scheduler was not told about reaches a locked folio.
         fs.write("/f", 10, &[4; 10]).unwrap();
         let reported = fs.lock_violations();
-        assert!(reported.len() == 1 && reported[0].contains("locked by the flusher"), "{reported:?}");
+        assert!(reported.len() == 1 && reported[0].contains("locked by holder"), "{reported:?}");
 
         assert_eq!(fs.flusher_step().unwrap(), FlusherStep::WroteBack(f));
         assert_eq!(fs.flusher_holder(), None);
@@ -304,5 +320,31 @@ mod tests {
         assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Idle);
         let stats = fs.flusher_stats();
         assert_eq!((stats.wakes, stats.flights, stats.sleeps), (2, 1, 1));
+    }
+
+    /// A truncate asleep zeroing its EOF block holds that folio's lock
+    /// (taken under its handle): the flusher, due to write the file back,
+    /// sleeps until the truncate's second half.
+    #[test]
+    fn a_truncate_holding_its_eof_folio_puts_the_flusher_to_sleep() {
+        let (mut fs, now) = mounted("");
+        fs.run_flusher_as_task();
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[1; 8192]).unwrap();
+        now.set(5 * SEC_NS);
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Woke(0));
+        now.set(36 * SEC_NS);
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Woke(1));
+        let truncate = fs.begin_split(&Op::Truncate { path: "/f".into(), size: 100 }).unwrap().unwrap();
+        assert!(fs.locks_held().contains(&(Lock::FolioLock, truncate.holder().unwrap())));
+        assert_eq!(fs.flusher_waits_for(), Some(Lock::FolioLock));
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Slept(Lock::FolioLock));
+        assert_eq!(fs.finish_waits_for(&truncate), None, "its own folio lock is no wait");
+        assert!(fs.finish_split(truncate).is_ok());
+        let f = fs.open_path("/f").unwrap();
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Began(f));
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::WroteBack(f));
+        assert!(fs.locks_held().is_empty() && fs.lock_violations().is_empty());
+        assert_eq!(fs.read("/f", 0, 200).unwrap(), vec![1; 100]);
     }
 }

@@ -40,6 +40,11 @@ pub struct LockHolder(u64);
 impl LockHolder {
     /// The op running now, which must hold nothing when it returns.
     pub const OP: LockHolder = LockHolder(0);
+
+    /// Its number, as lockdep and the page cache's folio locks know it.
+    pub(crate) fn number(self) -> u64 {
+        self.0
+    }
 }
 
 /// The locks, shared (by `Arc`) with a protocol that runs while the

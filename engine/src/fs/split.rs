@@ -90,7 +90,8 @@ impl<D: BlockDevice> Ext4<D> {
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
         let SecondHalf::Whole(WholeOp { op, held }) = half else { return None };
         let Some((plan, _)) = held else { return self.waits_for(op) };
-        if let Some(lock) = self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))).or_else(|| self.folio_wait(op)) {
+        let own = held.as_ref().map(|(_, holder)| holder.number());
+        if let Some(lock) = self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))).or_else(|| self.folio_wait_except(op, own)) {
             return Some(lock);
         }
         // Handed back first, its own handle is not among those it waits for.

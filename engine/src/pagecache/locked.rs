@@ -1,8 +1,11 @@
-//! Folio locks held across a sleep: the flusher locks an inode's dirty
-//! folios (mpage_prepare_extent_to_map) and sleeps on the I/O that maps
-//! them (bitmap and extent reads under its handle). Anyone else who would
-//! lock one of those folios meanwhile (a writer's write_begin, truncation,
-//! another write-back, eviction) sleeps: the scheduler asks
+//! Folio locks held across a sleep, by their holders (a split op's, the
+//! flusher's): the flusher locks an inode's dirty folios
+//! (mpage_prepare_extent_to_map) and sleeps on the I/O that maps them
+//! (bitmap and extent reads under its handle); a truncate to a size inside
+//! a block locks the folio of that block to zero its tail
+//! (ext4_block_truncate_page) and may sleep reading it. Anyone else who
+//! would lock one of those folios meanwhile (a writer's write_begin,
+//! truncation, write-back, eviction) sleeps: the scheduler asks
 //! [`PageCache::folios_locked`] first, and a touch it did not predict is
 //! recorded ([`PageCache::take_locked_touches`]) and fails the run.
 //!
@@ -18,6 +21,8 @@ use super::PageCache;
 /// The folios one holder has locked: page ranges of whole folios of one inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockedFolios {
+    /// The lock holder's number.
+    pub holder: u64,
     pub ino: InodeNumber,
     pub folios: Vec<Range<u64>>,
 }
@@ -29,44 +34,80 @@ impl LockedFolios {
 }
 
 impl PageCache {
-    /// Locks every dirty folio of `ino` for one holder (at most one holds
-    /// folios at a time: the flusher). None when nothing is dirty.
-    pub fn lock_dirty_folios(&mut self, ino: InodeNumber) -> Option<LockedFolios> {
-        debug_assert!(self.locked.is_none(), "one holder of folio locks at a time");
+    /// Locks every dirty folio of `ino` for `holder`. None when nothing
+    /// is dirty.
+    pub fn lock_dirty_folios(&mut self, ino: InodeNumber, holder: u64) -> Option<LockedFolios> {
         let m = self.mappings.get(&ino)?;
         let folios: Vec<Range<u64>> = m.dirty.iter().filter_map(|&i| m.folios.get(&i).map(|f| i..i + (1u64 << f.order()))).collect();
+        self.lock(ino, holder, folios)
+    }
+
+    /// Locks the cached folio holding byte `at` of `ino` for `holder`.
+    /// None when no folio holds it.
+    pub fn lock_folio_at(&mut self, ino: InodeNumber, at: u64, holder: u64) -> Option<LockedFolios> {
+        let span = self.folio_span(ino, self.geo.byte_to_pg(at))?;
+        self.lock(ino, holder, vec![span])
+    }
+
+    fn lock(&mut self, ino: InodeNumber, holder: u64, folios: Vec<Range<u64>>) -> Option<LockedFolios> {
         if folios.is_empty() {
             return None;
         }
-        let locked = LockedFolios { ino, folios };
-        self.locked = Some(locked.clone());
+        debug_assert!(!folios.iter().any(|f| self.folios_locked_except(ino, self.geo.pg_to_byte(f.start)..self.geo.pg_to_byte(f.end), None)), "a folio locked twice");
+        let locked = LockedFolios { holder, ino, folios };
+        self.locked.push(locked.clone());
         Some(locked)
     }
 
-    pub fn unlock_folios(&mut self) {
-        self.locked = None;
+    /// Releases every folio lock `holder` holds.
+    pub fn unlock_folios(&mut self, holder: u64) {
+        self.locked.retain(|l| l.holder != holder);
     }
 
     /// Whether a folio of `ino` within bytes `bytes` is locked by a holder
     /// between its halves.
     pub fn folios_locked(&self, ino: InodeNumber, bytes: Range<u64>) -> bool {
-        let Some(locked) = &self.locked else { return false };
-        if bytes.start >= bytes.end {
-            return false;
-        }
-        locked.overlaps(ino, &self.geo.pages_covering(bytes))
+        self.folios_locked_except(ino, bytes, None)
     }
 
-    /// The inode whose folios are locked, if any.
-    pub fn locked_inode(&self) -> Option<InodeNumber> {
-        self.locked.as_ref().map(|l| l.ino)
+    /// The same, leaving out the locks of `except` (a second half asking
+    /// about locks other than its own).
+    pub fn folios_locked_except(&self, ino: InodeNumber, bytes: Range<u64>, except: Option<u64>) -> bool {
+        if bytes.start >= bytes.end || self.locked.is_empty() {
+            return false;
+        }
+        let pages = self.geo.pages_covering(bytes);
+        self.locked.iter().any(|l| Some(l.holder) != except && l.overlaps(ino, &pages))
+    }
+
+    /// Whether `holder` holds a folio lock of `ino`.
+    pub fn holds_folios(&self, holder: u64, ino: InodeNumber) -> bool {
+        self.locked.iter().any(|l| l.holder == holder && l.ino == ino)
+    }
+
+    /// Inodes with a folio locked by a holder other than `except`, each
+    /// once, lowest first.
+    pub fn locked_inodes_except(&self, except: Option<u64>) -> Vec<InodeNumber> {
+        let mut inodes: Vec<InodeNumber> = self.locked.iter().filter(|l| Some(l.holder) != except).map(|l| l.ino).collect();
+        inodes.sort_unstable();
+        inodes.dedup();
+        inodes
+    }
+
+    /// Inodes with a locked folio, each once, lowest first.
+    pub fn locked_inodes(&self) -> Vec<InodeNumber> {
+        let mut inodes: Vec<InodeNumber> = self.locked.iter().map(|l| l.ino).collect();
+        inodes.sort_unstable();
+        inodes.dedup();
+        inodes
     }
 
     /// Notes that `what` reached locked folios of `ino` in `pages`: a lock
     /// the scheduler's prediction missed.
     pub fn note_touch(&mut self, ino: InodeNumber, pages: Range<u64>, what: &'static str) {
-        if self.locked.as_ref().is_some_and(|l| l.overlaps(ino, &pages)) {
-            self.locked_touches.push(format!("{what} reached folio pages {}..{} of inode {ino}, locked by the flusher between its halves", pages.start, pages.end));
+        if let Some(l) = self.locked.iter().find(|l| l.overlaps(ino, &pages)) {
+            let holder = l.holder;
+            self.locked_touches.push(format!("{what} reached folio pages {}..{} of inode {ino}, locked by holder {holder} between its halves", pages.start, pages.end));
         }
     }
 
@@ -89,8 +130,8 @@ mod tests {
         let (added, _) = pc.add_folios(12, (0, 0), 0..4, 0);
         assert_eq!(added.len(), 4);
         assert!(pc.write_bytes(12, 4096, &[7; 4096]));
-        assert!(pc.lock_dirty_folios(13).is_none(), "nothing dirty, nothing locked");
-        let locked = pc.lock_dirty_folios(12).expect("one dirty folio");
+        assert!(pc.lock_dirty_folios(13, 1).is_none(), "nothing dirty, nothing locked");
+        let locked = pc.lock_dirty_folios(12, 1).expect("one dirty folio");
         assert_eq!(locked.folios, vec![1..2]);
         assert!(pc.folios_locked(12, 4096..4097) && pc.folios_locked(12, 0..8192));
         assert!(!pc.folios_locked(12, 0..4096) && !pc.folios_locked(12, 8192..16384) && !pc.folios_locked(13, 4096..8192));
@@ -101,7 +142,14 @@ mod tests {
         pc.invalidate(12, 1..2);
         let touches = pc.take_locked_touches();
         assert_eq!(touches.len(), 2, "{touches:?}");
-        pc.unlock_folios();
+        assert!(pc.folios_locked_except(12, 0..u64::MAX, Some(2)) && !pc.folios_locked_except(12, 0..u64::MAX, Some(1)), "a holder's own locks left out");
+        // A second holder locks the clean folio at byte 0.
+        assert_eq!(pc.lock_folio_at(12, 100, 2).map(|l| l.folios), Some(vec![0..1]));
+        assert!(pc.lock_folio_at(12, 20 * 4096, 2).is_none(), "no folio cached there");
+        assert_eq!(pc.locked_inodes(), vec![12]);
+        pc.unlock_folios(1);
+        assert!(!pc.folios_locked(12, 4096..u64::MAX) && pc.folios_locked(12, 0..1));
+        pc.unlock_folios(2);
         assert!(!pc.folios_locked(12, 0..u64::MAX));
         pc.drop_mapping(12);
         assert!(pc.take_locked_touches().is_empty());

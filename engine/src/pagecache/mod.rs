@@ -121,7 +121,7 @@ pub struct PageCache {
     /// Inodes with a dirty folio: a sync visits these, not every mapping.
     dirty_inodes: BTreeSet<InodeNumber>,
     /// Folios locked across a sleep ([`locked`]), and who reached them.
-    locked: Option<locked::LockedFolios>,
+    locked: Vec<locked::LockedFolios>,
     locked_touches: Vec<String>,
 }
 
@@ -170,7 +170,7 @@ impl PageCache {
             spare: BTreeMap::new(),
             spare_bytes: 0,
             dirty_inodes: BTreeSet::new(),
-            locked: None,
+            locked: Vec::new(),
             locked_touches: Vec::new(),
         }
     }
@@ -544,11 +544,11 @@ impl PageCache {
     }
 
     /// The inode of the least recently used dirty folio: what reclaim
-    /// writes back first. Folios locked by the flusher are passed over
-    /// (reclaim only tries their lock), and are being written anyway.
+    /// writes back first. Inodes with a folio locked between an op's halves
+    /// are passed over (reclaim only tries folio locks).
     pub fn oldest_dirty_inode(&self) -> Option<InodeNumber> {
-        let locked = self.locked_inode();
-        self.lru.oldest_first().find(|(_, (ino, index))| Some(*ino) != locked && self.folio(*ino, *index).is_some_and(Folio::is_dirty_any)).map(|(_, (ino, _))| ino)
+        let locked = self.locked_inodes();
+        self.lru.oldest_first().find(|(_, (ino, index))| !locked.contains(ino) && self.folio(*ino, *index).is_some_and(Folio::is_dirty_any)).map(|(_, (ino, _))| ino)
     }
 
     /// A read of pages `request` of `ino`: the pages to fill, from the
@@ -666,6 +666,8 @@ impl PageCache {
     /// block is cached uptodate; returns whether it was.
     pub fn zero_cached(&mut self, ino: InodeNumber, b: u64, from: usize, to: usize) -> bool {
         let Some((index, i)) = self.locate(ino, b) else { return false };
+        let page = self.page_of_block(b);
+        self.note_touch(ino, page..page + 1, "zeroing a cached block");
         let Some(f) = self.folio_mut(ino, index) else { return false };
         if !f.is_uptodate(i) {
             return false;

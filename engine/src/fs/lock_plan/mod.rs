@@ -64,8 +64,14 @@ pub enum PlannedLock {
     DioBegin(InodeNumber),
     /// jbd2__journal_start: a handle on the running transaction, which
     /// cannot commit until the handle stops (and a -j's barrier waits for
-    /// it). Last in a plan: ext4 starts its handle under its locks.
+    /// it). Last in a plan: ext4 starts its handle under its locks, except
+    /// for the folio lock a truncate takes inside it.
     Handle,
+    /// The folio holding byte `size` of the inode, locked by a truncate to
+    /// a size inside a block (ext4_block_truncate_page, under its handle)
+    /// to zero the block's tail, which it may sleep reading. Held only
+    /// where a folio is cached there.
+    EofFolio { ino: InodeNumber, size: u64 },
 }
 
 impl PlannedLock {
@@ -77,6 +83,7 @@ impl PlannedLock {
             PlannedLock::DioWait(_) => PlannedLock::DioWait(ino),
             PlannedLock::DioBegin(_) => PlannedLock::DioBegin(ino),
             PlannedLock::Handle => PlannedLock::Handle,
+            PlannedLock::EofFolio { size, .. } => PlannedLock::EofFolio { ino, size },
         }
     }
 }
@@ -130,8 +137,14 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Write { path, .. } | Op::Append { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, WRITE)]),
             Op::WriteFd { slot, .. } => (self.slot_file(*slot).ok()?, vec![exclusive(Lock::InodeRwsem, WRITE)]),
             Op::Rewrite { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, "do_truncate")]),
-            Op::Truncate { path, .. } => (self.regular_at(path)?, TRUNCATE.to_vec()),
-            Op::FtruncateFd { slot, .. } => (self.slot_file(*slot).ok()?, TRUNCATE.to_vec()),
+            Op::Truncate { path, size } => {
+                let ino = self.regular_at(path)?;
+                (ino, self.truncate_plan(ino, *size, &TRUNCATE))
+            }
+            Op::FtruncateFd { slot, size } => {
+                let ino = self.slot_file(*slot).ok()?;
+                (ino, self.truncate_plan(ino, *size, &TRUNCATE))
+            }
             Op::DirectWrite { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, "ext4_dio_write_iter"), PlannedLock::DioBegin(0)]),
             Op::MapWrite { path, .. } => (self.regular_at(path)?, vec![shared(Lock::InvalidateLock, "ext4_page_mkwrite")]),
             Op::Fallocate { path, mode, offset, len } => {
@@ -180,6 +193,18 @@ impl<D: BlockDevice> Ext4<D> {
         Some(LockPlan::on(ino, &steps))
     }
 
+    /// A truncate's locks, with its EOF folio's where it zeroes a cached
+    /// block's tail: a smaller size inside a block.
+    fn truncate_plan(&self, ino: InodeNumber, size: u64, steps: &[PlannedLock]) -> Vec<PlannedLock> {
+        let mut steps = steps.to_vec();
+        let bs = u64::from(self.ctx.geo.block_size);
+        let shrinks = self.nodes.get(&ino).is_some_and(|n| size < n.disk.size);
+        if shrinks && size % bs != 0 && self.ctx.pages.folio_span(ino, self.ctx.pages.geometry().byte_to_pg(size)).is_some() {
+            steps.push(PlannedLock::EofFolio { ino: 0, size });
+        }
+        steps
+    }
+
     /// A buffered read's lock, if it reaches the page cache.
     fn readahead_plan(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Option<Vec<PlannedLock>> {
         self.read_takes_invalidate_lock(ino, offset, len).then(|| vec![shared(Lock::InvalidateLock, "page_cache_ra_unbounded")])
@@ -214,6 +239,7 @@ impl<D: BlockDevice> Ext4<D> {
             PlannedLock::DioWait(ino) => (self.locks.inode_if_known(ino)?.dio.in_flight() > 0).then_some(Lock::InodeRwsem),
             PlannedLock::DioBegin(_) => None,
             PlannedLock::Handle => self.locks.set.fs.updates.handle_would_wait().then_some(Lock::JournalUpdates),
+            PlannedLock::EofFolio { ino, size } => self.ctx.pages.folios_locked(ino, size..size + 1).then_some(Lock::FolioLock),
         }
     }
 
@@ -259,6 +285,15 @@ impl<D: BlockDevice> Ext4<D> {
                     self.locks.split_handles += 1;
                     lockdep.acquired(Acquired { class: Lock::JournalHandle, shared: true, instance: 0, by: "jbd2__journal_start" });
                 }),
+                PlannedLock::EofFolio { ino, size } => match self.ctx.pages.folios_locked(ino, size..size + 1) {
+                    true => Err(WouldWait(Lock::FolioLock)),
+                    false => {
+                        if self.ctx.pages.lock_folio_at(ino, size, holder.number()).is_some() {
+                            lockdep.acquired(Acquired { class: Lock::FolioLock, shared: false, instance: u64::from(ino), by: "ext4_block_truncate_page" });
+                        }
+                        Ok(())
+                    }
+                },
             };
             if let Err(WouldWait(class)) = taken {
                 self.give_back(&steps[..i], holder);
@@ -283,6 +318,12 @@ impl<D: BlockDevice> Ext4<D> {
                     self.locks.set.fs.updates.stop_handle();
                     self.locks.split_handles = self.locks.split_handles.saturating_sub(1);
                     lockdep.released(Lock::JournalHandle, 0);
+                }
+                PlannedLock::EofFolio { ino, .. } => {
+                    if self.ctx.pages.holds_folios(holder.number(), ino) {
+                        self.ctx.pages.unlock_folios(holder.number());
+                        lockdep.released(Lock::FolioLock, u64::from(ino));
+                    }
                 }
             }
         }

@@ -70,6 +70,8 @@ fn a_plan_names_locks_the_op_itself_takes() {
     for op in file_ops().into_iter().chain(dir_ops()) {
         let mut fs = with_file();
         let plan = fs.lock_plan(&op).unwrap_or_else(|| panic!("{op}: no plan"));
+        let truncates = matches!(op, Op::Truncate { .. } | Op::FtruncateFd { .. });
+        assert_eq!(plan.steps.iter().any(|s| matches!(s, PlannedLock::EofFolio { .. })), truncates, "{op}: its EOF folio, inside a cached block");
         assert!(!op.only_looks() || plan.steps.iter().all(|s| matches!(s, PlannedLock::Sem { shared: true, .. })), "{op}");
         for (i, step) in plan.steps.iter().enumerate() {
             let one = LockPlan { steps: vec![*step] };
@@ -86,6 +88,18 @@ fn a_plan_names_locks_the_op_itself_takes() {
                     assert!(fs.plan_would_wait(&one).is_some(), "{op}: step {i}");
                     assert_eq!(fs.apply(&op), Err(Errno::EDEADLK), "{op} started a handle past the barrier");
                     fs.locks.set.fs.updates.unlock_updates();
+                    continue;
+                }
+                // Another holder has the EOF folio locked: the truncate
+                // zeroing its tail reaches it (the page cache records it).
+                PlannedLock::EofFolio { ino, size } => {
+                    assert!(fs.ctx.pages.lock_folio_at(ino, size, other.number()).is_some(), "{op}: a folio is cached at {size}");
+                    assert_eq!(fs.plan_would_wait(&one), Some(Lock::FolioLock), "{op}: step {i}");
+                    let _ = fs.apply(&op);
+                    assert!(!fs.ctx.pages.take_locked_touches().is_empty(), "{op} ran past the locked EOF folio");
+                    fs.ctx.pages.unlock_folios(other.number());
+                    // Undo the truncate for the next steps: the file as it was.
+                    fs.write("/f", 0, &[7u8; 10_000]).unwrap();
                     continue;
                 }
             };
