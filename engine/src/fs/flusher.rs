@@ -255,6 +255,15 @@ mod tests {
     use super::super::timers::SEC_NS;
     use super::{FlusherStep, Lock};
 
+    /// A mount whose flusher is a task, with 8 KiB of `/f` dirty.
+    fn dirty_file() -> (crate::fs::Ext4<super::super::timers::tests::Clocked>, std::rc::Rc<std::cell::Cell<u64>>) {
+        let (mut fs, now) = mounted("");
+        fs.run_flusher_as_task();
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[1; 8192]).unwrap();
+        (fs, now)
+    }
+
     fn write(path: &str, offset: u64, len: u32) -> Op {
         Op::Write { path: path.into(), offset, len, seed: 1 }
     }
@@ -265,10 +274,7 @@ mod tests {
     /// others run, and an op that reaches them unpredicted is reported.
     #[test]
     fn the_flusher_task_sleeps_holding_the_folio_locks_of_what_it_writes_back() {
-        let (mut fs, now) = mounted("");
-        fs.run_flusher_as_task();
-        fs.create("/f", 0o644).unwrap();
-        fs.write("/f", 0, &[1; 8192]).unwrap();
+        let (mut fs, now) = dirty_file();
         fs.create("/h", 0o644).unwrap();
         fs.set_journal_data("/h", true).unwrap();
         assert!(!fs.flusher_runnable(), "not due before 5 s");
@@ -327,10 +333,7 @@ mod tests {
     /// sleeps until the truncate's second half.
     #[test]
     fn a_truncate_holding_its_eof_folio_puts_the_flusher_to_sleep() {
-        let (mut fs, now) = mounted("");
-        fs.run_flusher_as_task();
-        fs.create("/f", 0o644).unwrap();
-        fs.write("/f", 0, &[1; 8192]).unwrap();
+        let (mut fs, now) = dirty_file();
         now.set(5 * SEC_NS);
         assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Woke(0));
         now.set(36 * SEC_NS);
