@@ -14,9 +14,9 @@
 //! The flusher is a task of its own, outside the workload's: after a step
 //! that ran an op it gets the CPU about every other time it has something
 //! to do, and one time in four while it sleeps on a write-back (its own
-//! stream), so its write-back's halves fall anywhere,
-//! between other ops' halves too. It never sleeps holding nothing another
-//! needs, and its second half never sleeps: when every task sleeps, it runs.
+//! stream), so its write-back's halves fall anywhere, between other ops'
+//! halves too. Asleep before a write-back it holds nothing, and its second
+//! half never sleeps: when every task sleeps, it runs.
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
