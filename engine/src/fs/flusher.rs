@@ -185,6 +185,14 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.pages.unlock_folios(flight.holder.number());
         self.locks.tracker(flight.holder).released(Lock::FolioLock, u64::from(flight.ino));
         self.give_back(&flight.plan.steps, flight.holder);
+        // A folio dirtied after it began may be locked now by a truncate
+        // asleep zeroing it, which ext4_writepages would sleep on: it
+        // gives up this pass and tries the inode again next.
+        if self.ctx.pages.holds_any_folio_lock(flight.ino) {
+            self.flusher.queue.push_front(flight.ino);
+            self.flusher.stats.sleeps += 1;
+            return Ok(FlusherStep::Slept(Lock::FolioLock));
+        }
         self.write_back_expired(flight.ino)?;
         Ok(FlusherStep::WroteBack(flight.ino))
     }
@@ -349,5 +357,24 @@ mod tests {
         assert_eq!(fs.flusher_step().unwrap(), FlusherStep::WroteBack(f));
         assert!(fs.locks_held().is_empty() && fs.lock_violations().is_empty());
         assert_eq!(fs.read("/f", 0, 200).unwrap(), vec![1; 100]);
+
+        // Begun first, it meets a folio dirtied since and locked by a
+        // truncate: it gives up the pass and sleeps until the truncate ends.
+        fs.write("/f", 0, &[2; 8192]).unwrap();
+        now.set(80 * SEC_NS);
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Woke(0));
+        now.set(120 * SEC_NS);
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Woke(1));
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Began(f));
+        assert_eq!(fs.waits_for(&write("/f", 8192, 4096)), None, "a folio it has not locked");
+        fs.write("/f", 8192, &[3; 4096]).unwrap();
+        let truncate = fs.begin_split(&Op::Truncate { path: "/f".into(), size: 10_000 }).unwrap().unwrap();
+        assert_eq!(fs.finish_waits_for(&truncate), None, "the folios past its size are not the flusher's");
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Slept(Lock::FolioLock));
+        assert_eq!(fs.flusher_holder(), None);
+        assert!(fs.finish_split(truncate).is_ok());
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::Began(f));
+        assert_eq!(fs.flusher_step().unwrap(), FlusherStep::WroteBack(f));
+        assert!(fs.locks_held().is_empty() && fs.lock_violations().is_empty());
     }
 }

@@ -202,20 +202,23 @@ impl<D: BlockDevice> Ext4<D> {
         if !self.ctx.pages.has_dirty(ino) || self.ctx.mount.read_only {
             return Ok(());
         }
+        // Write-back locks the dirty folios: one locked between another
+        // op's halves (the flusher's) is a sleep nobody predicted.
+        if self.ctx.pages.holds_any_folio_lock(ino) {
+            let bs = u64::from(self.ctx.geo.block_size);
+            let locked = self.ctx.pages.dirty_runs(ino, from).into_iter().find(|r| self.ctx.pages.folios_locked(ino, r.start * bs..r.end * bs));
+            if let Some(run) = locked {
+                let pages = self.ctx.pages.geometry().pages_covering(run.start * bs..run.end * bs);
+                self.ctx.pages.note_touch(ino, pages, "write-back");
+                return Err(Error::WouldWait(crate::locking::WouldWait(Lock::FolioLock)));
+            }
+        }
         let delayed = self.nodes.get(&ino).map_or(0, |n| n.es.delayed_count(from..u64::MAX));
         if delayed > 0 && self.ctx.journal.is_some() {
             let alloc = &self.ctx.alloc;
             if alloc.held_blocks() > 0 && alloc.available_blocks() < delayed.saturating_add(SLACK_BLOCKS) && self.locks.split_handles == 0 {
                 self.commit_transaction()?;
             }
-        }
-        // Folios the flusher holds locked between its halves: whoever got
-        // here was not told to sleep on them.
-        let bytes = from.saturating_mul(u64::from(self.ctx.geo.block_size));
-        if self.ctx.pages.folios_locked(ino, bytes..u64::MAX) {
-            let pages = self.ctx.pages.geometry().pages_covering(bytes..u64::MAX);
-            self.ctx.pages.note_touch(ino, pages, "write-back");
-            return Err(Error::WouldWait(crate::locking::WouldWait(Lock::FolioLock)));
         }
         let Some(node) = self.nodes.get_mut(&ino) else {
             // Dirty folios of an inode no longer loaded: nothing owns them.

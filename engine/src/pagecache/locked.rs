@@ -80,6 +80,11 @@ impl PageCache {
         self.locked.iter().any(|l| Some(l.holder) != except && l.overlaps(ino, &pages))
     }
 
+    /// Whether anyone holds a folio lock of `ino`.
+    pub fn holds_any_folio_lock(&self, ino: InodeNumber) -> bool {
+        self.locked.iter().any(|l| l.ino == ino)
+    }
+
     /// Whether `holder` holds a folio lock of `ino`.
     pub fn holds_folios(&self, holder: u64, ino: InodeNumber) -> bool {
         self.locked.iter().any(|l| l.holder == holder && l.ino == ino)
