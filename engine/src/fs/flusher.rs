@@ -251,7 +251,15 @@ impl<D: BlockDevice> Ext4<D> {
                 return names.then_some(Lock::FolioLock);
             }
         };
-        self.ctx.pages.folios_locked_except(ino, bytes, except).then_some(Lock::FolioLock)
+        if self.ctx.pages.folios_locked_except(ino, bytes, except) {
+            return Some(Lock::FolioLock);
+        }
+        // Growing the file zeroes the old EOF block's tail in its folio
+        // (pagecache_isize_extended locks it).
+        let grows = matches!(op, Op::Write { .. } | Op::WriteFd { .. } | Op::DirectWrite { .. } | Op::Truncate { .. } | Op::FtruncateFd { .. } | Op::Fallocate { .. });
+        let size = self.nodes.get(&ino).map_or(0, |n| n.disk.size);
+        let tail = size % u64::from(self.ctx.geo.block_size) != 0;
+        (grows && tail && self.ctx.pages.folios_locked_except(ino, size - 1..size, except)).then_some(Lock::FolioLock)
     }
 }
 
