@@ -268,7 +268,7 @@ fn regression_the_sync_before_a_space_resync_meets_no_injected_fault() {
         resyncs += r.stats.space_resyncs;
         faults += r.stats.faults;
     }
-    assert!(resyncs > 100 && faults > 10, "the runs reach both: {resyncs} space resyncs, {faults} faults");
+    assert!(resyncs >= 80 && faults > 10, "the runs reach both: {resyncs} space resyncs, {faults} faults");
 }
 
 /// Each fault kind fires, the op it hits is not compared, and the state the
