@@ -17,8 +17,6 @@
 
 use std::collections::VecDeque;
 
-use ext4_model::Op;
-
 use crate::device::BlockDevice;
 use crate::error::{Error, Result};
 use crate::format::InodeNumber;
@@ -195,71 +193,6 @@ impl<D: BlockDevice> Ext4<D> {
         }
         self.write_back_expired(flight.ino)?;
         Ok(FlusherStep::WroteBack(flight.ino))
-    }
-}
-
-impl<D: BlockDevice> Ext4<D> {
-    /// The folio lock `op` would sleep on: one the flusher holds, on a
-    /// folio of the inode the op would lock a folio of (writing into it,
-    /// truncating or punching the cache, writing the file back first:
-    /// fsync, direct I/O, msync, FIEMAP_FLAG_SYNC, a close's auto_da_alloc
-    /// flush, the switch, chattr +i; evicting it: a name op on it, a close). Ranges reach to
-    /// EOF where ext4 writes back or drops from an offset on.
-    pub(crate) fn folio_wait(&mut self, op: &Op) -> Option<Lock> {
-        self.folio_wait_except(op, None)
-    }
-
-    /// [`Ext4::folio_wait`] for a second half: its own folio locks
-    /// (`except`, its holder's) left out.
-    pub(crate) fn folio_wait_except(&mut self, op: &Op, except: Option<u64>) -> Option<Lock> {
-        let locked = self.ctx.pages.locked_inodes_except(except);
-        if locked.is_empty() {
-            return None;
-        }
-        #[cfg(feature = "test-hooks")]
-        if self.bug_truncate_ignores_flusher() && matches!(op, Op::Truncate { .. } | Op::FtruncateFd { .. }) {
-            return None;
-        }
-        // A file truncated to 0 is written back when the next op that opens
-        // it closes it (auto_da_alloc, ext4_release_file).
-        if locked.iter().any(|i| self.nodes.get(i).is_some_and(|n| n.da_alloc_close)) {
-            let paths: Vec<String> = op.paths().into_iter().map(str::to_string).collect();
-            if paths.iter().any(|p| self.open_path(p).is_ok_and(|i| locked.contains(&i) && self.nodes.get(&i).is_some_and(|n| n.da_alloc_close))) {
-                return Some(Lock::FolioLock);
-            }
-        }
-        let (ino, bytes) = match op {
-            Op::Sync => return Some(Lock::FolioLock),
-            Op::Write { path, offset, len, .. } => (self.open_path(path).ok()?, *offset..offset.saturating_add(u64::from(*len))),
-            Op::WriteFd { slot, offset, len, .. } => (self.slot_file(*slot).ok()?, *offset..offset.saturating_add(u64::from(*len))),
-            Op::Append { path, .. } | Op::Rewrite { path, .. } | Op::Fsync { path } | Op::Fdatasync { path } | Op::SetJournalData { path, .. } => (self.open_path(path).ok()?, 0..u64::MAX),
-            // chattr +i writes a regular file back first (ext4_ioctl_setflags).
-            Op::MapWrite { path, .. } | Op::Chattr { path, flag: ext4_model::ChattrFlag::Immutable, enable: true } => (self.open_path(path).ok()?, 0..u64::MAX),
-            // Closing a file (a reopened slot closes what it held) may evict it.
-            Op::FsyncFd { slot } | Op::Close { slot } | Op::Open { slot, .. } => (self.slot_file(*slot).ok()?, 0..u64::MAX),
-            Op::Truncate { path, size } => (self.open_path(path).ok()?, *size..u64::MAX),
-            Op::FtruncateFd { slot, size } => (self.slot_file(*slot).ok()?, *size..u64::MAX),
-            Op::DirectWrite { path, offset, .. } | Op::DirectRead { path, offset, .. } => (self.open_path(path).ok()?, *offset..u64::MAX),
-            Op::Fallocate { path, mode, offset, len } => {
-                let kind = super::fallocate::fallocate_checks(*mode, *offset, *len, self.ctx.mount.max_file_size()).ok()?;
-                (self.open_path(path).ok()?, if super::fallocate::fallocate_invalidates(kind) { *offset..u64::MAX } else { 0..0 })
-            }
-            Op::Fiemap { path, flags, .. } if flags & ext4_model::FiemapRequest::SYNC != 0 => (self.open_path(path).ok()?, 0..u64::MAX),
-            _ => {
-                let plan = self.namespace_plan(op)?;
-                let names = plan.steps.iter().any(|s| matches!(s, PlannedLock::Sem { ino, .. } if locked.contains(ino)));
-                return names.then_some(Lock::FolioLock);
-            }
-        };
-        if self.ctx.pages.folios_locked_except(ino, bytes, except) {
-            return Some(Lock::FolioLock);
-        }
-        // Growing the file zeroes the old EOF block's tail in its folio
-        // (pagecache_isize_extended locks it).
-        let grows = matches!(op, Op::Write { .. } | Op::WriteFd { .. } | Op::DirectWrite { .. } | Op::Truncate { .. } | Op::FtruncateFd { .. } | Op::Fallocate { .. });
-        let size = self.nodes.get(&ino).map_or(0, |n| n.disk.size);
-        let tail = size % u64::from(self.ctx.geo.block_size) != 0;
-        (grows && tail && self.ctx.pages.folios_locked_except(ino, size - 1..size, except)).then_some(Lock::FolioLock)
     }
 }
 

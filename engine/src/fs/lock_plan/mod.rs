@@ -34,6 +34,7 @@
 //! two first halves could wait on each other where ext4 cannot).
 //! `a_plan_names_locks_the_op_itself_takes` holds the two together.
 
+mod folios;
 pub(crate) mod namespace;
 #[cfg(test)]
 mod tests;
