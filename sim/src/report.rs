@@ -53,7 +53,7 @@ pub fn summary(r: &RunResult) -> String {
     if r.stats.flusher_wakes > 0 {
         let _ = writeln!(
             s,
-            "  flusher     {} wake-ups, {} inodes written back asleep holding their folio locks, {} times it slept on a -j's locks",
+            "  flusher     {} wake-ups, {} inodes written back asleep holding their folio locks, {} times it slept on a held lock",
             r.stats.flusher_wakes, r.stats.flusher_flights, r.stats.flusher_sleeps
         );
     }

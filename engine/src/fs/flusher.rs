@@ -6,8 +6,9 @@
 //! preemption point: other tasks run, and those that would lock one of its
 //! folios (a writer into them, truncation, fsync's write-back, eviction) or
 //! that wait for handles (a commit, the journal-flag switch) sleep until the
-//! flusher's second half. Its own wait is the switch's: it sleeps while a
-//! -j holds s_writepages_rwsem or the updates barrier.
+//! flusher's second half. It sleeps itself while a -j holds
+//! s_writepages_rwsem or the updates barrier, or a truncate holds a folio
+//! of the inode it would write back.
 //!
 //! Each [`Ext4::flusher_step`] runs the flusher to its next sleep: a wake-up
 //! (when due), the first half of one inode's write-back, or its second half
@@ -54,7 +55,8 @@ pub struct FlusherStats {
     pub wakes: u64,
     /// Inodes written back in two halves, asleep holding their folio locks.
     pub flights: u64,
-    /// Steps it could not go on: a -j held what it needs.
+    /// Steps it could not go on: a lock it needs was held (a -j's, or a
+    /// folio of the inode a truncate holds).
     pub sleeps: u64,
 }
 
@@ -112,7 +114,7 @@ impl<D: BlockDevice> Ext4<D> {
         if fs.updates.handle_would_wait() {
             return Some(Lock::JournalUpdates);
         }
-        self.ctx.pages.folios_locked(next, 0..u64::MAX).then_some(Lock::FolioLock)
+        self.ctx.pages.holds_any_folio_lock(next).then_some(Lock::FolioLock)
     }
 
     /// Runs the flusher to its next sleep.

@@ -99,14 +99,6 @@ impl PageCache {
         inodes
     }
 
-    /// Inodes with a locked folio, each once, lowest first.
-    pub fn locked_inodes(&self) -> Vec<InodeNumber> {
-        let mut inodes: Vec<InodeNumber> = self.locked.iter().map(|l| l.ino).collect();
-        inodes.sort_unstable();
-        inodes.dedup();
-        inodes
-    }
-
     /// Notes that `what` reached locked folios of `ino` in `pages`: a lock
     /// the scheduler's prediction missed.
     pub fn note_touch(&mut self, ino: InodeNumber, pages: Range<u64>, what: &'static str) {
@@ -151,7 +143,7 @@ mod tests {
         // A second holder locks the clean folio at byte 0.
         assert_eq!(pc.lock_folio_at(12, 100, 2).map(|l| l.folios.first().cloned()), Some(Some(0..1)));
         assert!(pc.lock_folio_at(12, 20 * 4096, 2).is_none(), "no folio cached there");
-        assert_eq!(pc.locked_inodes(), vec![12]);
+        assert_eq!(pc.locked_inodes_except(None), vec![12]);
         pc.unlock_folios(1);
         assert!(!pc.folios_locked(12, 4096..u64::MAX) && pc.folios_locked(12, 0..1));
         pc.unlock_folios(2);

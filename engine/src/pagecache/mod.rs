@@ -547,8 +547,7 @@ impl PageCache {
     /// writes back first. Inodes with a folio locked between an op's halves
     /// are passed over (reclaim only tries folio locks).
     pub fn oldest_dirty_inode(&self) -> Option<InodeNumber> {
-        let locked = self.locked_inodes();
-        self.lru.oldest_first().find(|(_, (ino, index))| !locked.contains(ino) && self.folio(*ino, *index).is_some_and(Folio::is_dirty_any)).map(|(_, (ino, _))| ino)
+        self.lru.oldest_first().find(|(_, (ino, index))| !self.holds_any_folio_lock(*ino) && self.folio(*ino, *index).is_some_and(Folio::is_dirty_any)).map(|(_, (ino, _))| ino)
     }
 
     /// A read of pages `request` of `ino`: the pages to fill, from the

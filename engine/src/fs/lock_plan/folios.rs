@@ -37,9 +37,10 @@ impl<D: BlockDevice> Ext4<D> {
         }
         // A file truncated to 0 is written back when the next op that opens
         // it closes it (auto_da_alloc, ext4_release_file).
-        if locked.iter().any(|i| self.nodes.get(i).is_some_and(|n| n.da_alloc_close)) {
+        let flagged: Vec<_> = locked.iter().copied().filter(|i| self.nodes.get(i).is_some_and(|n| n.da_alloc_close)).collect();
+        if !flagged.is_empty() {
             let paths: Vec<String> = op.paths().into_iter().map(str::to_string).collect();
-            if paths.iter().any(|p| self.open_path(p).is_ok_and(|i| locked.contains(&i) && self.nodes.get(&i).is_some_and(|n| n.da_alloc_close))) {
+            if paths.iter().any(|p| self.open_path(p).is_ok_and(|i| flagged.contains(&i))) {
                 return Some(Lock::FolioLock);
             }
         }
