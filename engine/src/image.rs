@@ -356,7 +356,7 @@ impl<D: BlockDevice> Image<D> {
         }
         let bm = Bitmap::from_bytes(self.read_blocks(d.block_bitmap, 1)?);
         if let Some(s) = self.csum_seed {
-            let computed = bm.checksum(s, self.geo.blocks_per_group);
+            let computed = bm.checksum(s, self.geo.clusters_per_group());
             if !stored_bitmap_csum_matches(d.block_bitmap_csum, computed, self.geo.desc_size) {
                 return Err(Error::Corrupt(Corrupt::Checksum { object: ChecksumObject::BlockBitmap { group: g }, stored: d.block_bitmap_csum, computed }));
             }
@@ -415,9 +415,9 @@ fn check_desc(geo: &Geometry, g: GroupIndex, d: &GroupDesc, has_csum: bool) -> R
             return Err(gd_corrupt(g, format!("{name} at block {start} overlaps the superblock/GDT")));
         }
     }
-    let len = geo.group_len(g);
+    let len = geo.group_clusters(g);
     if d.free_blocks > len {
-        return Err(gd_corrupt(g, format!("bg_free_blocks_count {} > {len} blocks in the group", d.free_blocks)));
+        return Err(gd_corrupt(g, format!("bg_free_blocks_count {} > {len} clusters in the group", d.free_blocks)));
     }
     let ipg = geo.inodes_per_group;
     for (name, v) in [("bg_free_inodes_count", d.free_inodes), ("bg_used_dirs_count", d.used_dirs), ("bg_itable_unused", d.itable_unused)] {

@@ -27,7 +27,7 @@ use crate::format::geometry::{Geometry, GeometryRequest, Placement};
 use crate::format::group_desc::{DescChecksum, GroupDesc, BG_BLOCK_UNINIT, BG_INODE_UNINIT, BG_INODE_ZEROED};
 use crate::format::inode::{self, Inode, Timestamp, FL_EXTENTS, S_IFDIR};
 use crate::format::journal_superblock::{JournalSuperblock, MIN_JOURNAL_BLOCKS};
-use crate::format::superblock::{self as sbf, feature, Superblock, SUPERBLOCK_OFFSET};
+use crate::format::superblock::{self as sbf, feature, Superblock, MAX_LOG_CLUSTER_SIZE, SUPERBLOCK_OFFSET};
 use crate::format::BlockNumber;
 
 mod journal;
@@ -83,6 +83,9 @@ pub struct MkfsOptions {
     pub zero_inode_tables: bool,
     /// Zero every journal block. Default: off (lazy).
     pub zero_journal: bool,
+    /// bigalloc with clusters of this many bytes (mke2fs `-O bigalloc -C`):
+    /// a power of two above the block size, at most 2^29. Default: none.
+    pub cluster_size: Option<u32>,
 }
 
 /// Largest timestamp ext4's 34-bit inode seconds can carry.
@@ -105,6 +108,7 @@ impl MkfsOptions {
             timestamp_secs,
             zero_inode_tables: false,
             zero_journal: false,
+            cluster_size: None,
         }
     }
 
@@ -113,6 +117,7 @@ impl MkfsOptions {
     pub fn for_mount(mount: &ext4_model::MountConfig, size_bytes: u64, uuid: [u8; 16], hash_seed: [u8; 16], timestamp_secs: i64) -> Self {
         let mut opts = MkfsOptions::new(size_bytes, uuid, hash_seed, timestamp_secs);
         opts.block_size = mount.block_size;
+        opts.cluster_size = mount.cluster_size;
         if !mount.has_journal {
             opts.journal = JournalSize::None;
         }
@@ -148,7 +153,10 @@ pub(super) fn invalid(what: String) -> Error {
     Error::InvalidMkfs(what)
 }
 
+/// Takes `len` blocks, rounded up to whole clusters (`used` holds whole
+/// clusters, so the run starts on one).
 pub(super) fn alloc(used: &mut crate::range_set::RangeSet, geo: &Geometry, len: u64, what: &str) -> Result<BlockNumber> {
+    let len = geo.round_to_clusters(len);
     let at = used
         .first_fit(u64::from(geo.first_data_block), len, geo.blocks_count)
         .ok_or_else(|| invalid(format!("no contiguous run of {len} free blocks for {what}")))?;
@@ -160,7 +168,7 @@ fn dir_inode(geo: &Geometry, mode: u16, links: u16, start: BlockNumber, blocks: 
     let mut ino = Inode::new(geo.inode_size, S_IFDIR | mode, time);
     ino.links_count = links;
     ino.size = u64::from(blocks) * u64::from(geo.block_size);
-    ino.blocks = ino.size / 512;
+    ino.blocks = geo.round_to_clusters(u64::from(blocks)) * u64::from(geo.block_size / 512);
     ino.flags = FL_EXTENTS;
     let leaf = ExtentNode::Leaf(extent::extents_for_run(0, start, u64::from(blocks)));
     extent::write_node(&mut ino.block, &leaf, 0)?;
@@ -179,6 +187,14 @@ fn check_options<D: BlockDevice>(dev: &D, opts: &MkfsOptions) -> Result<()> {
     }
     if opts.reserved_percent > 50 {
         return Err(invalid(format!("reserved_percent {} > 50", opts.reserved_percent)));
+    }
+    if let Some(c) = opts.cluster_size {
+        if !c.is_power_of_two() || c <= opts.block_size || c.trailing_zeros() > MAX_LOG_CLUSTER_SIZE {
+            return Err(invalid(format!(
+                "cluster size {c} is not a power of two above the {}-byte block and at most 2^{MAX_LOG_CLUSTER_SIZE}",
+                opts.block_size
+            )));
+        }
     }
     if let JournalSize::Blocks(n) = opts.journal {
         if n < MIN_JOURNAL_BLOCKS {
@@ -199,15 +215,16 @@ fn build_superblock(
     let mut sb = Superblock::zeroed();
     sb.inodes_count = geo.inodes_count() as u32;
     sb.blocks_count = geo.blocks_count;
-    sb.r_blocks_count = geo.blocks_count / 100 * u64::from(opts.reserved_percent)
-        + geo.blocks_count % 100 * u64::from(opts.reserved_percent) / 100;
+    sb.r_blocks_count = geo.cluster_start(
+        geo.blocks_count / 100 * u64::from(opts.reserved_percent) + geo.blocks_count % 100 * u64::from(opts.reserved_percent) / 100,
+    );
     sb.free_blocks_count = free_blocks;
     sb.free_inodes_count = sb.inodes_count - inode::LOST_AND_FOUND_INO;
     sb.first_data_block = geo.first_data_block;
     sb.log_block_size = geo.block_size.trailing_zeros() - 10;
-    sb.log_cluster_size = sb.log_block_size;
+    sb.log_cluster_size = sb.log_block_size + geo.cluster_bits;
     sb.blocks_per_group = geo.blocks_per_group;
-    sb.clusters_per_group = geo.blocks_per_group;
+    sb.clusters_per_group = geo.clusters_per_group();
     sb.inodes_per_group = geo.inodes_per_group;
     sb.wtime = opts.timestamp_secs as u64;
     sb.lastcheck = opts.timestamp_secs as u64;
@@ -225,6 +242,9 @@ fn build_superblock(
         | feature::RO_COMPAT_HUGE_FILE
         | feature::RO_COMPAT_DIR_NLINK
         | feature::RO_COMPAT_EXTRA_ISIZE;
+    if geo.cluster_bits > 0 {
+        sb.feature_ro_compat |= feature::RO_COMPAT_BIGALLOC;
+    }
     sb.feature_ro_compat |= if opts.metadata_csum { feature::RO_COMPAT_METADATA_CSUM } else { feature::RO_COMPAT_GDT_CSUM };
     if let Some(l) = geo.log_groups_per_flex {
         sb.feature_incompat |= feature::INCOMPAT_FLEX_BG;
@@ -239,9 +259,9 @@ fn build_superblock(
         sb.journal_inum = inode::JOURNAL_INO;
         sb.jnl_backup_type = sbf::JNL_BACKUP_BLOCKS;
         sb.jnl_blocks = jnl_blocks_copy(&j.inode);
-        sb.overhead_clusters = (metadata_blocks + u64::from(j.blocks)) as u32;
+        sb.overhead_clusters = ((metadata_blocks + geo.round_to_clusters(u64::from(j.blocks))) >> geo.cluster_bits) as u32;
     } else {
-        sb.overhead_clusters = metadata_blocks as u32;
+        sb.overhead_clusters = (metadata_blocks >> geo.cluster_bits) as u32;
     }
     sb.uuid = opts.uuid;
     sb.hash_seed = opts.hash_seed;
@@ -281,11 +301,17 @@ pub fn mkfs<D: BlockDevice>(dev: &mut D, opts: &MkfsOptions) -> Result<MkfsSumma
         inode_ratio: opts.inode_ratio.unwrap_or_else(|| opts.default_inode_ratio()),
         log_groups_per_flex: opts.flex_bg_log,
         want_64bit: opts.sixty_four_bit,
+        cluster_bits: opts.cluster_size.map_or(0, |c| c.trailing_zeros() - opts.block_size.trailing_zeros()),
     })?;
     let placement = Placement::compute(&geo)?;
-    // `used` grows with directories and the journal; `placement.used` stays metadata only.
-    let mut used = placement.used.clone();
+    // `used` grows with directories and the journal; `placement.used` stays
+    // metadata only. A cluster holding any metadata is used whole.
+    let mut used = crate::range_set::RangeSet::new();
+    for r in placement.used.iter_in(0..geo.blocks_count) {
+        used.insert(geo.cluster_start(r.start)..geo.round_to_clusters(r.end));
+    }
     let metadata_blocks = used.len();
+    let cluster_bits = geo.cluster_bits;
     let time = Timestamp::from_secs(opts.timestamp_secs);
     let bs = geo.block_size as usize;
     let fs_seed = fs_seed_from_uuid(&opts.uuid);
@@ -316,9 +342,10 @@ pub fn mkfs<D: BlockDevice>(dev: &mut D, opts: &MkfsOptions) -> Result<MkfsSumma
         let gi = g as usize;
         let start = geo.group_first_block(g);
         let len = geo.group_len(g);
-        let in_use = used.count_in(start..start + u64::from(len));
-        let free = u64::from(len) - in_use;
-        free_blocks_total += free;
+        let clusters = geo.group_clusters(g);
+        let in_use = used.count_in(start..start + u64::from(len)) >> cluster_bits;
+        let free = u64::from(clusters) - in_use;
+        free_blocks_total += free << cluster_bits;
         let mut d = GroupDesc {
             block_bitmap: placement.block_bitmap[gi],
             inode_bitmap: placement.inode_bitmap[gi],
@@ -330,13 +357,13 @@ pub fn mkfs<D: BlockDevice>(dev: &mut D, opts: &MkfsOptions) -> Result<MkfsSumma
             d.flags |= BG_BLOCK_UNINIT;
             block_uninit_groups += 1;
         } else {
-            let mut bm = Bitmap::new_padded(bs, len as usize);
+            let mut bm = Bitmap::new_padded(bs, clusters as usize);
             for r in used.iter_in(start..start + u64::from(len)) {
-                bm.set_range((r.start - start) as usize, (r.end - start) as usize);
+                bm.set_range(((r.start - start) >> cluster_bits) as usize, ((r.end - start) >> cluster_bits) as usize);
             }
-            debug_assert_eq!(bm.count_zeros(len as usize) as u64, free);
+            debug_assert_eq!(bm.count_zeros(clusters as usize) as u64, free);
             if let Some(seed) = csum {
-                d.block_bitmap_csum = bm.checksum(seed, geo.blocks_per_group);
+                d.block_bitmap_csum = bm.checksum(seed, geo.clusters_per_group());
             }
             writer.put(d.block_bitmap, bm.as_bytes())?;
         }

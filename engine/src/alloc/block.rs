@@ -48,10 +48,10 @@ impl Allocator {
     }
 
     /// First free run in group `g` starting at or after `from` (group-relative)
-    /// of at least `want` blocks; otherwise the longest one seen.
+    /// of at least `want` clusters; otherwise the longest one seen.
     fn scan_group(&self, g: GroupIndex, from: u32, want: u64) -> Result<Scan> {
         let bm = self.scan_bitmap(g)?;
-        let len = self.geo.group_len(g) as usize;
+        let len = self.geo.group_clusters(g) as usize;
         let mut pos = (from as usize).max(self.block_hint[g as usize] as usize);
         let mut best: Option<(u32, u32)> = None;
         while let Some(start) = bm.next_zero(pos, len) {
@@ -68,7 +68,7 @@ impl Allocator {
         Ok((None, best))
     }
 
-    /// Marks `start..start + len` of group `g` in use.
+    /// Marks clusters `start..start + len` of group `g` in use; returns the first block.
     fn take(&mut self, g: GroupIndex, start: u32, len: u32) -> Result<BlockNumber> {
         let gi = g as usize;
         let bm = self.block_bitmaps[gi].as_mut().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))?;
@@ -81,34 +81,41 @@ impl Allocator {
             Error::Corrupt(Corrupt::GroupDescriptor { group: g, what: "free block count below zero".into() })
         })?;
         d.flags &= !BG_BLOCK_UNINIT;
-        self.free_blocks -= u64::from(len);
+        self.free_clusters -= u64::from(len);
         if self.block_hint[gi] == start {
             self.block_hint[gi] = start + len;
         }
         self.dirty_block_bitmaps.insert(g);
         self.dirty_descs.insert(g);
-        Ok(self.geo.group_first_block(g) + u64::from(start))
+        Ok(self.geo.group_first_block(g) + (u64::from(start) << self.geo.cluster_bits))
     }
 
-    /// Allocates up to `want` contiguous blocks near `goal`. Returns the run
-    /// (shorter than `want` only when no run that long exists), or `None`
-    /// when the filesystem is full.
+    /// Allocates up to `want` contiguous blocks near `goal`, in whole
+    /// clusters: the run starts on a cluster and its length is a multiple
+    /// of the cluster (which may exceed `want` under bigalloc). Returns the
+    /// run (shorter than `want` only when no run that long exists), or
+    /// `None` when the filesystem is full.
     pub fn alloc_blocks<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, goal: BlockNumber, want: u64) -> Result<Option<(BlockNumber, u64)>> {
-        if want == 0 || self.free_blocks == 0 {
+        let bits = self.geo.cluster_bits;
+        Ok(self.alloc_clusters(dev, goal, want.div_ceil(1 << bits))?.map(|(b, n)| (b, n << bits)))
+    }
+
+    fn alloc_clusters<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, goal: BlockNumber, want: u64) -> Result<Option<(BlockNumber, u64)>> {
+        if want == 0 || self.free_clusters == 0 {
             return Ok(None);
         }
         let geo_first = u64::from(self.geo.first_data_block);
         let goal = goal.clamp(geo_first, self.geo.blocks_count - 1);
         let g0 = self.geo.group_of_block(goal).unwrap_or(0);
-        let cap = want.min(u64::from(self.geo.blocks_per_group));
+        let cap = want.min(u64::from(self.geo.clusters_per_group()));
         let n = self.geo.group_count;
-        let goal_off = (goal - self.geo.group_first_block(g0)) as u32;
+        let goal_off = ((goal - self.geo.group_first_block(g0)) >> self.geo.cluster_bits) as u32;
 
         // Exact goal: extend the file in place.
         if !self.skippable(g0) && self.descs[g0 as usize].free_blocks > 0 {
             self.load_block_bitmap(dev, g0)?;
             let bm = self.scan_bitmap(g0)?;
-            let len = self.geo.group_len(g0) as usize;
+            let len = self.geo.group_clusters(g0) as usize;
             if !bm.get(goal_off as usize) {
                 let end = bm.next_one(goal_off as usize, len.min(goal_off as usize + cap as usize));
                 let got = (end - goal_off as usize) as u32;
@@ -161,19 +168,25 @@ impl Allocator {
         Ok(None)
     }
 
-    /// Returns `start..start + len` to the free pool (the range may span groups).
+    /// Returns `start..start + len` to the free pool (the range may span
+    /// groups). Under bigalloc it must be whole clusters: the caller knows
+    /// when no block of a cluster is in use any more.
     pub fn free_blocks<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, start: BlockNumber, len: u64) -> Result<()> {
         let mut b = start;
+        let bits = self.geo.cluster_bits;
         let end = start.checked_add(len).filter(|e| *e <= self.geo.blocks_count).ok_or_else(|| {
             Error::Corrupt(Corrupt::Bitmap { group: 0, what: format!("freeing blocks {start}+{len} past the end") })
         })?;
+        if self.geo.cluster_start(start) != start || self.geo.round_to_clusters(len) != len {
+            return Err(Error::InvalidArgument(format!("freeing blocks {start}+{len}: not whole clusters of {}", 1u64 << bits)));
+        }
         while b < end {
             let g = self.geo.group_of_block(b).ok_or_else(|| Error::Corrupt(Corrupt::Bitmap { group: 0, what: format!("block {b} outside the groups") }))?;
             let gstart = self.geo.group_first_block(g);
             let gend = gstart + u64::from(self.geo.group_len(g));
             let piece_end = end.min(gend);
             self.load_block_bitmap(dev, g)?;
-            let (lo, hi) = ((b - gstart) as usize, (piece_end - gstart) as usize);
+            let (lo, hi) = (((b - gstart) >> bits) as usize, (piece_end - gstart).div_ceil(1 << bits) as usize);
             let gi = g as usize;
             let bm = self.block_bitmaps[gi].as_mut().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))?;
             if (lo..hi).any(|i| !bm.get(i)) {
@@ -182,14 +195,14 @@ impl Allocator {
             if self.hold_freed {
                 let n = (hi - lo) as u64;
                 self.held.entry(g).or_insert_with(|| bm.clone());
-                self.held_blocks += n;
+                self.held_clusters += n;
             }
             bm.clear_range(lo, hi);
             self.block_calls += 1;
             let n = (hi - lo) as u32;
             self.descs[gi].free_blocks += n;
             self.descs[gi].flags &= !BG_BLOCK_UNINIT;
-            self.free_blocks += u64::from(n);
+            self.free_clusters += u64::from(n);
             self.block_hint[gi] = self.block_hint[gi].min(lo as u32);
             self.dirty_block_bitmaps.insert(g);
             self.dirty_descs.insert(g);

@@ -26,14 +26,14 @@ impl Allocator {
         }
     }
 
-    /// Blocks freed since the last commit and not yet reusable.
+    /// Blocks (whole clusters) freed since the last commit and not yet reusable.
     pub fn held_blocks(&self) -> u64 {
-        self.held_blocks
+        self.held_clusters << self.geo.cluster_bits
     }
 
-    /// Free blocks an allocation for data may get right now.
+    /// Free blocks (whole clusters) an allocation for data may get right now.
     pub fn available_blocks(&self) -> u64 {
-        self.free_blocks.saturating_sub(self.held_blocks)
+        self.free_clusters.saturating_sub(self.held_clusters) << self.geo.cluster_bits
     }
 
     /// Lets scans take held blocks (metadata built while committing).
@@ -49,7 +49,7 @@ impl Allocator {
     /// Every transaction that freed held blocks committed: reusable now.
     pub fn release_held(&mut self) {
         self.held.clear();
-        self.held_blocks = 0;
+        self.held_clusters = 0;
         self.freed.clear();
     }
 
@@ -58,7 +58,7 @@ impl Allocator {
     /// transaction's revokes) stay held until that one commits.
     pub fn release_committed(&mut self) {
         self.held.clear();
-        self.held_blocks = 0;
+        self.held_clusters = 0;
         for (start, len) in self.freed.clone() {
             self.hold_again(start, len);
         }
@@ -72,14 +72,15 @@ impl Allocator {
             let Some(g) = self.geo.group_of_block(b) else { return };
             let gstart = self.geo.group_first_block(g);
             let piece_end = end.min(gstart + u64::from(self.geo.group_len(g)));
-            let (lo, hi) = ((b - gstart) as usize, (piece_end - gstart) as usize);
+            let bits = self.geo.cluster_bits;
+            let (lo, hi) = (((b - gstart) >> bits) as usize, (piece_end - gstart).div_ceil(1 << bits) as usize);
             if let Some(Some(real)) = self.block_bitmaps.get(g as usize) {
                 let view = self.held.entry(g).or_insert_with(|| real.clone());
                 for i in lo..hi {
                     // A block freed since and taken again is not held.
                     if !real.get(i) && !view.get(i) {
                         view.set(i);
-                        self.held_blocks += 1;
+                        self.held_clusters += 1;
                     }
                 }
             }
@@ -105,7 +106,7 @@ impl Allocator {
         let reused = (lo..hi).filter(|&i| view.get(i)).count() as u64;
         debug_assert!(self.reuse_held || reused == 0, "a held block in group {g} was handed out");
         view.set_range(lo, hi);
-        self.held_blocks = self.held_blocks.saturating_sub(reused);
+        self.held_clusters = self.held_clusters.saturating_sub(reused);
     }
 
     /// Checks the held view covers the real bitmap (every used block is
@@ -114,17 +115,17 @@ impl Allocator {
         let mut count = 0u64;
         for (&g, view) in &self.held {
             let real = self.block_bitmap(g).map_err(|e: Error| e.to_string())?;
-            let len = self.geo.group_len(g) as usize;
+            let len = self.geo.group_clusters(g) as usize;
             for i in 0..len {
                 match (real.get(i), view.get(i)) {
-                    (true, false) => return Err(format!("group {g}: block {i} in use but free in the held view")),
+                    (true, false) => return Err(format!("group {g}: cluster {i} in use but free in the held view")),
                     (false, true) => count += 1,
                     _ => {}
                 }
             }
         }
-        if count != self.held_blocks {
-            return Err(format!("{count} blocks held in the views, count says {}", self.held_blocks));
+        if count != self.held_clusters {
+            return Err(format!("{count} clusters held in the views, count says {}", self.held_clusters));
         }
         Ok(())
     }

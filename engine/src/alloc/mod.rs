@@ -37,12 +37,13 @@ pub struct Allocator {
     descs: Vec<GroupDesc>,
     block_bitmaps: Vec<Option<Bitmap>>,
     inode_bitmaps: Vec<Option<Bitmap>>,
-    /// Lowest block of each group that may be free: scans start here.
+    /// Lowest cluster of each group that may be free: scans start here.
     block_hint: Vec<u32>,
     dirty_descs: BTreeSet<GroupIndex>,
     dirty_block_bitmaps: BTreeSet<GroupIndex>,
     dirty_inode_bitmaps: BTreeSet<GroupIndex>,
-    free_blocks: u64,
+    /// Free clusters (blocks without bigalloc), as the descriptors count.
+    free_clusters: u64,
     free_inodes: u64,
     used_dirs: u64,
     /// UNINIT flags and itable_unused mean something (metadata_csum or uninit_bg).
@@ -59,7 +60,7 @@ pub struct Allocator {
     pub(crate) bug_skips_reserved_gdt: bool,
     /// Per group with held blocks: what allocation scans (in use or held).
     held: BTreeMap<GroupIndex, Bitmap>,
-    held_blocks: u64,
+    held_clusters: u64,
     /// Scans may take held blocks (journaled metadata built during a commit).
     reuse_held: bool,
     /// Ranges freed since the last commit, for the journal's revokes.
@@ -99,7 +100,7 @@ impl Allocator {
         policy: AllocPolicy,
     ) -> Self {
         let n = descs.len();
-        let free_blocks = descs.iter().map(|d| u64::from(d.free_blocks)).sum();
+        let free_clusters = descs.iter().map(|d| u64::from(d.free_blocks)).sum();
         let free_inodes = descs.iter().map(|d| u64::from(d.free_inodes)).sum();
         let used_dirs = descs.iter().map(|d| u64::from(d.used_dirs)).sum();
         let lazy_groups = desc_csum != DescChecksum::None;
@@ -112,7 +113,7 @@ impl Allocator {
             dirty_descs: BTreeSet::new(),
             dirty_block_bitmaps: BTreeSet::new(),
             dirty_inode_bitmaps: BTreeSet::new(),
-            free_blocks,
+            free_clusters,
             free_inodes,
             used_dirs,
             lazy_groups,
@@ -125,7 +126,7 @@ impl Allocator {
             #[cfg(feature = "test-hooks")]
             bug_skips_reserved_gdt: false,
             held: BTreeMap::new(),
-            held_blocks: 0,
+            held_clusters: 0,
             reuse_held: false,
             freed: Vec::new(),
             bitmap_checksum: BitmapChecksum::default(),
@@ -161,14 +162,14 @@ impl Allocator {
     }
 
     pub fn totals(&self) -> Totals {
-        Totals { free_blocks: self.free_blocks, free_inodes: self.free_inodes }
+        Totals { free_blocks: self.free_clusters << self.geo.cluster_bits, free_inodes: self.free_inodes }
     }
 
     /// Blocks data allocation leaves free for extent-tree blocks, which are
     /// placed at writeback and must never fail there: ext4's reserved
-    /// clusters, 2% of the filesystem capped at 4096 blocks.
+    /// clusters, 2% of the filesystem capped at 4096 clusters.
     pub fn metadata_reserve(&self) -> u64 {
-        (self.geo.blocks_count / 50).min(4096)
+        ((self.geo.blocks_count >> self.geo.cluster_bits) / 50).min(4096) << self.geo.cluster_bits
     }
 
     fn has_flag(&self, g: GroupIndex, flag: u16) -> bool {
@@ -187,19 +188,26 @@ impl Allocator {
 
     /// The block bitmap of a BLOCK_UNINIT group as the kernel synthesises it:
     /// backup superblock and GDT, metadata of the flex's groups that lies in
-    /// this group, padding past the group's end.
+    /// this group, padding past the group's end. A cluster holding any of
+    /// them is in use.
     fn synthesise_block_bitmap(&self, g: GroupIndex) -> Result<Bitmap> {
         let geo = &self.geo;
         let start = geo.group_first_block(g);
         let len = u64::from(geo.group_len(g));
-        let mut bm = Bitmap::new_padded(geo.block_size as usize, len as usize);
+        let clusters = geo.group_clusters(g) as usize;
+        let bits = geo.cluster_bits;
+        let mut bm = Bitmap::new_padded(geo.block_size as usize, clusters);
         #[allow(unused_mut)]
         let mut base = geo.base_meta_blocks(g);
         #[cfg(feature = "test-hooks")]
         if self.bug_skips_reserved_gdt && geo.group_has_super(g) {
             base -= u32::from(geo.reserved_gdt_blocks);
         }
-        bm.set_range(0, base as usize);
+        // Blocks lo..hi of the group, as the clusters that hold them.
+        let mut mark = |lo: u64, hi: u64| bm.set_range((lo >> bits) as usize, ((hi - 1) >> bits) as usize + 1);
+        if base > 0 {
+            mark(0, u64::from(base));
+        }
         let flex = geo.flex_size();
         let first = g - g % flex;
         let last = first.saturating_add(flex).min(geo.group_count);
@@ -210,11 +218,11 @@ impl Allocator {
                 let lo = at.max(start);
                 let hi = at.saturating_add(n).min(start + len);
                 if lo < hi {
-                    bm.set_range((lo - start) as usize, (hi - start) as usize);
+                    mark(lo - start, hi - start);
                 }
             }
         }
-        let free = bm.count_zeros(len as usize) as u64;
+        let free = bm.count_zeros(clusters) as u64;
         let want = u64::from(self.descs[g as usize].free_blocks);
         if free != want {
             return Err(Error::Corrupt(Corrupt::GroupDescriptor {
@@ -236,7 +244,7 @@ impl Allocator {
             let d = self.descs[g as usize];
             let bm = Bitmap::from_bytes(self.read_block(dev, d.block_bitmap)?);
             if let Some(s) = self.bitmap_seed {
-                let computed = bm.checksum(s, self.geo.blocks_per_group);
+                let computed = bm.checksum(s, self.geo.clusters_per_group());
                 if !stored_bitmap_csum_matches(d.block_bitmap_csum, computed, self.geo.desc_size) {
                     return Err(Error::Corrupt(Corrupt::Checksum { object: ChecksumObject::BlockBitmap { group: g }, stored: d.block_bitmap_csum, computed }));
                 }
@@ -245,7 +253,7 @@ impl Allocator {
         };
         let mut bm = bm;
         if let Some(s) = self.bitmap_seed {
-            bm.track_checksum(s, self.geo.blocks_per_group, self.bitmap_checksum);
+            bm.track_checksum(s, self.geo.clusters_per_group(), self.bitmap_checksum);
         }
         self.block_bitmaps[g as usize] = Some(bm);
         Ok(())
@@ -282,11 +290,11 @@ impl Allocator {
         self.block_bitmaps[g as usize].as_ref().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))
     }
 
-    /// Whether block `b` is in use (loads its bitmap).
+    /// Whether block `b` (its cluster) is in use (loads its bitmap).
     pub fn block_in_use<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, b: u64) -> Result<bool> {
         let g = self.geo.group_of_block(b).ok_or_else(|| Error::InvalidArgument(format!("block {b} outside the groups")))?;
         self.load_block_bitmap(dev, g)?;
-        Ok(self.block_bitmap(g)?.get((b - self.geo.group_first_block(g)) as usize))
+        Ok(self.block_bitmap(g)?.get(((b - self.geo.group_first_block(g)) >> self.geo.cluster_bits) as usize))
     }
 
     /// Stores dirty bitmaps and descriptors into `cache` with fresh checksums.
@@ -295,7 +303,7 @@ impl Allocator {
             let Some(bm) = &self.block_bitmaps[g as usize] else { continue };
             let d = &mut self.descs[g as usize];
             if let Some(s) = self.bitmap_seed {
-                d.block_bitmap_csum = bm.checksum(s, self.geo.blocks_per_group);
+                d.block_bitmap_csum = bm.checksum(s, self.geo.clusters_per_group());
             }
             cache.put(d.block_bitmap, bm.as_bytes())?;
             self.dirty_descs.insert(g);
@@ -327,14 +335,14 @@ impl Allocator {
         let fb: u64 = self.descs.iter().map(|d| u64::from(d.free_blocks)).sum();
         let fi: u64 = self.descs.iter().map(|d| u64::from(d.free_inodes)).sum();
         let ud: u64 = self.descs.iter().map(|d| u64::from(d.used_dirs)).sum();
-        if (fb, fi, ud) != (self.free_blocks, self.free_inodes, self.used_dirs) {
-            return Err(format!("totals {:?} vs descriptors {:?}", (self.free_blocks, self.free_inodes, self.used_dirs), (fb, fi, ud)));
+        if (fb, fi, ud) != (self.free_clusters, self.free_inodes, self.used_dirs) {
+            return Err(format!("totals {:?} vs descriptors {:?}", (self.free_clusters, self.free_inodes, self.used_dirs), (fb, fi, ud)));
         }
         for (g, bm) in self.block_bitmaps.iter().enumerate() {
             if let Some(bm) = bm {
-                let free = bm.count_zeros(self.geo.group_len(g as u32) as usize) as u32;
+                let free = bm.count_zeros(self.geo.group_clusters(g as u32) as usize) as u32;
                 if free != self.descs[g].free_blocks {
-                    return Err(format!("group {g}: bitmap has {free} free blocks, descriptor {}", self.descs[g].free_blocks));
+                    return Err(format!("group {g}: bitmap has {free} free clusters, descriptor {}", self.descs[g].free_blocks));
                 }
             }
         }

@@ -60,7 +60,7 @@ impl Allocator {
     fn orlov_top(&self, name: &[u8]) -> Option<GroupIndex> {
         let nflex = self.flex_count();
         let avg_inodes = self.free_inodes / u64::from(nflex);
-        let avg_blocks = self.free_blocks / u64::from(nflex);
+        let avg_blocks = self.free_clusters / u64::from(nflex);
         let start = self.name_hash(name) % nflex;
         let mut best: Option<(u32, u64)> = None;
         for i in 0..nflex {
@@ -83,7 +83,7 @@ impl Allocator {
         let ipg = u64::from(self.geo.inodes_per_group);
         let max_dirs = self.used_dirs / u64::from(nflex) + ipg * flex / 16;
         let min_inodes = (self.free_inodes / u64::from(nflex)).saturating_sub(ipg * flex / 4);
-        let min_blocks = (self.free_blocks / u64::from(nflex)).saturating_sub(u64::from(self.geo.blocks_per_group) * flex / 4);
+        let min_blocks = (self.free_clusters / u64::from(nflex)).saturating_sub(u64::from(self.geo.clusters_per_group()) * flex / 4);
         let pf = parent_group / self.geo.flex_size();
         (0..nflex).map(|i| (pf + i) % nflex).find_map(|f| {
             let s = self.flex_stats(f);

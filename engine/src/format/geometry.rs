@@ -12,7 +12,7 @@
 
 use crate::error::{Corrupt, Error, Result};
 use crate::format::bytes::usize_from_u32;
-use crate::format::superblock::{Superblock, MAX_BLOCKS_PER_GROUP};
+use crate::format::superblock::{Superblock, MAX_BLOCKS_PER_GROUP, MAX_LOG_CLUSTER_SIZE};
 use crate::format::{BlockNumber, GroupIndex, InodeNumber};
 use crate::range_set::RangeSet;
 
@@ -35,6 +35,9 @@ pub struct Geometry {
     pub gdt_blocks: u32,
     /// Blocks of one group's inode table.
     pub inode_table_blocks: u32,
+    /// log2 of blocks per allocation cluster: 0 without bigalloc. The block
+    /// bitmap and the descriptors' free counts are in clusters.
+    pub cluster_bits: u32,
 }
 
 fn corrupt(what: String) -> Error {
@@ -96,6 +99,7 @@ impl Geometry {
             reserved_gdt_blocks: sb.reserved_gdt_blocks,
             gdt_blocks,
             inode_table_blocks,
+            cluster_bits: sb.cluster_bits(),
         };
         if u32::from(sb.reserved_gdt_blocks) > bs / 4 {
             return Err(corrupt(format!("s_reserved_gdt_blocks {} > {}", sb.reserved_gdt_blocks, bs / 4)));
@@ -120,6 +124,31 @@ impl Geometry {
         // What is left of the filesystem, up to a whole group.
         let rest = self.blocks_count.saturating_sub(start);
         u32::try_from(rest).map_or(self.blocks_per_group, |rest| rest.min(self.blocks_per_group))
+    }
+
+    /// Blocks per allocation cluster (1 without bigalloc).
+    pub fn cluster_ratio(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    pub fn clusters_per_group(&self) -> u32 {
+        self.blocks_per_group >> self.cluster_bits
+    }
+
+    /// Clusters in group `g`: bits of its block bitmap that stand for space.
+    pub fn group_clusters(&self, g: GroupIndex) -> u32 {
+        self.group_len(g).div_ceil(1 << self.cluster_bits)
+    }
+
+    /// The first block of the cluster holding `b` (bigalloc's first data
+    /// block is 0, so clusters are aligned on block numbers).
+    pub fn cluster_start(&self, b: BlockNumber) -> BlockNumber {
+        b & !(self.cluster_ratio() - 1)
+    }
+
+    /// Blocks rounded up to whole clusters.
+    pub fn round_to_clusters(&self, blocks: u64) -> u64 {
+        blocks.div_ceil(self.cluster_ratio()) << self.cluster_bits
     }
 
     /// The group holding block `b`, if `b` belongs to any group.
@@ -194,6 +223,8 @@ pub struct GeometryRequest {
     pub inode_ratio: u64,
     pub log_groups_per_flex: Option<u8>,
     pub want_64bit: bool,
+    /// log2 of blocks per cluster (bigalloc); 0 for none.
+    pub cluster_bits: u32,
 }
 
 /// Largest block count an extent can address (48-bit physical block numbers).
@@ -220,12 +251,22 @@ impl Geometry {
                 return Err(invalid(format!("flex_bg log size {l} > 31")));
             }
         }
-        let mut blocks = req.size_bytes / u64::from(bs);
+        let cluster_bits = req.cluster_bits;
+        if cluster_bits > MAX_LOG_CLUSTER_SIZE - bs.trailing_zeros() {
+            return Err(invalid(format!(
+                "clusters of 2^{cluster_bits} blocks of {bs} bytes exceed 2^{MAX_LOG_CLUSTER_SIZE} bytes"
+            )));
+        }
+        // Whole clusters only: a bitmap bit stands for a whole cluster.
+        let mut blocks = (req.size_bytes / u64::from(bs)) >> cluster_bits << cluster_bits;
         if blocks > MAX_BLOCKS {
             return Err(invalid(format!("{blocks} blocks exceed the 2^48 an extent can address")));
         }
-        let first_data_block = u32::from(bs == 1024);
-        let bpg = (8 * bs).min(MAX_BLOCKS_PER_GROUP);
+        // bigalloc numbers clusters from block 0, with 1 KiB blocks too.
+        let first_data_block = u32::from(bs == 1024 && cluster_bits == 0);
+        let cpg = (8 * bs).min(MAX_BLOCKS_PER_GROUP);
+        let bpg = u32::try_from(u64::from(cpg) << cluster_bits)
+            .map_err(|_| invalid(format!("{cpg} clusters of 2^{cluster_bits} blocks per group overflow 32 bits")))?;
         if blocks <= u64::from(first_data_block) + 64 {
             return Err(invalid(format!("{} bytes hold only {blocks} blocks of {bs}", req.size_bytes)));
         }
@@ -284,10 +325,11 @@ impl Geometry {
                 reserved_gdt_blocks: 0,
                 gdt_blocks: gdt_blocks_u32,
                 inode_table_blocks: itb_u32,
+                cluster_bits,
             };
             // group_count >= 1: more than 64 blocks follow the first data block.
             let last_overhead = u64::from(sparse_geo.base_meta_blocks(group_count - 1)) + 2 + itb;
-            if groups > 1 && last_len < last_overhead + LAST_GROUP_SLACK && pass == 0 {
+            if groups > 1 && last_len < (last_overhead + LAST_GROUP_SLACK).max(1 << cluster_bits) && pass == 0 {
                 blocks = u64::from(first_data_block) + last * u64::from(bpg);
                 pass += 1;
                 continue;
@@ -364,22 +406,27 @@ impl Placement {
         Ok(Placement { block_bitmap, inode_bitmap, inode_table, used })
     }
 
-    /// Blocks inside group `g` that a reader synthesising a BLOCK_UNINIT bitmap
-    /// would mark: the group's own backup region plus its own bitmaps and inode
-    /// table where they lie inside the group.
+    /// Clusters (blocks without bigalloc) inside group `g` that a reader
+    /// synthesising a BLOCK_UNINIT bitmap would mark: the group's own backup
+    /// region plus its own bitmaps and inode table where they lie inside it.
     pub fn uninit_view_used(&self, geo: &Geometry, g: GroupIndex) -> u64 {
         let start = geo.group_first_block(g);
         let end = start + u64::from(geo.group_len(g));
-        let inside = |b: u64, len: u64| {
-            let s = b.max(start);
-            let e = (b + len).min(end);
-            e.saturating_sub(s)
-        };
         let gi = usize_from_u32(g);
-        u64::from(geo.base_meta_blocks(g))
-            + inside(self.block_bitmap[gi], 1)
-            + inside(self.inode_bitmap[gi], 1)
-            + inside(self.inode_table[gi], u64::from(geo.inode_table_blocks))
+        let mut view = RangeSet::new();
+        let pieces = [
+            (start, u64::from(geo.base_meta_blocks(g))),
+            (self.block_bitmap[gi], 1),
+            (self.inode_bitmap[gi], 1),
+            (self.inode_table[gi], u64::from(geo.inode_table_blocks)),
+        ];
+        for (b, len) in pieces {
+            let (s, e) = (b.max(start), (b + len).min(end));
+            if s < e {
+                view.insert(geo.cluster_start(s)..geo.round_to_clusters(e));
+            }
+        }
+        view.len() >> geo.cluster_bits
     }
 }
 
@@ -396,6 +443,7 @@ mod tests {
             inode_ratio: 16384,
             log_groups_per_flex: Some(4),
             want_64bit: false,
+            cluster_bits: 0,
         }
     }
 

@@ -23,6 +23,8 @@ pub const EXT4_MAGIC: u16 = 0xEF53;
 pub const MAX_LOG_BLOCK_SIZE: u32 = 6;
 /// Largest blocks per group a 16-bit free count can describe (2^16 - 8).
 pub const MAX_BLOCKS_PER_GROUP: u32 = 65528;
+/// Largest cluster, as log2 of bytes (ext4's EXT4_MAX_CLUSTER_LOG_SIZE).
+pub const MAX_LOG_CLUSTER_SIZE: u32 = 29;
 /// `s_rev_level` of "dynamic" superblocks (variable inode size, feature words).
 pub const REV_DYNAMIC: u32 = 1;
 /// Inode size and first non-reserved inode of revision-0 filesystems.
@@ -308,31 +310,51 @@ impl Superblock {
         if self.log_block_size > MAX_LOG_BLOCK_SIZE {
             return Err(corrupt(format!("s_log_block_size {} > {MAX_LOG_BLOCK_SIZE}", self.log_block_size)));
         }
-        if self.log_cluster_size != self.log_block_size {
-            return Err(corrupt(format!(
-                "s_log_cluster_size {} != s_log_block_size {} without bigalloc",
-                self.log_cluster_size, self.log_block_size
-            )));
-        }
         let bs = self.block_size();
-        let want_first = u32::from(bs == 1024);
-        if self.first_data_block != want_first {
+        let bigalloc = self.has_bigalloc();
+        if bigalloc {
+            if self.log_cluster_size <= self.log_block_size || self.log_cluster_size + 10 > MAX_LOG_CLUSTER_SIZE {
+                return Err(corrupt(format!(
+                    "bigalloc s_log_cluster_size {} not above s_log_block_size {} and at most {}",
+                    self.log_cluster_size,
+                    self.log_block_size,
+                    MAX_LOG_CLUSTER_SIZE - 10
+                )));
+            }
+            if self.feature_incompat & feature::INCOMPAT_EXTENTS == 0 {
+                return Err(corrupt("bigalloc without extents".to_string()));
+            }
+            if self.first_data_block != 0 {
+                return Err(corrupt(format!("bigalloc with s_first_data_block {} (clusters start at 0)", self.first_data_block)));
+            }
+        } else {
+            if self.log_cluster_size != self.log_block_size {
+                return Err(corrupt(format!(
+                    "s_log_cluster_size {} != s_log_block_size {} without bigalloc",
+                    self.log_cluster_size, self.log_block_size
+                )));
+            }
+            let want_first = u32::from(bs == 1024);
+            if self.first_data_block != want_first {
+                return Err(corrupt(format!(
+                    "s_first_data_block {} but {bs}-byte blocks need {want_first}",
+                    self.first_data_block
+                )));
+            }
+        }
+        let cpg_max = (8 * bs).min(MAX_BLOCKS_PER_GROUP);
+        if self.clusters_per_group < 8 || self.clusters_per_group > cpg_max || self.clusters_per_group % 8 != 0 {
             return Err(corrupt(format!(
-                "s_first_data_block {} but {bs}-byte blocks need {want_first}",
-                self.first_data_block
+                "s_clusters_per_group {} not a multiple of 8 in 8..={cpg_max}",
+                self.clusters_per_group
             )));
         }
-        let bpg_max = (8 * bs).min(MAX_BLOCKS_PER_GROUP);
-        if self.blocks_per_group < 8 || self.blocks_per_group > bpg_max || self.blocks_per_group % 8 != 0 {
+        if u64::from(self.blocks_per_group) != u64::from(self.clusters_per_group) << self.cluster_bits() {
             return Err(corrupt(format!(
-                "s_blocks_per_group {} not a multiple of 8 in 8..={bpg_max}",
-                self.blocks_per_group
-            )));
-        }
-        if self.clusters_per_group != self.blocks_per_group {
-            return Err(corrupt(format!(
-                "s_clusters_per_group {} != s_blocks_per_group {} without bigalloc",
-                self.clusters_per_group, self.blocks_per_group
+                "s_blocks_per_group {} != s_clusters_per_group {} * {} blocks per cluster",
+                self.blocks_per_group,
+                self.clusters_per_group,
+                1u64 << self.cluster_bits()
             )));
         }
         let isz = self.inode_size();
@@ -425,6 +447,17 @@ impl Superblock {
     }
     pub fn has_journal(&self) -> bool {
         self.feature_compat & feature::COMPAT_HAS_JOURNAL != 0
+    }
+    pub fn has_bigalloc(&self) -> bool {
+        self.feature_ro_compat & feature::RO_COMPAT_BIGALLOC != 0
+    }
+    /// log2 of blocks per cluster: 0 without bigalloc.
+    pub fn cluster_bits(&self) -> u32 {
+        if self.has_bigalloc() {
+            self.log_cluster_size.saturating_sub(self.log_block_size).min(MAX_LOG_CLUSTER_SIZE)
+        } else {
+            0
+        }
     }
     pub fn has_huge_file(&self) -> bool {
         self.feature_ro_compat & feature::RO_COMPAT_HUGE_FILE != 0

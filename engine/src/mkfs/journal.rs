@@ -45,8 +45,10 @@ pub(super) struct JournalLayout {
 
 /// Takes `len` blocks for the journal: one contiguous run when the layout has
 /// one, otherwise the free gaps in order (as few as first-fit allows).
+/// Under bigalloc the runs are whole clusters (`used` holds whole clusters).
 fn journal_runs(used: &mut RangeSet, geo: &Geometry, len: u64) -> Result<Vec<(BlockNumber, u64)>> {
     let goal = u64::from(geo.first_data_block);
+    let len = geo.round_to_clusters(len);
     if let Some(at) = used.first_fit(goal, len, geo.blocks_count) {
         used.insert(at..at + len);
         return Ok(vec![(at, len)]);
@@ -80,6 +82,8 @@ pub(super) fn layout_journal(
     let mut all = Vec::new();
     let mut logical = 0u64;
     for &(at, n) in &runs {
+        // The last cluster's tail past the journal's blocks stays unmapped.
+        let n = n.min(u64::from(blocks) - logical);
         all.extend(extent::extents_for_run(logical as u32, at, n));
         logical += n;
     }
@@ -88,11 +92,13 @@ pub(super) fn layout_journal(
     if leaf_count > usize::from(extent::ROOT_MAX_ENTRIES) {
         return Err(invalid(format!("a journal of {} extents needs more than a depth-1 extent tree", all.len())));
     }
-    let leaf_start = if leaf_count > 0 { alloc(used, geo, leaf_count as u64, "journal extent blocks")? } else { 0 };
+    // One cluster per leaf, as ext4 gives every extent block its own.
+    let stride = geo.cluster_ratio();
+    let leaf_start = if leaf_count > 0 { alloc(used, geo, leaf_count as u64 * stride, "journal extent blocks")? } else { 0 };
     let mut ino = Inode::new(geo.inode_size, S_IFREG | 0o600, time);
     ino.links_count = 1;
     ino.size = u64::from(blocks) * u64::from(geo.block_size);
-    ino.blocks = (u64::from(blocks) + leaf_count as u64) * u64::from(geo.block_size / 512);
+    ino.blocks = (geo.round_to_clusters(u64::from(blocks)) + leaf_count as u64 * stride) * u64::from(geo.block_size / 512);
     ino.flags = FL_EXTENTS;
     let mut leaves = Vec::new();
     if leaf_count == 0 {
@@ -100,7 +106,7 @@ pub(super) fn layout_journal(
     } else {
         let mut children = Vec::new();
         for (i, chunk) in all.chunks(per_leaf).enumerate() {
-            let blk = leaf_start + i as u64;
+            let blk = leaf_start + i as u64 * stride;
             children.push(ExtentIndex { logical: chunk[0].logical, child: blk });
             leaves.push((blk, chunk.to_vec()));
         }
@@ -123,6 +129,7 @@ mod tests {
             inode_ratio: 16384,
             log_groups_per_flex: flex,
             want_64bit: false,
+            cluster_bits: 0,
         })
         .unwrap()
     }

@@ -19,6 +19,8 @@ mod text;
 pub const MIN_BLOCK_SIZE: u32 = 1024;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 pub const PAGE_SIZES: [u32; 3] = [4096, 16384, 65536];
+/// Largest bigalloc cluster (ext4's EXT4_MAX_CLUSTER_LOG_SIZE, 2^29 bytes).
+pub const MAX_CLUSTER_SIZE: u32 = 1 << 29;
 
 /// How file data relates to the journal (the `data=` mount option).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, arbitrary::Arbitrary)]
@@ -62,6 +64,10 @@ pub struct MountConfig {
     pub block_size: u32,
     /// Page size of the simulated machine in bytes. Default: 4096.
     pub page_size: u32,
+    /// bigalloc: space is allocated in clusters of this many bytes (a power
+    /// of two above the block size, at most [`MAX_CLUSTER_SIZE`]; mke2fs `-O
+    /// bigalloc -C`, `cluster=` here). Default (None): one block per cluster.
+    pub cluster_size: Option<u32>,
     /// The image has a journal (feature has_journal). Default: true.
     pub has_journal: bool,
     /// `data=`. Default (None): ordered.
@@ -105,6 +111,7 @@ impl Default for MountConfig {
         MountConfig {
             block_size: 4096,
             page_size: 4096,
+            cluster_size: None,
             has_journal: true,
             data: None,
             delalloc: None,
@@ -127,6 +134,8 @@ pub enum ConfigError {
     BlockSize(u32),
     #[error("page size {0} is not one of 4096, 16384, 65536")]
     PageSize(u32),
+    #[error("cluster size {cluster_size} is not a power of two above the block size {block_size} and at most 2^29")]
+    ClusterSize { cluster_size: u32, block_size: u32 },
     #[error("max folio order {requested} is below {minimum}, the order of one {block_size}-byte block")]
     FolioOrderBelowBlock { requested: u8, minimum: u8, block_size: u32 },
     #[error("max folio order {requested} exceeds the page cache's limit {limit} for {page_size}-byte pages")]
@@ -185,6 +194,8 @@ pub fn max_pagecache_order(page_size: u32) -> u8 {
 pub struct EffectiveMount {
     pub block_size: u32,
     pub page_size: u32,
+    /// Bytes per allocation cluster: the block size without bigalloc.
+    pub cluster_size: u32,
     /// None when the image has no journal.
     pub data: Option<DataMode>,
     pub delalloc: bool,
@@ -213,6 +224,10 @@ impl MountConfig {
         let ps = self.page_size;
         if !PAGE_SIZES.contains(&ps) {
             return Err(ConfigError::PageSize(ps));
+        }
+        let cluster_size = self.cluster_size.unwrap_or(bs);
+        if self.cluster_size.is_some() && (!cluster_size.is_power_of_two() || cluster_size <= bs || cluster_size > MAX_CLUSTER_SIZE) {
+            return Err(ConfigError::ClusterSize { cluster_size, block_size: bs });
         }
         if self.alloc.stream_request_blocks == 0 {
             return Err(ConfigError::AllocKnobZero("stream_request_blocks"));
@@ -278,6 +293,7 @@ impl MountConfig {
         Ok(EffectiveMount {
             block_size: bs,
             page_size: ps,
+            cluster_size,
             data,
             delalloc,
             dioread_nolock,

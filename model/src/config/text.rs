@@ -1,6 +1,6 @@
 //! The text form of a [`MountConfig`]: comma-separated options, as `mount
 //! -o` takes them ("data=journal,nodelalloc,bs=16k,ps=4k"). Option names are
-//! ext4's where ext4 has one; `bs=`, `ps=`, `max_folio_order=`, `nojournal`,
+//! ext4's where ext4 has one; `bs=`, `ps=`, `cluster=` (bigalloc), `max_folio_order=`, `nojournal`,
 //! `page_cache_mb=` and the allocator knobs are the test bed's. Parsing starts from the
 //! defaults and does not validate the combination ([`MountConfig::validate`]
 //! does); printing names only what differs from the defaults, so a replay
@@ -62,6 +62,7 @@ impl FromStr for MountConfig {
                 ("nojournal", None) => c.has_journal = false,
                 ("bs" | "block_size", Some(v)) => c.block_size = size(key, v)?,
                 ("ps" | "page_size", Some(v)) => c.page_size = size(key, v)?,
+                ("cluster" | "cluster_size", Some(v)) => c.cluster_size = Some(size(key, v)?),
                 ("max_folio_order", Some(v)) => c.max_folio_order = Some(number(key, v, "a folio order 0..=255")?),
                 ("skip_block_uninit", None) => c.alloc.skip_block_uninit = true,
                 ("use_block_uninit", None) => c.alloc.skip_block_uninit = false,
@@ -86,6 +87,9 @@ impl fmt::Display for MountConfig {
         }
         if self.page_size != d.page_size {
             out.push(format!("ps={}", self.page_size));
+        }
+        if let Some(c) = self.cluster_size {
+            out.push(format!("cluster={c}"));
         }
         if !self.has_journal {
             out.push("nojournal".into());
