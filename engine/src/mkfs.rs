@@ -189,6 +189,9 @@ fn check_options<D: BlockDevice>(dev: &D, opts: &MkfsOptions) -> Result<()> {
         return Err(invalid(format!("reserved_percent {} > 50", opts.reserved_percent)));
     }
     if let Some(c) = opts.cluster_size {
+        if opts.block_size == 1024 {
+            return Err(invalid("bigalloc with 1 KiB blocks is not modelled (superblock in block 1 of group 0)".to_string()));
+        }
         if !c.is_power_of_two() || c <= opts.block_size || c.trailing_zeros() > MAX_LOG_CLUSTER_SIZE {
             return Err(invalid(format!(
                 "cluster size {c} is not a power of two above the {}-byte block and at most 2^{MAX_LOG_CLUSTER_SIZE}",
@@ -308,7 +311,7 @@ pub fn mkfs<D: BlockDevice>(dev: &mut D, opts: &MkfsOptions) -> Result<MkfsSumma
     // metadata only. A cluster holding any metadata is used whole.
     let mut used = crate::range_set::RangeSet::new();
     for r in placement.used.iter_in(0..geo.blocks_count) {
-        used.insert(geo.cluster_start(r.start)..geo.round_to_clusters(r.end));
+        used.add(geo.cluster_start(r.start)..geo.round_to_clusters(r.end));
     }
     let metadata_blocks = used.len();
     let cluster_bits = geo.cluster_bits;

@@ -69,6 +69,13 @@ impl RangeSet {
         true
     }
 
+    /// Adds `r`, merging with whatever it overlaps or touches.
+    pub fn add(&mut self, r: Range<u64>) {
+        self.remove(r.clone());
+        let fitted = self.insert(r);
+        debug_assert!(fitted, "a removed range still overlaps");
+    }
+
     /// Takes `r` out of the set, splitting runs it cuts; returns how many
     /// values were in it.
     pub fn remove(&mut self, r: Range<u64>) -> u64 {
@@ -185,6 +192,19 @@ mod tests {
         assert!(s.insert(30..40));
         assert_eq!(s.len(), 30);
         assert!(s.overlaps(39..41) && !s.overlaps(25..30));
+    }
+
+    #[test]
+    fn add_unions_what_it_overlaps_and_touches() {
+        let mut s = RangeSet::new();
+        s.add(10..20);
+        s.add(30..40);
+        s.add(15..32);
+        assert_eq!(s.iter_in(0..100).collect::<Vec<_>>(), vec![10..40]);
+        s.add(40..41);
+        s.add(5..6);
+        assert_eq!(s.iter_in(0..100).collect::<Vec<_>>(), vec![5..6, 10..41]);
+        assert_eq!(s.len(), 32);
     }
 
     #[test]

@@ -134,13 +134,12 @@ fn workload(bs: u64, seed: u64) -> Vec<Op> {
     ops
 }
 
-fn run_workload(e2fsck: &Path, dir: &Scratch, bs: u32, data: Option<DataMode>) {
-    let img = dir.path(&format!("bs{bs}-{data:?}.img"));
+fn run_workload(e2fsck: &Path, dir: &Scratch, bs: u32, data: Option<DataMode>, cluster_size: Option<u32>) {
+    let img = dir.path(&format!("bs{bs}-{data:?}-{cluster_size:?}.img"));
     let mut dev = FileDevice::create(&img, image_bytes(bs)).unwrap();
-    let mut o = MkfsOptions::new(image_bytes(bs), *b"e2fsck-workload!", [5; 16], ext4_testkit::fresh::EPOCH_SECS);
-    o.block_size = bs;
+    let config = MountConfig { block_size: bs, data, cluster_size, ..MountConfig::default() };
+    let o = MkfsOptions::for_mount(&config, image_bytes(bs), *b"e2fsck-workload!", [5; 16], ext4_testkit::fresh::EPOCH_SECS);
     mkfs(&mut dev, &o).unwrap();
-    let config = MountConfig { block_size: bs, data, ..MountConfig::default() };
     let mut fs = Ext4::mount(dev, &config).unwrap();
     let mut model = Model::new(&config).unwrap();
     let ops = workload(u64::from(bs), u64::from(bs));
@@ -194,7 +193,7 @@ fn engine_images_pass_e2fsck_at_every_block_size() {
     let Some((e2fsck, _, _)) = e2fsprogs() else { return };
     let dir = Scratch::new("fs-e2fsck");
     for bs in [1024, 2048, 4096, 8192, 16384, 65536] {
-        run_workload(&e2fsck, &dir, bs, None);
+        run_workload(&e2fsck, &dir, bs, None, None);
     }
 }
 
@@ -206,9 +205,22 @@ fn engine_images_pass_e2fsck_in_every_data_mode() {
     let dir = Scratch::new("fs-e2fsck-modes");
     for bs in [1024, 4096, 65536] {
         for data in [DataMode::Writeback, DataMode::Journal] {
-            run_workload(&e2fsck, &dir, bs, Some(data));
+            run_workload(&e2fsck, &dir, bs, Some(data), None);
         }
     }
+}
+
+/// bigalloc: 4 KiB blocks in clusters of 16 KiB and 64 KiB, 64 KiB blocks
+/// in 256 KiB clusters, in lockstep with the model (st_blocks and ENOSPC in
+/// clusters, collapse/insert refused off cluster boundaries).
+#[test]
+fn engine_bigalloc_images_pass_e2fsck() {
+    let Some((e2fsck, _, _)) = e2fsprogs() else { return };
+    let dir = Scratch::new("fs-e2fsck-bigalloc");
+    for (bs, cluster) in [(4096, 16384), (4096, 65536), (65536, 262144)] {
+        run_workload(&e2fsck, &dir, bs, None, Some(cluster));
+    }
+    run_workload(&e2fsck, &dir, 4096, Some(DataMode::Journal), Some(65536));
 }
 
 /// Random op sequences (the model's strategy) also leave images e2fsck

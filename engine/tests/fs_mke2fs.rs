@@ -2,7 +2,7 @@
 //! inode tables, resize inode, reserved GDT blocks, its own allocation
 //! layout), reads what mke2fs put there, changes it (creates, writes,
 //! appends, unlinks, renames, mkdir/rmdir, fallocate), and leaves an image
-//! `e2fsck -fn` finds clean.
+//! `e2fsck -fn` finds clean; bigalloc images (`-O bigalloc -C`) too.
 
 mod common;
 
@@ -29,10 +29,16 @@ fn populate(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-fn mke2fs_image(mk: &Path, img: &Path, src: &Path, bs: u32) {
+fn mke2fs_image(mk: &Path, img: &Path, src: &Path, bs: u32, cluster: Option<u32>) {
     std::fs::File::create(img).unwrap().set_len(32 << 20).unwrap();
     let b = bs.to_string();
-    let out = run(mk, &["-t", "ext4", "-F", "-q", "-b", &b, "-d", src.to_str().unwrap(), img.to_str().unwrap()]);
+    let mut args = vec!["-t", "ext4", "-F", "-q", "-b", &b];
+    let c = cluster.map(|c| c.to_string());
+    if let Some(c) = &c {
+        args.extend(["-O", "bigalloc", "-C", c]);
+    }
+    args.extend(["-d", src.to_str().unwrap(), img.to_str().unwrap()]);
+    let out = run(mk, &args);
     assert!(out.status.success(), "mke2fs failed:\n{}", combined(&out));
 }
 
@@ -41,12 +47,12 @@ fn read_all(fs: &mut Ext4<FileDevice>, path: &str) -> Vec<u8> {
     fs.read(path, 0, size as u32).unwrap()
 }
 
-fn exercise(e2fsck: &Path, mk: &Path, scratch: &Scratch, bs: u32) {
-    let src = scratch.path(&format!("src{bs}"));
+fn exercise(e2fsck: &Path, mk: &Path, scratch: &Scratch, bs: u32, cluster: Option<u32>) {
+    let src = scratch.path(&format!("src{bs}-{cluster:?}"));
     let files = populate(&src);
-    let img = scratch.path(&format!("mke2fs{bs}.img"));
-    mke2fs_image(mk, &img, &src, bs);
-    let config = MountConfig { block_size: bs, ..MountConfig::default() };
+    let img = scratch.path(&format!("mke2fs{bs}-{cluster:?}.img"));
+    mke2fs_image(mk, &img, &src, bs, cluster);
+    let config = MountConfig { block_size: bs, cluster_size: cluster, ..MountConfig::default() };
     let mut fs = Ext4::mount(FileDevice::open(&img, true).unwrap(), &config).unwrap();
     for (path, bytes) in &files {
         assert_eq!(&read_all(&mut fs, path), bytes, "bs {bs}: {path} as mke2fs wrote it");
@@ -97,6 +103,17 @@ fn mke2fs_populated_images_stay_clean_after_engine_writes() {
     let Some((e2fsck, _, mk)) = e2fsprogs() else { return };
     let scratch = Scratch::new("fs-mke2fs");
     for bs in [4096, 1024] {
-        exercise(&e2fsck, &mk, &scratch, bs);
+        exercise(&e2fsck, &mk, &scratch, bs, None);
+    }
+}
+
+/// bigalloc as mke2fs lays it out: clusters of 4 and 16 blocks, files that
+/// mke2fs packed, then the engine's writes, punches and unlinks on top.
+#[test]
+fn mke2fs_bigalloc_images_stay_clean_after_engine_writes() {
+    let Some((e2fsck, _, mk)) = e2fsprogs() else { return };
+    let scratch = Scratch::new("fs-mke2fs-bigalloc");
+    for cluster in [16384, 65536] {
+        exercise(&e2fsck, &mk, &scratch, 4096, Some(cluster));
     }
 }

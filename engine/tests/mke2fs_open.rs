@@ -40,7 +40,7 @@ fn check_groups(image: &mut Image<FileDevice>, dumpe2fs_h: &str) {
     assert_eq!(image.geometry().inodes_count(), want_inodes);
     for g in 0..groups {
         let d = image.group_descs()[g as usize];
-        let len = image.geometry().group_len(g) as usize;
+        let len = image.geometry().group_clusters(g) as usize;
         if let Some(bm) = image.read_block_bitmap(g).unwrap() {
             assert_eq!(bm.count_zeros(len) as u32, d.free_blocks, "group {g} free blocks");
         }
@@ -57,13 +57,15 @@ fn check_groups(image: &mut Image<FileDevice>, dumpe2fs_h: &str) {
 fn empty_images_in_each_flavour_open_and_agree_with_dumpe2fs() {
     let Some((_, dumpe2fs, mk)) = e2fsprogs() else { return };
     let scratch = Scratch::new("mke2fs-flavours");
-    let flavours: [(&str, &[&str]); 6] = [
+    let flavours: [(&str, &[&str]); 8] = [
         ("b1024", &["-b", "1024"]),
         ("b4096", &["-b", "4096"]),
         ("noflex", &["-b", "4096", "-O", "^flex_bg"]),
         ("nocsum", &["-b", "1024", "-O", "^metadata_csum"]),
         ("uninit", &["-b", "2048", "-O", "^metadata_csum,uninit_bg,^64bit"]),
         ("64bit", &["-b", "4096", "-O", "64bit"]),
+        ("bigalloc16k", &["-b", "4096", "-O", "bigalloc", "-C", "16384"]),
+        ("bigalloc64k", &["-b", "4096", "-O", "bigalloc", "-C", "65536"]),
     ];
     for (name, args) in flavours {
         let img = scratch.path(&format!("{name}.img"));

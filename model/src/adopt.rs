@@ -29,6 +29,7 @@ impl Model {
     pub fn adopt(config: &MountConfig, limits: Limits, fs: &mut dyn FileSystem) -> Result<Model, CrashViolation> {
         let mount = config.validate().map_err(|e| inconsistent("/", format!("mount config: {e}")))?;
         let bs = mount.block_size as u64;
+        let ratio = u64::from(mount.cluster_size / mount.block_size);
         let view = view_tree(fs)?;
         let mut st = State::new();
         st.inodes.clear();
@@ -67,7 +68,7 @@ impl Model {
             };
             let perm = (node.mode & 0o7777) as u16;
             let inode = Inode { node: inode_node, perm, links: 0, flags: node.flags, marks: Marks::default() };
-            st.used_blocks += inode_blocks(&inode);
+            st.used_blocks += inode_blocks(&inode, ratio);
             // An adopted file may be mid write-back.
             st.touched.insert(ino);
             st.inodes.insert(ino, inode);

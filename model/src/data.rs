@@ -75,6 +75,20 @@ fn byte_span(span: &Range<u64>, bs: u64) -> Range<u64> {
     span.start.saturating_mul(bs)..span.end.saturating_mul(bs)
 }
 
+/// Clusters of `ratio` blocks that sorted, disjoint block `ranges` meet,
+/// each counted once.
+fn count_clusters(ranges: impl Iterator<Item = Range<u64>>, ratio: u64) -> u64 {
+    let (mut count, mut next) = (0, 0);
+    for r in ranges {
+        let (first, end) = ((r.start / ratio).max(next), r.end.div_ceil(ratio));
+        if first < end {
+            count += end - first;
+            next = end;
+        }
+    }
+    count
+}
+
 impl FileData {
     /// Up to `len` bytes at `offset`, as read returns them (none past size).
     pub fn read(&self, offset: u64, len: u64) -> Vec<u8> {
@@ -91,6 +105,51 @@ impl FileData {
     pub fn holes_in(&self, span: Range<u64>) -> u64 {
         let covered: u64 = self.blocks.overlapping(span.clone()).iter().map(|(r, _)| r.end - r.start).sum();
         (span.end - span.start) - covered
+    }
+
+    /// Clusters of `ratio` blocks that meet `span` (whole clusters, where
+    /// `span` starts or ends inside one too) and hold an allocated block,
+    /// inside `span` or not. With `ratio` 1, the blocks of `span` allocated.
+    pub fn allocated_clusters_in(&self, span: Range<u64>, ratio: u64) -> u64 {
+        if span.is_empty() {
+            return 0;
+        }
+        let whole = span.start / ratio * ratio..span.end.div_ceil(ratio).saturating_mul(ratio);
+        count_clusters(self.blocks.overlapping(whole).into_iter().map(|(r, _)| r), ratio)
+    }
+
+    /// Clusters of `ratio` blocks that meet `span` and hold no allocated
+    /// block: what backing all of `span` newly allocates. With `ratio` 1,
+    /// [`FileData::holes_in`].
+    pub fn new_clusters_in(&self, span: Range<u64>, ratio: u64) -> u64 {
+        if span.is_empty() {
+            return 0;
+        }
+        (span.end.div_ceil(ratio) - span.start / ratio) - self.allocated_clusters_in(span, ratio)
+    }
+
+    /// Clusters of `ratio` blocks holding an allocated block: the file's
+    /// space, in clusters, as i_blocks counts it under bigalloc.
+    pub fn allocated_clusters(&self, ratio: u64) -> u64 {
+        if ratio == 1 {
+            return self.allocated_blocks();
+        }
+        count_clusters(self.blocks.iter().map(|(r, _)| r), ratio)
+    }
+
+    /// Clusters of `ratio` blocks with no allocated block where a
+    /// `maybe_allocated` hole lies: what those holes may add to the space.
+    pub fn maybe_allocated_clusters(&self, ratio: u64) -> u64 {
+        let (mut count, mut next) = (0, 0);
+        for r in self.maybe_allocated_in(0..u64::MAX) {
+            let (first, end) = ((r.start / ratio).max(next), r.end.div_ceil(ratio));
+            if first < end {
+                let whole = first * ratio..end.saturating_mul(ratio);
+                count += (end - first) - self.allocated_clusters_in(whole, ratio);
+                next = end;
+            }
+        }
+        count
     }
 
     /// Puts `len` bytes of `source` at `offset`; holes become `fill`
@@ -310,6 +369,42 @@ mod tests {
         assert_eq!(f.blocks.get(2), Some(&Alloc::Written));
         assert_eq!(f.blocks.get(3), Some(&Alloc::Unwritten));
         assert!(f.check(4096).is_ok());
+    }
+
+    proptest::proptest! {
+        /// The cluster counts agree with a look at every block, and with
+        /// one-block clusters they are the block counts.
+        #[test]
+        fn cluster_counts_match_a_count_per_block(
+            runs in proptest::collection::vec((0u64..64, 1u64..12, 0u8..2), 0..8),
+            maybe in proptest::collection::vec((0u64..64, 1u64..12), 0..4),
+            span in (0u64..80, 0u64..24),
+            ratio_log in 0u32..4,
+        ) {
+            let ratio = 1u64 << ratio_log;
+            let mut f = FileData::default();
+            for (s, l, a) in runs {
+                f.blocks.insert(s..s + l, if a == 0 { Alloc::Written } else { Alloc::Unwritten });
+            }
+            for (s, l) in maybe {
+                f.maybe_allocated.insert(s..s + l, ());
+            }
+            let allocated = |c: u64| (c * ratio..(c + 1) * ratio).any(|b| f.blocks.get(b).is_some());
+            let maybe_hole = |c: u64| (c * ratio..(c + 1) * ratio).any(|b| !f.maybe_allocated_in(b..b + 1).is_empty());
+            let span = span.0..span.0 + span.1;
+            let clusters = if span.is_empty() { 0..0 } else { span.start / ratio..span.end.div_ceil(ratio) };
+            let held = clusters.clone().filter(|c| allocated(*c)).count() as u64;
+            proptest::prop_assert_eq!(f.allocated_clusters_in(span.clone(), ratio), held);
+            proptest::prop_assert_eq!(f.new_clusters_in(span.clone(), ratio), clusters.count() as u64 - held);
+            proptest::prop_assert_eq!(f.allocated_clusters(ratio), (0..100).filter(|c| allocated(*c)).count() as u64);
+            proptest::prop_assert_eq!(f.maybe_allocated_clusters(ratio), (0..100).filter(|c| maybe_hole(*c) && !allocated(*c)).count() as u64);
+            if ratio == 1 {
+                let maybe_blocks: u64 = f.maybe_allocated_in(0..u64::MAX).iter().map(|r| r.end - r.start).sum();
+                proptest::prop_assert_eq!(f.new_clusters_in(span.clone(), 1), f.holes_in(span));
+                proptest::prop_assert_eq!(f.allocated_clusters(1), f.allocated_blocks());
+                proptest::prop_assert_eq!(f.maybe_allocated_clusters(1), maybe_blocks);
+            }
+        }
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl Model {
 
     pub(crate) fn free_orphan(&mut self, ino: Ino) {
         let removed = self.st.inodes.remove(&ino).expect("an orphan is a live inode");
-        self.st.used_blocks -= inode_blocks(&removed);
+        self.st.used_blocks -= inode_blocks(&removed, self.ratio());
     }
 }
 

@@ -121,8 +121,12 @@ impl Model {
         let written: Vec<std::ops::Range<u64>> =
             file.blocks.overlapping(span.start..reached).into_iter().filter(|(_, a)| State::of(Some(*a)) == State::Written).map(|(r, _)| r).collect();
         let n: u64 = holes.iter().map(|h| h.end - h.start).sum();
+        // Holes are gaps between allocated blocks: a cluster two of them
+        // meet holds the block between them, so none is counted twice.
+        let ratio = self.ratio();
+        let new_space: u64 = holes.iter().map(|h| file.new_clusters_in(h.clone(), ratio)).sum::<u64>() * ratio;
         let mut refused = Errno::EINVAL;
-        match self.reserve_blocks(n) {
+        match self.reserve_blocks(new_space) {
             Ok(()) => {
                 let file = self.file_mut(ino);
                 for h in holes {
@@ -133,7 +137,7 @@ impl Model {
                     let (lo, hi) = ((r.start * bs).max(offset), (r.end * bs).min(end));
                     file.content.put(lo, hi - lo, source.advanced(lo - offset));
                 }
-                self.st.used_blocks += n;
+                self.st.used_blocks += new_space;
                 if n > 0 {
                     self.touch_datasync(ino);
                 }

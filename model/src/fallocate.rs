@@ -13,11 +13,15 @@
 //! - Delayed data that fallocate or a ZERO_RANGE edge gives an unwritten
 //!   block is dirty unwritten data, converted at writeback (where ext4 may
 //!   zero short unwritten neighbours out: see `FileData::settle_from`).
-//! - COLLAPSE_RANGE / INSERT_RANGE: block aligned, no KEEP_SIZE; collapse must
+//! - COLLAPSE_RANGE / INSERT_RANGE: cluster aligned (a block without
+//!   bigalloc), no KEEP_SIZE; collapse must
 //!   end before EOF, insert must start before it. Dirty data from the page
 //!   holding the offset onwards is written back first.
 //! - PUNCH_HOLE and ZERO_RANGE from inside the file through its end make
 //!   i_disksize the size first (ext4_update_disksize_before_punch).
+//! - Under bigalloc space comes in clusters: allocating a hole in a cluster
+//!   that holds an allocated block takes no new space, and freeing blocks
+//!   frees a cluster only with its last allocated block.
 //! - UNSHARE_RANGE and WRITE_ZEROES: EOPNOTSUPP (no shared extents; a loop
 //!   device does not unmap on write-zeroes).
 
@@ -62,11 +66,12 @@ impl Model {
     }
 
     fn allocate(&mut self, ino: Ino, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let span = block_span(offset, end - offset, bs);
         let file = self.file(ino).ok_or(Errno::EISDIR)?;
-        let new_blocks = file.holes_in(span.clone());
-        self.reserve_blocks(new_blocks)?;
+        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
+        self.reserve_blocks(new_space)?;
+        let filled = file.holes_in(span.clone());
         let file = self.file_mut(ino);
         let existing = file.blocks.overlapping(span.clone());
         let maybe = file.maybe_allocated_in(span.clone());
@@ -88,15 +93,15 @@ impl Model {
             file.disksize = None;
         }
         let grew = file.size != old_size;
-        self.st.used_blocks += new_blocks;
-        if grew || new_blocks > 0 {
+        self.st.used_blocks += new_space;
+        if grew || filled > 0 {
             self.touch_datasync(ino);
         }
         Ok(())
     }
 
     fn punch(&mut self, ino: Ino, offset: u64, end: u64) {
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let ps = self.mount.page_size as u64;
         let file = self.file_mut(ino);
         if offset >= file.size {
@@ -109,26 +114,29 @@ impl Model {
         file.disksize_before_punch(offset, end);
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
-        let mut freed = 0;
+        let (mut freed, mut freed_clusters) = (0, 0);
         if first_full < last_full {
+            // A cluster keeps its space while a block outside the hole holds it.
+            let held = file.allocated_clusters_in(first_full..last_full, ratio);
             freed = file.free_blocks(first_full..last_full, bs);
+            freed_clusters = held - file.allocated_clusters_in(first_full..last_full, ratio);
             file.zero_bytes(offset, (first_full * bs).min(end));
             file.zero_bytes((last_full * bs).max(offset), end);
         } else {
             file.zero_bytes(offset, end);
         }
-        self.st.used_blocks -= freed;
+        self.st.used_blocks -= freed_clusters * ratio;
         if freed > 0 {
             self.touch_datasync(ino);
         }
     }
 
     fn zero_range(&mut self, ino: Ino, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let span = block_span(offset, end - offset, bs);
         let file = self.file(ino).ok_or(Errno::EISDIR)?;
-        let new_blocks = file.holes_in(span.clone());
-        self.reserve_blocks(new_blocks)?;
+        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
+        self.reserve_blocks(new_space)?;
         let first_full = offset.div_ceil(bs);
         let last_full = end / bs;
         let file = self.file_mut(ino);
@@ -157,14 +165,16 @@ impl Model {
             file.disksize = None;
         }
         file.size = new_size;
-        self.st.used_blocks += new_blocks;
+        self.st.used_blocks += new_space;
         self.touch_datasync(ino);
         Ok(())
     }
 
+    /// ext4_collapse_range and ext4_insert_range: the range must be
+    /// aligned to the cluster (EXT4_CLUSTER_SIZE, the block without bigalloc).
     fn check_shift(&self, ino: Ino, offset: u64, len: u64) -> Result<u64, Errno> {
-        let bs = self.bs();
-        if offset % bs != 0 || len % bs != 0 {
+        let cluster = u64::from(self.mount.cluster_size);
+        if offset % cluster != 0 || len % cluster != 0 {
             return Err(Errno::EINVAL);
         }
         Ok(self.file(ino).ok_or(Errno::EISDIR)?.size)
@@ -185,14 +195,16 @@ impl Model {
             return Err(Errno::EINVAL);
         }
         self.writeback_from(ino, offset);
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let (first, count) = (offset / bs, len / bs);
         let file = self.file_mut(ino);
-        let freed = file.free_blocks(first..first + count, bs);
+        // Whole clusters go, and the rest moves by whole clusters.
+        let freed = file.allocated_clusters_in(first..first + count, ratio);
+        file.free_blocks(first..first + count, bs);
         file.shift_blocks(first + count, -(count as i64), bs);
         file.size -= len;
         file.disksize = None;
-        self.st.used_blocks -= freed;
+        self.st.used_blocks -= freed * ratio;
         self.touch_datasync(ino);
         Ok(())
     }

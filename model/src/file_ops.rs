@@ -38,17 +38,18 @@ impl Model {
     /// `count` bytes (already held to the size limit) at `offset`, holes
     /// backed as `fill`: space reserved, size and marks kept.
     pub(crate) fn write_backed(&mut self, ino: Ino, offset: u64, count: u64, source: Source, fill: crate::data::Alloc) -> Result<u64, Errno> {
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let span = block_span(offset, count, bs);
         let file = self.file(ino).ok_or(Errno::EINVAL)?;
-        let new_blocks = file.holes_in(span);
-        self.reserve_blocks(new_blocks)?;
+        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
+        self.reserve_blocks(new_space)?;
+        let filled = file.holes_in(span);
         let old_size = file.size;
         let file = self.file_mut(ino);
         file.write(offset, count, source, bs, fill);
         let grew = file.size != old_size;
-        self.st.used_blocks += new_blocks;
-        if grew || new_blocks > 0 {
+        self.st.used_blocks += new_space;
+        if grew || filled > 0 {
             self.touch_datasync(ino);
         }
         Ok(count)
@@ -90,17 +91,20 @@ impl Model {
 
     /// ext4_setattr's size change, once the caller's checks passed.
     pub(crate) fn truncate_inode(&mut self, ino: Ino, size: u64) {
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let file = self.file_mut(ino);
         let old = file.size;
         // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
         if size <= old {
             let keep = size.div_ceil(bs);
-            let freed = file.free_blocks(keep..u64::MAX, bs);
+            // A cluster that keeps a block before `keep` stays allocated.
+            let held = file.allocated_clusters_in(keep..u64::MAX, ratio);
+            file.free_blocks(keep..u64::MAX, bs);
+            let freed = held - file.allocated_clusters_in(keep..u64::MAX, ratio);
             file.zero_bytes(size, keep * bs);
             file.size = size;
             file.disksize = None;
-            self.st.used_blocks -= freed;
+            self.st.used_blocks -= freed * ratio;
             self.truncated_to_zero(ino);
         } else {
             file.size = size;

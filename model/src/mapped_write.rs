@@ -66,8 +66,10 @@ impl Model {
         let (_, max_order) = self.mount.folio_orders(self.journal_mode(ino));
         let folio = ps << max_order;
         let could_be = pages.start / folio * folio / bs..(pages.end.div_ceil(folio) * folio).div_ceil(bs).min(eof_block);
-        let new_blocks = file.holes_in(faulted.clone());
-        self.reserve_blocks(new_blocks)?;
+        let ratio = self.ratio();
+        let new_space = file.new_clusters_in(faulted.clone(), ratio) * ratio;
+        self.reserve_blocks(new_space)?;
+        let filled = file.holes_in(faulted.clone());
         let fill = self.write_fill(ino);
         let file = self.file_mut(ino);
         file.fault_in(faulted.clone(), bs, fill);
@@ -81,8 +83,8 @@ impl Model {
                 file.blocks.insert(r, Alloc::Zeroed);
             }
         }
-        self.st.used_blocks += new_blocks;
-        if new_blocks > 0 {
+        self.st.used_blocks += new_space;
+        if filled > 0 {
             self.touch_datasync(ino);
         }
         self.writeback(ino);

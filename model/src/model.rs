@@ -18,7 +18,8 @@ use crate::Errno;
 /// Space the model may use, so ENOSPC is deterministic. `None` is unbounded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Limits {
-    /// Data blocks all files may hold together.
+    /// Data blocks all files may hold together. Under bigalloc a file
+    /// holds whole clusters: each counts as its blocks.
     pub data_blocks: Option<u64>,
     /// Inodes that may be created beyond root and lost+found.
     pub inodes: Option<u64>,
@@ -100,6 +101,11 @@ impl Model {
 
     pub(crate) fn bs(&self) -> u64 {
         self.mount.block_size as u64
+    }
+
+    /// Blocks per allocation cluster: 1 without bigalloc.
+    pub(crate) fn ratio(&self) -> u64 {
+        u64::from(self.mount.cluster_size / self.mount.block_size)
     }
 
     /// Counts a state-changing call and logs it for crash checks.
@@ -220,7 +226,7 @@ impl Model {
             self.touch_meta(ino);
         } else if gone {
             let removed = self.st.inodes.remove(&ino).expect("dropping a live inode");
-            self.st.used_blocks -= inode_blocks(&removed);
+            self.st.used_blocks -= inode_blocks(&removed, self.ratio());
         } else {
             self.touch_meta(ino);
         }
@@ -242,7 +248,7 @@ impl Model {
 
     pub(crate) fn stat_of(&self, ino: Ino) -> Stat {
         let inode = self.st.inode(ino);
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let kind = inode.kind();
         let size = match &inode.node {
             Node::File(f) => f.size,
@@ -255,13 +261,16 @@ impl Model {
             mode: kind.mode_bits() | inode.perm as u32,
             nlink: self.st.nlink(ino),
             size,
-            blocks: if kind == FileKind::Directory { 1 } else { inode_blocks(inode) } * (bs / 512),
+            blocks: if kind == FileKind::Directory { 1 } else { inode_blocks(inode, ratio) } * (bs / 512),
             flags: inode.flags,
-            // Tree blocks, and holes a page fault may have allocated.
+            // Tree blocks, and holes a page fault may have allocated: under
+            // bigalloc each tree block takes a cluster, and a maybe
+            // allocated hole may add its cluster.
             blocks_slack: match &inode.node {
                 Node::File(f) => {
                     let maybe: u64 = f.maybe_allocated_in(0..u64::MAX).iter().map(|r| r.end - r.start).sum();
-                    (extent_tree_blocks_bound(inode_blocks(inode) + maybe, bs) + maybe) * (bs / 512)
+                    let tree = extent_tree_blocks_bound(f.allocated_blocks() + maybe, bs);
+                    (tree + f.maybe_allocated_clusters(ratio)) * ratio * (bs / 512)
                 }
                 _ => 0,
             },
@@ -308,7 +317,7 @@ impl Model {
             *names.entry(ino).or_default() += 1;
             reachable.insert(ino);
         });
-        let bs = self.bs();
+        let (bs, ratio) = (self.bs(), self.ratio());
         let mut used = 0;
         for (slot, ino) in &st.slots {
             if !st.inodes.get(ino).is_some_and(|i| matches!(i.node, Node::File(_))) {
@@ -354,7 +363,7 @@ impl Model {
             if !matches!(inode.node, Node::Dir { .. }) && names.get(ino).copied().unwrap_or(0) != inode.links {
                 return Err(format!("inode {ino} has links {} but {:?} names", inode.links, names.get(ino)));
             }
-            used += inode_blocks(inode);
+            used += inode_blocks(inode, ratio);
         }
         if used != st.used_blocks {
             return Err(format!("used_blocks {} but files hold {used}", st.used_blocks));
@@ -380,12 +389,14 @@ fn extent_tree_blocks_bound(data_blocks: u64, bs: u64) -> u64 {
     total.max(1)
 }
 
-/// Data blocks an inode holds, as counted against [`Limits::data_blocks`].
-/// Directory blocks are layout, the engine's business, and are not counted.
-pub(crate) fn inode_blocks(inode: &Inode) -> u64 {
+/// Data blocks an inode holds, as counted against [`Limits::data_blocks`]:
+/// whole clusters of `ratio` blocks (a cluster with any block allocated
+/// counts all of its blocks). Directory blocks are layout, the engine's
+/// business, and are not counted.
+pub(crate) fn inode_blocks(inode: &Inode, ratio: u64) -> u64 {
     match &inode.node {
-        Node::File(f) => f.allocated_blocks(),
-        Node::Symlink(t) if t.len() >= FAST_SYMLINK_MAX => 1,
+        Node::File(f) => f.allocated_clusters(ratio) * ratio,
+        Node::Symlink(t) if t.len() >= FAST_SYMLINK_MAX => ratio,
         Node::Symlink(_) | Node::Dir { .. } => 0,
     }
 }
@@ -567,5 +578,213 @@ impl FileSystem for Model {
         self.record(|| Call::Op(Op::Truncate { path: path.into(), size: 0 }));
         self.record(|| Call::Op(Op::Write { path: path.into(), offset: 0, len, seed }));
         self.do_rewrite(path, len as usize, Source::Pattern { seed, at: 0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::op::{FallocFlags, FileKind};
+    use crate::{Errno, FileSystem, Limits, Model, MountConfig};
+
+    const KIB: u64 = 1024;
+    const PUNCH: FallocFlags = FallocFlags(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE);
+
+    fn model(options: &str, data_blocks: Option<u64>) -> Model {
+        let config = options.parse::<MountConfig>().unwrap();
+        let mut m = Model::with_limits(&config, Limits { data_blocks, inodes: None }).unwrap();
+        m.create("/f", 0o644).unwrap();
+        m
+    }
+
+    fn blocks(m: &mut Model) -> u64 {
+        m.stat("/f").unwrap().blocks
+    }
+
+    #[test]
+    fn bigalloc_counts_each_cluster_with_an_allocated_block_once() {
+        let mut m = model("bs=4k,cluster=16k", None);
+        m.write("/f", 0, &[1]).unwrap();
+        assert_eq!(blocks(&mut m), 32, "the delayed block reserves its cluster");
+        assert_eq!(m.used_blocks(), 4);
+        m.write("/f", 4 * KIB, &[2]).unwrap();
+        assert_eq!(blocks(&mut m), 32, "block 1 shares the cluster");
+        m.write("/f", 16 * KIB, &[3]).unwrap();
+        assert_eq!(blocks(&mut m), 64, "block 4 starts the next one");
+        m.sync().unwrap();
+        assert_eq!(blocks(&mut m), 64, "write-back allocates the clusters reserved");
+        m.fallocate("/f", FallocFlags(FallocFlags::KEEP_SIZE), 20 * KIB, 4 * KIB).unwrap();
+        assert_eq!(blocks(&mut m), 64, "preallocation inside an allocated cluster");
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn bigalloc_slack_is_in_whole_clusters() {
+        let mut m = model("bs=4k,cluster=16k", None);
+        m.write("/f", 0, &[1]).unwrap();
+        assert_eq!(m.stat("/f").unwrap().blocks_slack, 32, "one tree block, a cluster of its own");
+        m.truncate("/f", 64 * KIB).unwrap();
+        // A page fault backs block 8; a folio up to the whole file may back
+        // the rest: blocks 1..4 share cluster 0, blocks 4..8 and 9..16 make
+        // two more clusters, and block 8's cluster is allocated already.
+        m.map_write("/f", 32 * KIB, &[2]).unwrap();
+        let stat = m.stat("/f").unwrap();
+        assert_eq!(stat.blocks, 64);
+        assert_eq!(stat.blocks_slack, 32 + 2 * 32);
+        m.symlink(&"t".repeat(60), "/slow").unwrap();
+        assert_eq!(m.stat("/slow").unwrap().blocks, 32, "a slow symlink's block is a cluster");
+        assert_eq!(m.stat("/slow").unwrap().kind, FileKind::Symlink);
+        assert_eq!(m.used_blocks(), 12);
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn bigalloc_frees_a_cluster_with_its_last_block() {
+        let mut m = model("bs=4k,cluster=16k", None);
+        m.write("/f", 0, &[1; 24 << 10]).unwrap();
+        m.sync().unwrap();
+        assert_eq!(blocks(&mut m), 64);
+        m.fallocate("/f", PUNCH, 0, 4 * KIB).unwrap();
+        assert_eq!(blocks(&mut m), 64, "block 1 still holds cluster 0");
+        m.fallocate("/f", PUNCH, 4 * KIB, 12 * KIB).unwrap();
+        assert_eq!(blocks(&mut m), 32, "cluster 0 is empty now");
+        assert_eq!(m.used_blocks(), 4);
+        m.truncate("/f", 17 * KIB).unwrap();
+        assert_eq!(blocks(&mut m), 32, "the partial cluster stays with its block 4");
+        m.truncate("/f", 16 * KIB).unwrap();
+        assert_eq!(blocks(&mut m), 0);
+        assert_eq!(m.used_blocks(), 0);
+        m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn bigalloc_collapse_and_insert_need_cluster_alignment() {
+        let mut m = model("bs=4k,cluster=16k", None);
+        m.write("/f", 0, &[1; 64 << 10]).unwrap();
+        let collapse = FallocFlags(FallocFlags::COLLAPSE_RANGE);
+        let insert = FallocFlags(FallocFlags::INSERT_RANGE);
+        assert_eq!(m.fallocate("/f", collapse, 0, 4 * KIB), Err(Errno::EINVAL));
+        assert_eq!(m.fallocate("/f", collapse, 4 * KIB, 16 * KIB), Err(Errno::EINVAL));
+        assert_eq!(m.fallocate("/f", insert, 16 * KIB, 4 * KIB), Err(Errno::EINVAL));
+        m.fallocate("/f", collapse, 16 * KIB, 16 * KIB).unwrap();
+        assert_eq!(m.stat("/f").unwrap().size, 48 << 10);
+        assert_eq!(blocks(&mut m), 96);
+        m.fallocate("/f", insert, 16 * KIB, 16 * KIB).unwrap();
+        assert_eq!(m.stat("/f").unwrap().size, 64 << 10);
+        assert_eq!(blocks(&mut m), 96, "the inserted clusters are a hole");
+        m.check_invariants().unwrap();
+        let mut plain = model("bs=4k", None);
+        plain.write("/f", 0, &[1; 64 << 10]).unwrap();
+        assert_eq!(plain.fallocate("/f", collapse, 0, 4 * KIB), Ok(()), "a block is enough without bigalloc");
+    }
+
+    #[test]
+    fn bigalloc_enospc_comes_when_a_cluster_does_not_fit() {
+        let mut m = model("bs=4k,cluster=16k", Some(6));
+        m.write("/f", 0, &[1]).unwrap();
+        m.write("/f", 12 * KIB, &[1]).unwrap();
+        assert_eq!(m.used_blocks(), 4);
+        assert_eq!(m.write("/f", 16 * KIB, &[1]), Err(Errno::ENOSPC), "two blocks are free, a cluster is not");
+        let allocate = FallocFlags(FallocFlags::KEEP_SIZE);
+        assert_eq!(m.fallocate("/f", allocate, 16 * KIB, 4 * KIB), Err(Errno::ENOSPC));
+        assert_eq!(m.direct_write("/f", 16 * KIB, &[1; 4096]), Err(Errno::ENOSPC));
+        assert_eq!(m.symlink(&"t".repeat(60), "/slow"), Err(Errno::ENOSPC));
+        m.fallocate("/f", allocate, 4 * KIB, 8 * KIB).unwrap();
+        m.direct_write("/f", 4 * KIB, &[1; 4096]).unwrap();
+        assert_eq!(m.used_blocks(), 4, "holes inside an allocated cluster take no space");
+        m.check_invariants().unwrap();
+        let mut m = model("bs=4k,cluster=16k", Some(8));
+        m.write("/f", 0, &[1]).unwrap();
+        m.write("/f", 16 * KIB, &[1]).unwrap();
+        assert_eq!(m.used_blocks(), 8);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Write(u64, u64),
+        MapWrite(u64, u64),
+        DirectWrite(u64, u64),
+        Fallocate(u32, u64, u64),
+        Truncate(u64),
+        Sync,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let modes = prop_oneof![
+            Just(0),
+            Just(FallocFlags::KEEP_SIZE),
+            Just(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE),
+            Just(FallocFlags::ZERO_RANGE),
+            Just(FallocFlags::COLLAPSE_RANGE),
+            Just(FallocFlags::INSERT_RANGE),
+        ];
+        prop_oneof![
+            (0u64..96, 1u64..24).prop_map(|(b, n)| Step::Write(b * 4096 + b % 3, n * 2800)),
+            (0u64..96, 1u64..24).prop_map(|(b, n)| Step::MapWrite(b * 4096, n * 2800)),
+            (0u64..96, 1u64..8).prop_map(|(b, n)| Step::DirectWrite(b * 4096 + b % 2 * 512, n * 4096)),
+            (modes, 0u64..96, 1u64..24).prop_map(|(m, b, n)| Step::Fallocate(m, b * 4096, n * 4096)),
+            (0u64..96).prop_map(|b| Step::Truncate(b * 4000)),
+            Just(Step::Sync),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Under bigalloc st_blocks is the clusters holding an allocated
+        /// block, space never passes the cap, and used_blocks stays the sum
+        /// over files whatever the ops.
+        #[test]
+        fn bigalloc_space_is_whole_clusters(steps in proptest::collection::vec(step(), 1..40), cap in 8u64..64) {
+            let mut m = model("bs=4k,cluster=16k", Some(cap));
+            for s in steps {
+                let _ = match s {
+                    Step::Write(o, n) => m.write("/f", o, &vec![1; n as usize]).map(drop),
+                    Step::MapWrite(o, n) => m.map_write("/f", o, &vec![2; n as usize]).map(drop),
+                    Step::DirectWrite(o, n) => m.direct_write("/f", o, &vec![3; n as usize]).map(drop),
+                    Step::Fallocate(mode, o, n) => m.fallocate("/f", FallocFlags(mode), o, n),
+                    Step::Truncate(size) => m.truncate("/f", size),
+                    Step::Sync => m.sync(),
+                };
+                proptest::prop_assert_eq!(m.check_invariants(), Ok(()));
+                proptest::prop_assert!(m.used_blocks() <= cap);
+                let ino = m.st.resolve(&super::split("/f").unwrap(), false).unwrap();
+                let f = m.file(ino).unwrap();
+                let clusters: std::collections::BTreeSet<u64> = f.blocks.iter().flat_map(|(r, _)| r).map(|b| b / 4).collect();
+                proptest::prop_assert_eq!(m.used_blocks(), clusters.len() as u64 * 4);
+                proptest::prop_assert_eq!(blocks(&mut m), clusters.len() as u64 * 32);
+            }
+        }
+    }
+
+    /// Without bigalloc the numbers are the ones the model gave before it
+    /// knew clusters.
+    #[test]
+    fn one_block_clusters_count_as_before() {
+        let mut m = model("bs=1k", Some(64));
+        let mut seen = Vec::new();
+        let mut look = |m: &mut Model| {
+            let s = m.stat("/f").unwrap();
+            seen.push((s.blocks, s.blocks_slack, m.used_blocks()));
+        };
+        m.write("/f", 0, &[1]).unwrap();
+        look(&mut m);
+        m.write("/f", 5000, &[2; 3000]).unwrap();
+        look(&mut m);
+        m.fallocate("/f", FallocFlags(FallocFlags::KEEP_SIZE), 9000, 10_000).unwrap();
+        look(&mut m);
+        m.fallocate("/f", PUNCH, 1024, 5000).unwrap();
+        look(&mut m);
+        m.truncate("/f", 60_000).unwrap();
+        m.map_write("/f", 30_000, &[3; 10]).unwrap();
+        look(&mut m);
+        m.fallocate("/f", FallocFlags(FallocFlags::COLLAPSE_RANGE), 2048, 3072).unwrap();
+        look(&mut m);
+        m.truncate("/f", 6000).unwrap();
+        look(&mut m);
+        m.symlink(&"t".repeat(60), "/slow").unwrap();
+        assert_eq!(m.write("/f", 100_000, &[4; 60 << 10]), Err(Errno::ENOSPC));
+        look(&mut m);
+        m.check_invariants().unwrap();
+        let before = [(2, 2, 1), (10, 2, 5), (32, 2, 16), (30, 2, 15), (38, 82, 19), (38, 76, 19), (10, 4, 5), (10, 4, 6)];
+        assert_eq!(seen, before, "(st_blocks, blocks_slack, used_blocks) after each step");
     }
 }

@@ -66,8 +66,10 @@ impl Model {
         self.reserve_inode()?;
         let slow = target.len() >= crate::model::FAST_SYMLINK_MAX;
         if slow {
-            self.reserve_blocks(1)?;
-            self.st.used_blocks += 1;
+            // Its one block takes a whole cluster under bigalloc.
+            let ratio = self.ratio();
+            self.reserve_blocks(ratio)?;
+            self.st.used_blocks += ratio;
         }
         self.add_inode(dir, name, Node::Symlink(target.to_string()), 0o777);
         Ok(())

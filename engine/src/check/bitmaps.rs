@@ -81,12 +81,19 @@ fn group_range<D: BlockDevice>(c: &Checker<D>, g: GroupIndex) -> Range<u64> {
     start..start + u64::from(c.geo.group_len(g))
 }
 
-/// What `used` says group `g`'s bitmap must hold.
+/// Marks blocks `lo..hi` of a group (group-relative) as the clusters holding them.
+fn mark_clusters(bm: &mut Bitmap, lo: u64, hi: u64, bits: u32) {
+    if lo < hi {
+        bm.set_range((lo >> bits) as usize, ((hi - 1) >> bits) as usize + 1);
+    }
+}
+
+/// What `used` says group `g`'s bitmap must hold (a bit per cluster).
 fn expected_blocks<D: BlockDevice>(c: &Checker<D>, g: GroupIndex, used: &UsedBlocks) -> Bitmap {
     let r = group_range(c, g);
-    let mut bm = Bitmap::new_padded(c.geo.block_size as usize, (r.end - r.start) as usize);
+    let mut bm = Bitmap::new_padded(c.geo.block_size as usize, c.geo.group_clusters(g) as usize);
     for run in used.runs_in(r.clone()) {
-        bm.set_range((run.start - r.start) as usize, (run.end - r.start) as usize);
+        mark_clusters(&mut bm, run.start - r.start, run.end - r.start, c.geo.cluster_bits);
     }
     bm
 }
@@ -95,14 +102,15 @@ fn expected_blocks<D: BlockDevice>(c: &Checker<D>, g: GroupIndex, used: &UsedBlo
 /// region and its own bitmaps and table where they lie inside the group.
 fn synthesised<D: BlockDevice>(c: &Checker<D>, g: GroupIndex) -> Bitmap {
     let r = group_range(c, g);
-    let mut bm = Bitmap::new_padded(c.geo.block_size as usize, (r.end - r.start) as usize);
-    bm.set_range(0, c.geo.base_meta_blocks(g) as usize);
+    let bits = c.geo.cluster_bits;
+    let mut bm = Bitmap::new_padded(c.geo.block_size as usize, c.geo.group_clusters(g) as usize);
+    mark_clusters(&mut bm, 0, u64::from(c.geo.base_meta_blocks(g)), bits);
     let d = c.descs[g as usize];
     for (start, len) in [(d.block_bitmap, 1u64), (d.inode_bitmap, 1), (d.inode_table, u64::from(c.geo.inode_table_blocks))] {
         let s = start.max(r.start);
         let e = start.saturating_add(len).min(r.end);
         if s < e {
-            bm.set_range((s - r.start) as usize, (e - r.start) as usize);
+            mark_clusters(&mut bm, s - r.start, e - r.start, bits);
         }
     }
     bm
@@ -155,12 +163,12 @@ pub fn check_block_bitmaps<D: BlockDevice>(c: &mut Checker<D>, used: &UsedBlocks
 fn check_one_block_bitmap<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex, have: &Bitmap, used: &UsedBlocks) {
     let d = c.descs[g as usize];
     if let Some(seed) = c.csum_seed {
-        let computed = have.checksum(seed, c.geo.blocks_per_group);
+        let computed = have.checksum(seed, c.geo.clusters_per_group());
         if !stored_bitmap_csum_matches(d.block_bitmap_csum, computed, c.geo.desc_size) {
             c.report(Problem::BitmapChecksum { group: g, bitmap: BitmapKind::Block, stored: d.block_bitmap_csum, computed });
         }
     }
-    let len = c.geo.group_len(g) as usize;
+    let len = c.geo.group_clusters(g) as usize;
     if !padding_ok(have.as_bytes(), len) {
         c.report(Problem::BitmapPadding { group: g, bitmap: BitmapKind::Block });
     }
@@ -168,9 +176,10 @@ fn check_one_block_bitmap<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex, hav
     compare_blocks(c, g, &want, have);
 }
 
+/// Bits are clusters under bigalloc, and the problem numbers them so.
 fn compare_blocks<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex, want: &Bitmap, have: &Bitmap) {
-    let len = c.geo.group_len(g) as usize;
-    let (unmarked, unclaimed) = diff(want, have, len, c.geo.group_first_block(g));
+    let len = c.geo.group_clusters(g) as usize;
+    let (unmarked, unclaimed) = diff(want, have, len, c.geo.group_first_block(g) >> c.geo.cluster_bits);
     if !unmarked.is_empty() || !unclaimed.is_empty() {
         c.report(Problem::BlockBitmapDiffers { group: g, unmarked, unclaimed });
     }
@@ -185,8 +194,9 @@ pub fn check_counts<D: BlockDevice>(c: &mut Checker<D>, used: &UsedBlocks) {
     for g in 0..c.geo.group_count {
         let d = c.descs[g as usize];
         let r = group_range(c, g);
-        let counted = (r.end - r.start).saturating_sub(used.count_in(r)) as u32;
-        free_blocks += u64::from(counted);
+        let in_use = used.count_in(r) >> c.geo.cluster_bits;
+        let counted = u64::from(c.geo.group_clusters(g)).saturating_sub(in_use) as u32;
+        free_blocks += u64::from(counted) << c.geo.cluster_bits;
         if d.free_blocks != counted {
             c.report(Problem::GroupFreeBlocks { group: g, stored: d.free_blocks, counted });
         }

@@ -37,8 +37,36 @@ impl Claims {
         }
     }
 
-    /// Sorts the runs, reports blocks claimed more than once and returns the union.
-    pub fn finish(mut self, problems: &mut Vec<Problem>) -> UsedBlocks {
+    /// Sorts the runs, reports blocks claimed more than once and returns the
+    /// union. Under bigalloc (`cluster_bits` > 0) a claim uses its whole
+    /// clusters: an inode may share a cluster only with itself, metadata
+    /// only with metadata, and the union is in whole clusters.
+    pub fn finish(mut self, problems: &mut Vec<Problem>, cluster_bits: u32) -> UsedBlocks {
+        let used = self.union_and_overlaps(problems);
+        if cluster_bits == 0 {
+            return used;
+        }
+        let mask = (1u64 << cluster_bits) - 1;
+        for c in &mut self.runs {
+            c.start &= !mask;
+            c.end = c.end.saturating_add(mask) & !mask;
+        }
+        let pair = |p: &Problem| match p {
+            Problem::MultiplyClaimed { a, b, .. } => Some((*a, *b)),
+            _ => None,
+        };
+        let seen: Vec<(Owner, Owner)> = problems.iter().filter_map(pair).collect();
+        let mut shared = Vec::new();
+        let used = self.union_and_overlaps(&mut shared);
+        problems.extend(shared.into_iter().filter(|p| match pair(p) {
+            Some((Owner::Metadata { .. }, Owner::Metadata { .. })) => false,
+            Some((a, b)) => a != b && !seen.contains(&(a, b)),
+            None => true,
+        }));
+        used
+    }
+
+    fn union_and_overlaps(&mut self, problems: &mut Vec<Problem>) -> UsedBlocks {
         self.runs.sort_unstable();
         // (a, b) -> (first block, blocks) so one bad extent is one problem, not thousands.
         let mut overlaps: BTreeMap<(Owner, Owner), (BlockNumber, u64)> = BTreeMap::new();
@@ -106,7 +134,7 @@ mod tests {
         c.add(17, 2, Owner::Inode(12));
         c.add(30, 1, Owner::Inode(14));
         let mut problems = Vec::new();
-        let used = c.finish(&mut problems);
+        let used = c.finish(&mut problems, 0);
         assert_eq!(used.runs, vec![10..19, 30..31]);
         assert_eq!(used.count_in(12..31), 8);
         assert_eq!(used.runs_in(0..12).collect::<Vec<_>>(), vec![10..12]);

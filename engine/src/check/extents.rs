@@ -89,6 +89,7 @@ impl<D: BlockDevice> Walk<'_, D> {
     fn leaf(&mut self, block: BlockNumber, exts: Vec<Extent>, lo: u64, hi: u64) {
         let geo = &self.c.geo;
         let (first, count) = (u64::from(geo.first_data_block), geo.blocks_count);
+        let mask = geo.cluster_ratio() - 1;
         for e in exts {
             if u64::from(e.logical) < lo || e.logical_end() > hi {
                 self.bad(block, format!("extent at logical {}+{} outside the index range {lo}..{hi}", e.logical, e.len));
@@ -96,6 +97,10 @@ impl<D: BlockDevice> Walk<'_, D> {
             }
             if self.map.extents.last().is_some_and(|p| u64::from(e.logical) < p.logical_end()) {
                 self.bad(block, format!("extent at logical {} overlaps the one before", e.logical));
+                continue;
+            }
+            if (u64::from(e.logical) ^ e.physical) & mask != 0 {
+                self.bad(block, format!("extent at logical {} starts at block {}, another offset in its cluster", e.logical, e.physical));
                 continue;
             }
             let inside = e.physical >= first && e.physical.checked_add(u64::from(e.len)).is_some_and(|end| end <= count);

@@ -11,6 +11,7 @@ use crate::device::BlockDevice;
 use crate::error::{Corrupt, Error};
 use crate::format::bitmap::Bitmap;
 use crate::format::bytes::{le32, put_le16};
+use crate::format::extent::Extent;
 use crate::format::checksum::inode_seed;
 use crate::format::inode::*;
 use crate::format::superblock::feature;
@@ -171,11 +172,13 @@ fn check_live<D: BlockDevice>(c: &mut Checker<D>, ino: InodeNumber, inode: &Inod
         c.report(Problem::Unsupported { ino, what: "block-mapped (no extents flag)".to_string() });
         return;
     }
-    let mut counted = mapping.tree_blocks + mapping.extents.iter().map(|e| u64::from(e.len)).sum::<u64>();
+    // Whole clusters: the data's logical clusters, a cluster per tree block.
+    let bits = c.geo.cluster_bits;
+    let mut counted = (mapping.tree_blocks + data_clusters(&mapping.extents, bits)) << bits;
     if inode.file_acl != 0 {
         if inode.file_acl >= u64::from(c.geo.first_data_block) && inode.file_acl < c.geo.blocks_count {
             c.xattr_refs.entry(inode.file_acl).or_default().push(ino);
-            counted += 1;
+            counted += 1 << bits;
         } else {
             c.report(Problem::Xattr { ino, block: inode.file_acl, what: "outside the filesystem".to_string() });
         }
@@ -196,6 +199,18 @@ fn check_live<D: BlockDevice>(c: &mut Checker<D>, ino: InodeNumber, inode: &Inod
             c.journal_map = Some((inode.size, mapping.extents));
         }
     }
+}
+
+/// Distinct logical clusters the extents (in logical order) touch.
+fn data_clusters(extents: &[Extent], bits: u32) -> u64 {
+    let mut last: Option<u64> = None;
+    let mut n = 0;
+    for e in extents.iter().filter(|e| e.len > 0) {
+        let (first, end) = (u64::from(e.logical) >> bits, (e.logical_end() - 1) >> bits);
+        n += end + 1 - first - u64::from(last == Some(first));
+        last = Some(end);
+    }
+    n
 }
 
 fn check_i_blocks<D: BlockDevice>(c: &mut Checker<D>, ino: InodeNumber, inode: &Inode, counted: u64) {

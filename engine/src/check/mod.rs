@@ -28,9 +28,12 @@
 //! Limitations (what this checker cannot see):
 //! - htree index nodes (hash order, dx checksums) are not verified; their
 //!   leaves are checked as linear blocks.
-//! - Block-mapped (non-extent) files other than the resize inode, inline data,
-//!   bigalloc and meta_bg are not checked (reported as `Unsupported`, or the
+//! - Block-mapped (non-extent) files other than the resize inode, inline data
+//!   and meta_bg are not checked (reported as `Unsupported`, or the
 //!   superblock does not open).
+//! - Under bigalloc, block bitmaps and free counts are compared in clusters
+//!   (bitmap problems number clusters); an inode may share a cluster only
+//!   with itself, and its extents must keep their offset in the cluster.
 //! - Backup superblocks and descriptor copies are not compared with the primary.
 //! - The journal's contents are not replayed or parsed beyond its superblock.
 
@@ -125,7 +128,7 @@ pub fn check<D: BlockDevice>(dev: D) -> (D, CheckReport) {
     journal::check(&mut c);
     let claims = std::mem::take(&mut c.claims);
     let mut overlaps = Vec::new();
-    let used = claims.finish(&mut overlaps);
+    let used = claims.finish(&mut overlaps, c.geo.cluster_bits);
     for p in overlaps {
         c.report(p);
     }

@@ -84,6 +84,7 @@ pub mod feature {
         | RO_COMPAT_LARGE_FILE
         | RO_COMPAT_HUGE_FILE
         | RO_COMPAT_GDT_CSUM
+        | RO_COMPAT_BIGALLOC
         | RO_COMPAT_DIR_NLINK
         | RO_COMPAT_EXTRA_ISIZE
         | RO_COMPAT_QUOTA
@@ -198,6 +199,5 @@ mod tests {
         for bit in [feature::INCOMPAT_META_BG, feature::INCOMPAT_INLINE_DATA, feature::INCOMPAT_JOURNAL_DEV] {
             assert_eq!(feature::SUPPORTED_INCOMPAT & bit, 0);
         }
-        assert_eq!(feature::SUPPORTED_RO_COMPAT & feature::RO_COMPAT_BIGALLOC, 0);
     }
 }

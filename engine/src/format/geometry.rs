@@ -423,7 +423,7 @@ impl Placement {
         for (b, len) in pieces {
             let (s, e) = (b.max(start), (b + len).min(end));
             if s < e {
-                view.insert(geo.cluster_start(s)..geo.round_to_clusters(e));
+                view.add(geo.cluster_start(s)..geo.round_to_clusters(e));
             }
         }
         view.len() >> geo.cluster_bits

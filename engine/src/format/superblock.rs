@@ -327,6 +327,11 @@ impl Superblock {
             if self.first_data_block != 0 {
                 return Err(corrupt(format!("bigalloc with s_first_data_block {} (clusters start at 0)", self.first_data_block)));
             }
+            if bs == 1024 {
+                // The superblock then sits in block 1 of a group starting
+                // at block 0, and the GDT after it: a layout not modelled.
+                return Err(Unsupported::Construct("bigalloc with 1 KiB blocks".to_string()).into());
+            }
         } else {
             if self.log_cluster_size != self.log_block_size {
                 return Err(corrupt(format!(
@@ -635,11 +640,24 @@ mod tests {
         let err = Superblock::parse(&b).unwrap_err();
         assert_eq!(err, Error::Unsupported(Unsupported::Features { word: FeatureWord::Incompat, bits: 0x4_0010 }));
         assert_eq!(err.to_string(), "unsupported: incompat features meta_bg 0x40000");
-        let b = corrupted(S_FEATURE_RO_COMPAT, &(le32(MKE2FS_4K, S_FEATURE_RO_COMPAT) | 0x200).to_le_bytes());
+        let b = corrupted(S_FEATURE_RO_COMPAT, &(le32(MKE2FS_4K, S_FEATURE_RO_COMPAT) | 0x4000).to_le_bytes());
         assert!(matches!(
             Superblock::parse(&b),
-            Err(Error::Unsupported(Unsupported::Features { word: FeatureWord::RoCompat, bits: 0x200 }))
+            Err(Error::Unsupported(Unsupported::Features { word: FeatureWord::RoCompat, bits: 0x4000 }))
         ));
+    }
+
+    #[test]
+    fn bigalloc_fields_must_agree() {
+        let ro = le32(MKE2FS_4K, S_FEATURE_RO_COMPAT) | feature::RO_COMPAT_BIGALLOC;
+        let b = corrupted(S_FEATURE_RO_COMPAT, &ro.to_le_bytes());
+        assert!(superblock_error(&b).starts_with("bigalloc s_log_cluster_size 2 not above s_log_block_size 2"), "{}", superblock_error(&b));
+        // 16 KiB clusters, but s_blocks_per_group still equal to the clusters per group.
+        let mut b = corrupted(S_LOG_CLUSTER_SIZE, &4u32.to_le_bytes());
+        b[S_FEATURE_RO_COMPAT..S_FEATURE_RO_COMPAT + 4].copy_from_slice(&ro.to_le_bytes());
+        let csum = superblock_checksum(&b);
+        b[S_CHECKSUM..].copy_from_slice(&csum.to_le_bytes());
+        assert!(superblock_error(&b).starts_with("s_blocks_per_group 32768 != s_clusters_per_group 32768 * 4"), "{}", superblock_error(&b));
     }
 
     #[test]

@@ -40,17 +40,19 @@ impl<D: BlockDevice> Ctx<D> {
     }
 
     /// ENOSPC unless the holes of `range` (blocks neither mapped nor
-    /// delayed) fit.
+    /// delayed, in clusters nothing holds yet) fit.
     pub fn check_room(&self, node: &Node, range: Range<u64>) -> Result<(), Errno> {
-        self.check_room_blocks(node.es.holes_in(&node.map, range))
+        self.check_room_blocks(self.room_needed(node, range))
     }
 
     /// Reserves the holes of `range` as delayed extents (a delalloc write).
     pub fn reserve_delayed(&mut self, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
         self.check_room(node, range.clone())?;
-        for hole in node.map.holes(range) {
-            self.reserved_blocks += node.es.insert_delayed(hole);
+        let before = self.reserved_in(node, range.clone());
+        for hole in node.map.holes(range.clone()) {
+            node.es.insert_delayed(hole);
         }
+        self.settle_reservation(node, range, before);
         Ok(())
     }
 
@@ -59,19 +61,19 @@ impl<D: BlockDevice> Ctx<D> {
     /// reservation becomes the allocation; their pages stay dirty).
     pub fn map_range(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>, unwritten: bool) -> Result<(), Errno> {
         self.check_room(node, range.clone())?;
-        let holes = node.map.holes(range);
+        let holes = node.map.holes(range.clone());
         if holes.is_empty() {
             return Ok(());
         }
         let regular = node.disk.is_reg();
+        let reserved_before = self.reserved_in(node, range.clone());
         // All or nothing: blocks held until a commit can leave the count
         // ahead of what the allocator can give; then this call's blocks go back.
         let mut mapped: Vec<(u64, u64)> = Vec::new();
         for hole in &holes {
             let mut l = hole.start;
             while l < hole.end {
-                let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
-                let Some((p, got)) = self.alloc.alloc_blocks(&mut self.dev, goal, hole.end - l)? else {
+                let Some((p, got)) = self.place_blocks(ino, node, l, hole.end, regular)? else {
                     for (l, got) in mapped {
                         self.unmap_range(node, l..l + got)?;
                     }
@@ -86,23 +88,18 @@ impl<D: BlockDevice> Ctx<D> {
             }
         }
         for hole in holes {
-            let released = node.es.remove_delayed(hole);
-            self.reserved_blocks = self.reserved_blocks.saturating_sub(released);
+            node.es.remove_delayed(hole);
         }
+        self.settle_reservation(node, range, reserved_before);
         node.map_dirty = true;
         Ok(())
     }
 
-    /// Frees every mapped block of `range`; returns how many.
+    /// Unmaps every mapped block of `range`, freeing what no longer holds
+    /// any (whole clusters under bigalloc); returns how many were unmapped.
     pub fn unmap_range(&mut self, node: &mut Node, range: Range<u64>) -> Result<u64, Errno> {
         node.es.forget_mapped(range.clone());
-        let freed = node.map.remove(range);
-        let mut n = 0;
-        for (p, l) in freed {
-            self.alloc.free_blocks(&mut self.dev, p, l)?;
-            self.cache.forget(p, l);
-            n += l;
-        }
+        let n = self.unmap_and_free(node, range)?;
         if n > 0 {
             node.map_dirty = true;
         }
@@ -113,10 +110,11 @@ impl<D: BlockDevice> Ctx<D> {
     /// delayed extents and their reservation released, mapped blocks freed.
     pub fn discard_blocks(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
         self.pages.invalidate(ino, range.clone());
-        let released = node.es.remove_delayed(range.clone());
-        self.reserved_blocks = self.reserved_blocks.saturating_sub(released);
+        let reserved_before = self.reserved_in(node, range.clone());
+        node.es.remove_delayed(range.clone());
         let end = range.end.min(node.map.end().max(range.start));
         self.unmap_range(node, range.start..end)?;
+        self.settle_reservation(node, range, reserved_before);
         Ok(())
     }
 

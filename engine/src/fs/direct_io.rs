@@ -129,7 +129,7 @@ impl<D: BlockDevice> Ctx<D> {
                 h.end = h.end.min(h.start + DIO_MAX_BLOCKS);
             }
         }
-        let need: u64 = holes.iter().map(|h| h.end - h.start).sum();
+        let need: u64 = holes.iter().map(|h| self.room_needed(node, h.clone())).sum();
         self.check_room_blocks(need)?;
         for h in holes {
             self.map_range(ino, node, h, true)?;

@@ -177,10 +177,10 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(())
     }
 
-    /// Block alignment, then the file's size.
+    /// Cluster alignment (the block without bigalloc), then the file's size.
     fn check_shift(&mut self, ino: InodeNumber, offset: u64, len: u64) -> Result<u64, Errno> {
-        let bs = self.ctx.bs();
-        if offset % bs != 0 || len % bs != 0 {
+        let unit = self.ctx.bs() << self.ctx.cluster_bits();
+        if offset % unit != 0 || len % unit != 0 {
             return Err(Errno::EINVAL);
         }
         Ok(self.node(ino)?.disk.size)

@@ -79,9 +79,9 @@ impl<D: BlockDevice> Ext4<D> {
                 break;
             }
             let lblk = d.blocks().len() as u64;
-            let goal = d.blocks().last().map_or_else(|| ctx.alloc.goal_for_inode(dir, false), |b| b + 1);
-            let (block, _) = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?.ok_or(Errno::ENOSPC)?;
+            let (block, _) = ctx.place_blocks(dir, node, lblk, lblk + 1, false)?.ok_or(Errno::ENOSPC)?;
             ctx.cache.forget(block, 1);
+            let d = node.dir.as_mut().ok_or(Errno::EIO)?;
             d.append_block(&mut ctx.cache, block)?;
             node.es.forget_mapped(lblk..lblk + 1);
             node.map.insert(lblk, 1, block, false);
@@ -157,8 +157,7 @@ impl<D: BlockDevice> Ext4<D> {
         ctx.discard_blocks(ino, &mut node, 0..u64::MAX)?;
         ctx.pages.drop_mapping(ino);
         for b in std::mem::take(&mut node.tree_blocks) {
-            ctx.alloc.free_blocks(&mut ctx.dev, b, 1)?;
-            ctx.cache.forget(b, 1);
+            ctx.free_tree_block(b)?;
         }
         let was_dir = node.disk.is_dir();
         ctx.alloc.free_inode(&mut ctx.dev, ino, was_dir)?;

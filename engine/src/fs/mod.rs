@@ -55,6 +55,7 @@
 
 mod auto_da_alloc;
 mod buffered;
+mod clusters;
 mod cpu_work;
 mod data;
 mod data_journal;
@@ -271,6 +272,14 @@ impl<D: BlockDevice> Ext4<D> {
                 "mount options: block size {} but the image has {}-byte blocks",
                 mount.block_size,
                 sb.block_size()
+            )));
+        }
+        // The model answers st_blocks and ENOSPC in the image's clusters.
+        let cluster = sb.block_size() << geo.cluster_bits;
+        if mount.cluster_size != cluster {
+            return Err(Error::InvalidArgument(format!(
+                "mount options: {}-byte clusters but the image allocates in {cluster}-byte clusters",
+                mount.cluster_size
             )));
         }
         for (bit, name) in [(feature::INCOMPAT_EXTENTS, "extent"), (feature::INCOMPAT_FILETYPE, "filetype")] {

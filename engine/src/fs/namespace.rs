@@ -370,6 +370,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn stat_of(&mut self, ino: InodeNumber) -> Result<Stat, Errno> {
         let sectors = self.ctx.bs() / 512;
+        let bits = self.ctx.cluster_bits();
         let node = self.node(ino)?;
         let kind = node.kind().ok_or(Errno::EIO)?;
         Ok(Stat {
@@ -379,7 +380,7 @@ impl<D: BlockDevice> Ext4<D> {
             nlink: u32::from(node.disk.links_count),
             size: node.disk.size,
             // Delayed blocks count, as ext4_getattr adds i_reserved_data_blocks.
-            blocks: (node.map.blocks() + node.es.delayed_blocks()) * sectors,
+            blocks: super::clusters::data_blocks(&node.map, &node.es, bits, true) * sectors,
             flags: node.visible_flags(),
             blocks_slack: 0,
         })

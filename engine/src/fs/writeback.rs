@@ -38,8 +38,7 @@ impl<D: BlockDevice> Ctx<D> {
         let need = blocks_needed(extents.len(), self.geo.block_size);
         while node.tree_blocks.len() > need {
             if let Some(b) = node.tree_blocks.pop() {
-                self.alloc.free_blocks(&mut self.dev, b, 1)?;
-                self.cache.forget(b, 1);
+                self.free_tree_block(b)?;
             }
         }
         while node.tree_blocks.len() < need {
@@ -49,12 +48,14 @@ impl<D: BlockDevice> Ctx<D> {
                 .map(|b| b + 1)
                 .or_else(|| node.map.iter().next().map(|p| p.physical))
                 .unwrap_or_else(|| self.alloc.goal_for_inode(ino, node.disk.is_reg()));
-            let want = (need - node.tree_blocks.len()) as u64;
+            // A cluster per tree block under bigalloc.
+            let ratio = self.geo.cluster_ratio();
+            let want = (need - node.tree_blocks.len()) as u64 * ratio;
             let (start, got) = self
                 .alloc
                 .alloc_blocks(&mut self.dev, goal, want)?
                 .ok_or(Error::Device(crate::device::DeviceError::NoSpace))?;
-            node.tree_blocks.extend(start..start + got);
+            node.tree_blocks.extend((start..start + got).step_by(ratio as usize));
         }
         node.tree_blocks.sort_unstable();
         let seed = self.ino_seed(ino, node.disk.generation);
@@ -70,7 +71,8 @@ impl<D: BlockDevice> Ctx<D> {
     /// Writes one inode (and its tree) into the cache.
     fn write_node(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
         self.write_tree(ino, node)?;
-        let blocks = node.map.blocks() + node.tree_blocks.len() as u64;
+        let bits = self.cluster_bits();
+        let blocks = super::clusters::data_blocks(&node.map, &node.es, bits, false) + ((node.tree_blocks.len() as u64) << bits);
         let units = blocks.saturating_mul(self.bs() / 512);
         if units > MAX_I_BLOCKS {
             node.disk.flags |= FL_HUGE_FILE;

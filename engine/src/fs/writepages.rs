@@ -81,18 +81,23 @@ impl<D: BlockDevice> Ctx<D> {
     /// Allocates delayed blocks `run` of `node` (one request, repeated for
     /// what a shorter answer left), mapping them written.
     fn allocate_delayed(&mut self, ino: InodeNumber, node: &mut Node, run: std::ops::Range<u64>) -> Result<()> {
+        let reserved_before = self.reserved_in(node, run.clone());
+        let placed = self.place_delayed(ino, node, run.clone());
+        self.settle_reservation(node, run, reserved_before);
+        placed
+    }
+
+    fn place_delayed(&mut self, ino: InodeNumber, node: &mut Node, run: std::ops::Range<u64>) -> Result<()> {
         let mut l = run.start;
         while l < run.end {
-            let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, true));
             self.wb_stats.delalloc_requests += 1;
-            let Some((p, got)) = self.alloc.alloc_blocks(&mut self.dev, goal, run.end - l)? else {
+            let Some((p, got)) = self.place_blocks(ino, node, l, run.end, true)? else {
                 return Err(Error::DelayedAllocation(format!("inode {ino}: no room for delayed blocks {l}..{}", run.end)));
             };
             debug_assert!(got > 0 && got <= run.end - l);
             self.cache.forget(p, got);
             let released = node.es.remove_delayed(l..l + got);
             debug_assert_eq!(released, got, "allocating blocks that were not delayed");
-            self.reserved_blocks = self.reserved_blocks.saturating_sub(released);
             node.es.forget_mapped(l..l + got);
             node.map.insert(l, got, p, false);
             node.map_dirty = true;

@@ -136,6 +136,8 @@ pub enum ConfigError {
     PageSize(u32),
     #[error("cluster size {cluster_size} is not a power of two above the block size {block_size} and at most 2^29")]
     ClusterSize { cluster_size: u32, block_size: u32 },
+    #[error("bigalloc with 1024-byte blocks is not modelled (the superblock sits in block 1 of a group starting at block 0)")]
+    BigallocSmallBlocks,
     #[error("max folio order {requested} is below {minimum}, the order of one {block_size}-byte block")]
     FolioOrderBelowBlock { requested: u8, minimum: u8, block_size: u32 },
     #[error("max folio order {requested} exceeds the page cache's limit {limit} for {page_size}-byte pages")]
@@ -228,6 +230,9 @@ impl MountConfig {
         let cluster_size = self.cluster_size.unwrap_or(bs);
         if self.cluster_size.is_some() && (!cluster_size.is_power_of_two() || cluster_size <= bs || cluster_size > MAX_CLUSTER_SIZE) {
             return Err(ConfigError::ClusterSize { cluster_size, block_size: bs });
+        }
+        if self.cluster_size.is_some() && bs == MIN_BLOCK_SIZE {
+            return Err(ConfigError::BigallocSmallBlocks);
         }
         if self.alloc.stream_request_blocks == 0 {
             return Err(ConfigError::AllocKnobZero("stream_request_blocks"));

@@ -441,7 +441,8 @@ pub struct Stat {
     pub nlink: u32,
     pub size: u64,
     /// 512-byte units of data blocks (allocated, unwritten, or reserved by
-    /// delalloc); extent-tree blocks are not counted.
+    /// delalloc); extent-tree blocks are not counted. Under bigalloc, whole
+    /// clusters: each logical cluster with such a block counts once.
     pub blocks: u64,
     pub flags: u32,
     /// Model only: 512-byte units of extent-tree blocks a filesystem may count
