@@ -3,13 +3,13 @@
 //! parsed into a typed description, and what each means for a run. An
 //! option either
 //! - sets something the model and the engine take from the image: the block
-//!   size (`-b`) and the journal (`-j`, `-O [^]has_journal`), which then
-//!   become the model's config;
+//!   size (`-b`), the journal (`-j`, `-O [^]has_journal`) and bigalloc's
+//!   cluster size (`-O bigalloc`, `-C`), which then become the model's config;
 //! - changes only layout the model never sees and the engine reads either
 //!   way (`^flex_bg`, `^metadata_csum`, inode counts and sizes, reserved
 //!   blocks, group sizes, ...): passed on to mke2fs;
-//! - or makes an image the model or the engine does not follow (bigalloc,
-//!   inline_data, `^extent`, casefold, quota, ...): refused with the reason,
+//! - or makes an image the model or the engine does not follow (bigalloc
+//!   with 1 KiB blocks, inline_data, `^extent`, casefold, quota, ...): refused with the reason,
 //!   and every seed is skipped (exit 77).
 //!
 //! Anything else (not mke2fs syntax, a malformed value, an option that
@@ -31,6 +31,8 @@ enum Rule {
     Layout,
     /// `has_journal`: the model's config follows it.
     Journal,
+    /// `bigalloc`: the model's cluster size follows it (and `-C`).
+    Bigalloc,
     /// Set, it makes an image the oracle cannot follow, for this reason.
     RefuseOn(&'static str),
     /// Cleared, likewise.
@@ -66,7 +68,7 @@ const FEATURES: &[(&str, Rule)] = &[
     ("fast_commit", Rule::Layout),
     ("extent", Rule::RefuseOff("block-mapped files (no extents): the model maps files with extents only (EXTENTS_FL, FIEMAP, fallocate and size limits differ)")),
     ("filetype", Rule::RefuseOff("directory entries without a file type: the engine does not read such images")),
-    ("bigalloc", Rule::RefuseOn("bigalloc allocates in clusters: the model counts blocks, and the engine does not read bigalloc images")),
+    ("bigalloc", Rule::Bigalloc),
     ("inline_data", Rule::RefuseOn("inline_data keeps small files and directories in the inode: the model's st_blocks and FIEMAP assume data blocks, and the engine does not read inline data")),
     ("casefold", Rule::RefuseOn("casefold makes names case-insensitive: the model's names are byte strings, and the engine does not read casefold images")),
     ("encrypt", Rule::RefuseOn("encryption needs keys the oracle does not set up, and the engine does not read encrypted images")),
@@ -119,6 +121,8 @@ pub struct MkfsUsage(pub String);
 pub enum MkfsOpt {
     /// `-b`: the block size, which the model then uses.
     BlockSize(u32),
+    /// `-C`: bigalloc's cluster size in bytes, which the model then uses.
+    ClusterSize(u32),
     /// `-O`, in order (a later switch of the same feature wins); `-j` is
     /// `has_journal` on.
     Features(Vec<(&'static str, bool)>),
@@ -276,7 +280,13 @@ impl MkfsArgs {
                 "ext4" => Ok(MkfsOpt::Own("-t ext4".into())),
                 _ => refused("the oracle models ext4 (-t ext4)"),
             },
-            'C' => refused("a cluster size means bigalloc: the model counts blocks, and the engine does not read bigalloc images"),
+            'C' => {
+                let c: u32 = number(flag, &v)?;
+                if !c.is_power_of_two() || c < 2048 {
+                    return Err(usage(format!("-C {c}: a cluster size is a power of two above the block size")));
+                }
+                Ok(MkfsOpt::ClusterSize(c))
+            }
             'T' => refused("usage types take sizes and features from mke2fs.conf, which the oracle does not read: give them with -O, -I, -i"),
             'c' | 'l' => refused("bad-block lists change the image outside the model"),
             'd' => refused("populating from a directory: the model starts from an empty filesystem"),
@@ -292,6 +302,9 @@ impl MkfsArgs {
 
     /// Why the oracle cannot run images made with these arguments, if so.
     pub fn refusal(&self) -> Option<String> {
+        if self.feature("bigalloc") == Some(true) && self.block_size() == Some(1024) {
+            return Some("mke2fs -O bigalloc -b 1024: bigalloc with 1 KiB blocks puts the superblock in block 1 of a group starting at 0, a layout the engine does not model".to_string());
+        }
         for opt in &self.opts {
             match opt {
                 MkfsOpt::Refused { option, why } => return Some(format!("mke2fs {option}: {why}")),
@@ -328,6 +341,10 @@ impl MkfsArgs {
         self.opts.iter().rev().find_map(|o| if let MkfsOpt::BlockSize(bs) = o { Some(*bs) } else { None })
     }
 
+    pub fn cluster_size(&self) -> Option<u32> {
+        self.opts.iter().rev().find_map(|o| if let MkfsOpt::ClusterSize(c) = o { Some(*c) } else { None })
+    }
+
     /// The model's config for images made with these arguments: the block
     /// size and the journal come from mkfs. A `--mount` that says otherwise
     /// (bs= or nojournal) is a usage error.
@@ -345,6 +362,24 @@ impl MkfsArgs {
                 return Err(usage("a journal (-j or -O has_journal) contradicts --mount nojournal"));
             }
             m.has_journal = journal;
+        }
+        let bigalloc = self.feature("bigalloc");
+        if let Some(c) = self.cluster_size() {
+            if bigalloc != Some(true) {
+                return Err(usage(format!("-C {c}: a cluster size needs -O bigalloc (mke2fs refuses it alone)")));
+            }
+        }
+        match bigalloc {
+            Some(true) => {
+                // mke2fs's default cluster is 16 blocks.
+                let c = self.cluster_size().unwrap_or(m.block_size * 16);
+                if mount.cluster_size.is_some_and(|given| given != c) {
+                    return Err(usage(format!("-O bigalloc with {c}-byte clusters contradicts --mount cluster={}", mount.cluster_size.unwrap_or(0))));
+                }
+                m.cluster_size = Some(c);
+            }
+            Some(false) if mount.cluster_size.is_some() => return Err(usage("-O ^bigalloc contradicts --mount cluster=")),
+            _ => {}
         }
         Ok(m)
     }
@@ -370,6 +405,7 @@ impl MkfsArgs {
         for o in &self.opts {
             match o {
                 MkfsOpt::Extended(items) => ext.extend(items.iter().cloned()),
+                MkfsOpt::ClusterSize(c) => args.extend(["-C".to_string(), c.to_string()]),
                 MkfsOpt::Layout(flag, value) => {
                     args.push(format!("-{flag}"));
                     args.extend(value.iter().cloned());
@@ -390,6 +426,7 @@ impl fmt::Display for MkfsArgs {
         for o in &self.opts {
             match o {
                 MkfsOpt::BlockSize(bs) => words.extend(["-b".to_string(), bs.to_string()]),
+                MkfsOpt::ClusterSize(c) => words.extend(["-C".to_string(), c.to_string()]),
                 MkfsOpt::Features(list) => {
                     let text: Vec<String> = list.iter().map(|(n, on)| format!("{}{n}", if *on { "" } else { "^" })).collect();
                     words.extend(["-O".to_string(), text.join(",")]);
@@ -466,8 +503,7 @@ mod tests {
     #[test]
     fn unsupported_images_are_refused_with_the_reason() {
         let why = |text: &str| parse(text).refusal().unwrap_or_else(|| panic!("{text} accepted"));
-        assert!(why("-O bigalloc").contains("clusters"));
-        assert!(why("-C 65536").contains("bigalloc"));
+        assert!(why("-O bigalloc -b 1024").contains("1 KiB blocks"));
         assert!(why("-O inline_data").contains("inline"));
         assert!(why("-O ^extent").starts_with("mke2fs -O ^extent: block-mapped"));
         assert!(why("-O ^extents").contains("^extent"));
@@ -505,6 +541,20 @@ mod tests {
         assert!(parse("-b 2048").model_mount(m("bs=1k")).unwrap_err().to_string().contains("contradicts --mount bs=1024"));
         assert!(parse("-j").model_mount(m("nojournal")).unwrap_err().to_string().contains("nojournal"));
         assert_eq!(parse("-O ^flex_bg").model_mount(d).unwrap(), d);
+    }
+
+    #[test]
+    fn bigalloc_and_its_cluster_size_become_the_model_config() {
+        let m = |s: &str| s.parse::<MountConfig>().unwrap();
+        let d = MountConfig::default();
+        assert_eq!(parse("-O bigalloc -C 32768").refusal(), None);
+        assert_eq!(parse("-O bigalloc -C 32768").model_mount(d).unwrap().cluster_size, Some(32768));
+        assert_eq!(parse("-O bigalloc").model_mount(d).unwrap().cluster_size, Some(65536), "mke2fs's default: 16 blocks");
+        assert_eq!(parse("-O bigalloc -b 16384").model_mount(d).unwrap().cluster_size, Some(262_144));
+        assert!(parse("-C 65536").model_mount(d).unwrap_err().to_string().contains("needs -O bigalloc"));
+        assert!(parse("-O bigalloc -C 16384").model_mount(m("cluster=64k")).unwrap_err().to_string().contains("contradicts --mount cluster=65536"));
+        assert!(parse("-O ^bigalloc").model_mount(m("cluster=64k")).is_err());
+        assert_eq!(parse("-O bigalloc -C 16384").mke2fs_args("hash_seed=u"), ["-O", "bigalloc", "-C", "16384", "-E", "hash_seed=u"]);
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub fn mke2fs_args(mkfs: &MkfsArgs, mount: &MountConfig, seed: u64, path: &Path,
     if !mount.has_journal {
         args.extend(["-O".to_string(), "^has_journal".to_string()]);
     }
+    // A cluster size from --mount cluster= rather than from the arguments.
+    if let Some(c) = mount.cluster_size.filter(|_| mkfs.feature("bigalloc").is_none()) {
+        args.extend(["-O".to_string(), "bigalloc".to_string(), "-C".to_string(), c.to_string()]);
+    }
     args.extend(mkfs.mke2fs_args(&format!("hash_seed={uuid}")));
     args.push(path.display().to_string());
     args.push(format!("{}k", bytes / 1024));
@@ -160,7 +164,13 @@ mod tests {
         format_with_mke2fs(&mut other, &args, &mount, 8).unwrap();
         assert!(other != disk);
         // A refused feature is an error naming it, before mke2fs runs.
-        let refused = format_with_mke2fs(&mut MemDevice::new(64 << 20), &MkfsArgs::parse("-O bigalloc").unwrap(), &mount, 1);
-        assert!(refused.unwrap_err().contains("bigalloc"));
+        let refused = format_with_mke2fs(&mut MemDevice::new(64 << 20), &MkfsArgs::parse("-O inline_data").unwrap(), &mount, 1);
+        assert!(refused.unwrap_err().contains("inline_data"));
+        // A --mount cluster= reaches mke2fs as bigalloc with that cluster.
+        let bigalloc = MountConfig { cluster_size: Some(32768), ..mount };
+        let mut disk = MemDevice::new(256 << 20);
+        format_with_mke2fs(&mut disk, &MkfsArgs::default(), &bigalloc, 7).unwrap();
+        let image = ext4_engine::image::Image::open(disk).unwrap();
+        assert_eq!(image.geometry().cluster_ratio(), 8);
     }
 }

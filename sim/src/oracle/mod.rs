@@ -91,8 +91,9 @@ pub fn kernel_mount_data(c: &MountConfig) -> Result<String, String> {
     let mut c = *c;
     // The engine's page-cache bound changes no answer; a kernel sizes its own.
     c.page_cache_mb = None;
-    // Block size and the journal are mkfs choices, not mount options.
+    // Block and cluster sizes and the journal are mkfs choices, not mount options.
     c.block_size = d.block_size;
+    c.cluster_size = None;
     c.has_journal = true;
     c.read_only = false;
     Ok(c.to_string())
@@ -107,6 +108,7 @@ mod tests {
         let c = |s: &str| s.parse::<MountConfig>().unwrap();
         assert_eq!(kernel_mount_data(&c("data=journal,nodelalloc,bs=1k,ro")).unwrap(), "data=journal,nodelalloc");
         assert_eq!(kernel_mount_data(&c("nojournal")).unwrap(), "");
+        assert_eq!(kernel_mount_data(&c("cluster=64k,nodelalloc")).unwrap(), "nodelalloc");
         assert!(kernel_mount_data(&c("skip_block_uninit")).unwrap_err().contains("engine option"));
         assert!(kernel_mount_data(&c("ps=64k")).is_err());
         assert_eq!(kernel_mount_data(&c("nodelalloc,page_cache_mb=4")).unwrap(), "nodelalloc");
