@@ -29,6 +29,7 @@ impl TargetFactory for Buggy {
             InjectedBug::JournaledDataNeverLogged => |fs| fs.inject_bug(InjectedBug::JournaledDataNeverLogged),
             InjectedBug::CutWriteAnswersEnomem => |fs| fs.inject_bug(InjectedBug::CutWriteAnswersEnomem),
             InjectedBug::TruncateIgnoresFlusherFolios => |fs| fs.inject_bug(InjectedBug::TruncateIgnoresFlusherFolios),
+            InjectedBug::FreesPartlyUsedCluster => |fs| fs.inject_bug(InjectedBug::FreesPartlyUsedCluster),
         });
         Ok(t)
     }
@@ -428,4 +429,28 @@ fn a_truncate_running_into_the_flushers_folio_locks_is_caught() {
     // wake-ups and first half (twelve steps when written).
     assert!(shrunk.replays && shrunk.trace.steps.len() <= 16 && shrunk.trace.steps.contains(&ext4_sim::trace::Step::Flusher), "{:?}", shrunk.trace.steps);
     eprintln!("found at seed {seed}; shrunk to {} steps in {} runs", shrunk.trace.steps.len(), shrunk.runs);
+}
+
+/// bigalloc: freeing a cluster while its file still maps other blocks of
+/// it hands those blocks to the next allocation. Generated runs at 64 KiB
+/// clusters catch it (the engine's allocator checks, its fsck or a
+/// divergence), it shrinks and replays, and the real engine passes.
+#[test]
+fn a_cluster_freed_while_its_file_still_maps_blocks_of_it_is_caught() {
+    let bug = Buggy(InjectedBug::FreesPartlyUsedCluster);
+    let mount: MountConfig = "cluster=64k".parse().unwrap();
+    let spec = |seed| RunSpec { swarm: false, ..RunSpec::new(seed, 1500, mount) };
+    let (seed, failing) = (0..40)
+        .map(|s| (s, run_seed(&bug, &spec(s)).unwrap()))
+        .find(|(_, r)| r.failure.is_some())
+        .expect("some seed punches or truncates part of a cluster");
+    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
+    assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.replays && shrunk.trace.steps.len() <= 8, "{:?}", shrunk.trace.steps);
+    let again = run_steps(&bug, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
+    assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
+    let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
+    assert!(clean.failure.is_none(), "{:?}", clean.failure);
+    eprintln!("found at seed {seed} as {:?}; shrunk to {} steps: {:?}", failing.failure, shrunk.trace.steps.len(), shrunk.trace.steps);
 }

@@ -169,7 +169,7 @@ impl<D: BlockDevice> Ctx<D> {
             while lc < p.logical + p.len {
                 let still_mapped = !node.map.pieces(lc..lc + (1 << bits)).is_empty();
                 let at = lc.max(p.logical);
-                if !still_mapped {
+                if !still_mapped || self.bug_frees_partly_used_cluster {
                     freed.insert(self.geo.cluster_start(p.physical + (at - p.logical)));
                 }
                 lc += 1 << bits;

@@ -156,6 +156,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub(crate) committing_data: data_journal::StagedData,
     /// Test hook: data=ordered lets commits go before the data.
     pub(crate) bug_unordered_data: bool,
+    /// Test hook: bigalloc frees a cluster its file still maps blocks of.
+    pub(crate) bug_frees_partly_used_cluster: bool,
     /// Test hook: journal-mode data is neither logged nor written home.
     pub(crate) bug_unlogged_data: bool,
     clock_secs: i64,
@@ -337,6 +339,7 @@ impl<D: BlockDevice> Ext4<D> {
             journaled_data: Default::default(),
             committing_data: Default::default(),
             bug_unordered_data: false,
+            bug_frees_partly_used_cluster: false,
             bug_unlogged_data: false,
             clock_secs,
             clock_ticks: 0,
@@ -468,6 +471,7 @@ impl<D: BlockDevice> Ext4<D> {
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),
             bug_unordered_data: c.bug_unordered_data,
+            bug_frees_partly_used_cluster: c.bug_frees_partly_used_cluster,
             bug_unlogged_data: c.bug_unlogged_data,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,

@@ -49,6 +49,10 @@ pub enum InjectedBug {
     /// The scheduler is not told that a truncate sleeps on the folio locks
     /// the flusher holds between its halves, so it runs into them.
     TruncateIgnoresFlusherFolios,
+    /// bigalloc: unmapping a block frees its whole cluster although other
+    /// blocks of the same logical cluster stay mapped (the partial-cluster
+    /// bookkeeping of extent removal forgotten).
+    FreesPartlyUsedCluster,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,6 +67,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.alloc.bug_skips_reserved_gdt = bug == InjectedBug::SynthesisedBitmapSkipsReservedGdt;
         self.ctx.bug_unordered_data = bug == InjectedBug::OrderedCommitsBeforeData;
         self.ctx.bug_unlogged_data = bug == InjectedBug::JournaledDataNeverLogged;
+        self.ctx.bug_frees_partly_used_cluster = bug == InjectedBug::FreesPartlyUsedCluster;
     }
 
     pub(crate) fn bug_saw_truncate(&mut self) {
