@@ -427,7 +427,7 @@ fn bench_dd(total: u64) -> bool {
     use ext4_engine::format::bitmap::BitmapChecksum;
     let cost = crate::cpu_cost::CpuCost::default();
     println!("dd: one stream writes {} MiB per cell on nvme, page 4K; MB/s of simulated time (device + CPU cost model)", total >> 20);
-    println!("  bigalloc rows (4K blocks, 8K..64K clusters): not run, the engine has no bigalloc yet");
+    println!("  rows: LBS block sizes, then bigalloc (\"4K/NK c\": 4K blocks in N KiB clusters)");
     let mut ok = true;
     for (stream, what) in [(Stream::Buffered, "buffered write + fsync"), (Stream::Direct, "O_DIRECT write + fsync")] {
         for (how, whose) in [(BitmapChecksum::Recompute, "bitmap crc32c recomputed per change (the kernel's)"), (BitmapChecksum::Running, "bitmap crc32c kept running (the engine's)")] {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use ext4_testkit::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
 use ext4_model::durability::{read_range, view_tree};
-use ext4_model::{Model, MountConfig};
+use ext4_model::{FileSystem, Model, MountConfig};
 use ext4_sim::run::{run_seed, run_steps, RunSpec};
 use ext4_sim::trace::Step;
 use ext4_sim::engine_target::{make_engine, EngineFactory, EngineTarget};
@@ -89,7 +89,7 @@ fn full_checks_observe_without_perturbing_the_run() {
 
 #[test]
 fn seeded_runs_pass_across_mount_configurations() {
-    for (seed, mount) in [(1, ""), (2, "nodelalloc"), (3, "data=journal"), (4, "bs=1k"), (5, "bs=64k,ps=64k"), (6, "bs=16k,ps=4k,skip_block_uninit")] {
+    for (seed, mount) in [(1, ""), (2, "nodelalloc"), (3, "data=journal"), (4, "bs=1k"), (5, "bs=64k,ps=64k"), (6, "bs=16k,ps=4k,skip_block_uninit"), (7, "cluster=64k")] {
         let r = run_seed(&EngineFactory, &spec(seed, 1500, mount)).unwrap();
         assert!(r.failure.is_none(), "seed {seed} mount {mount:?}: {}", r.failure.unwrap());
         assert!(r.stats.fscks >= 3);
@@ -103,7 +103,7 @@ fn exported_images_pass_e2fsck_and_read_back_through_debugfs() {
         return;
     };
     let dir = Scratch::new("export");
-    for (seed, mount) in [(11, ""), (12, "bs=1k"), (13, "bs=64k")] {
+    for (seed, mount) in [(11, ""), (12, "bs=1k"), (13, "bs=64k"), (14, "cluster=64k"), (15, "bs=16k,ps=16k,cluster=64k")] {
         let (mut model, mut target) = lockstep(seed, 1200, mount).into_parts();
         let img = dir.0.join(format!("seed{seed}.img"));
         target.export_image(&img).unwrap();
@@ -135,8 +135,17 @@ impl Drop for LoopMount {
     }
 }
 
+/// The host kernel mounts the engine's image read-only and reads every
+/// file as the model has it, with the model's st_blocks (whole clusters
+/// under bigalloc).
 #[test]
 fn the_kernel_reads_what_the_model_says() {
+    for (seed, mount) in [(21, ""), (22, "cluster=64k")] {
+        kernel_reads_what_the_model_says(seed, mount);
+    }
+}
+
+fn kernel_reads_what_the_model_says(seed: u64, mount: &str) {
     let Some(e2fsck) = tool("e2fsck") else {
         println!("SKIPPED: e2fsprogs not installed");
         return;
@@ -147,7 +156,7 @@ fn the_kernel_reads_what_the_model_says() {
         return;
     }
     let dir = Scratch::new("kernel");
-    let (mut model, mut target) = lockstep(21, 1500, "").into_parts();
+    let (mut model, mut target) = lockstep(seed, 1500, mount).into_parts();
     let img = dir.0.join("k.img");
     target.export_image(&img).unwrap();
     // Only images e2fsck passes are ever given to the kernel.
@@ -169,8 +178,12 @@ fn the_kernel_reads_what_the_model_says() {
     let files = model_files(&mut model);
     assert!(!files.is_empty());
     for (path, want) in &files {
-        let got = std::fs::read(mnt.join(path.trim_start_matches('/'))).unwrap();
-        assert!(got == *want, "kernel read {path}: {} bytes, model has {}", got.len(), want.len());
+        let host = mnt.join(path.trim_start_matches('/'));
+        let got = std::fs::read(&host).unwrap();
+        assert!(got == *want, "{mount:?}: kernel read {path}: {} bytes, model has {}", got.len(), want.len());
+        let Ok(ext4_model::Reply::Stat(st)) = model.apply(&ext4_model::Op::Stat { path: path.clone() }) else { panic!("model stat {path}") };
+        let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&host).unwrap());
+        assert!((st.blocks..=st.blocks + st.blocks_slack).contains(&blocks), "{mount:?}: kernel st_blocks of {path} is {blocks}, the model {} (+{})", st.blocks, st.blocks_slack);
     }
     drop(guard);
 }

@@ -214,7 +214,7 @@ fn images_the_model_cannot_follow_are_skipped_with_the_reason() {
     let dir = Scratch::new("oracle-mkfs-refused");
     let mount = MountConfig::default();
     let mut kernel = EngineAsKernel { mount, lie_about_reads: false };
-    for (mkfs, why) in [("-O bigalloc", "clusters"), ("-O ^extent", "block-mapped"), ("-O inline_data", "inline"), ("-O quota", "quota"), ("-E encoding=utf8", "casefold")] {
+    for (mkfs, why) in [("-O bigalloc -b 1024", "1 KiB blocks"), ("-O ^extent", "block-mapped"), ("-O inline_data", "inline"), ("-O quota", "quota"), ("-E encoding=utf8", "casefold")] {
         let reports = run_oracle(&mut kernel, &specs_with(1..3, mount, mkfs), &dir.0, &dir.0, false);
         for r in reports {
             let Verdict::Skipped(reason) = &r.verdict else { panic!("{mkfs}: {:?}", r.verdict) };

@@ -55,6 +55,9 @@ fn mount_config(u: &mut Unstructured) -> arbitrary::Result<MountConfig> {
     };
     c.read_only = u.ratio(1, 16)?;
     c.auto_da_alloc = !u.ratio(1, 4)?;
+    if u.ratio(1, 8)? {
+        c.cluster_size = Some(c.block_size << u.int_in_range(1..=4)?);
+    }
     Ok(c)
 }
 
@@ -97,7 +100,12 @@ pub fn lockstep_ops(data: &[u8]) {
     config.read_only = false;
     let mut dev = ext4_engine::device_mem::MemDevice::new(FUZZ_DISK_BYTES);
     let opts = ext4_engine::mkfs::MkfsOptions::for_mount(&config, FUZZ_DISK_BYTES, [0x5a; 16], [0x3c; 16], crate::run::spec::SIM_EPOCH_SECS);
-    ext4_engine::mkfs::mkfs(&mut dev, &opts).expect("mkfs of a valid config");
+    match ext4_engine::mkfs::mkfs(&mut dev, &opts) {
+        Ok(_) => {}
+        // A cluster too big for the fuzz disk: mkfs says so, typed.
+        Err(ext4_engine::error::Error::InvalidMkfs(_)) if config.cluster_size.is_some() => return,
+        Err(e) => panic!("mkfs of a valid config: {e}"),
+    }
     dev.flush().expect("memory device flush");
     let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("mount of a fresh image");
     let mut model = Model::new(&config).expect("validated config");
