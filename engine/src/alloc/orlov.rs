@@ -1,7 +1,8 @@
 //! Which group a new inode goes to (ext4's ialloc.c policy, simplified).
 //!
 //! - Directories under the root (or a TOPDIR directory), with `orlov` on:
-//!   spread over flex groups. The scan starts at a hash of the name and takes
+//!   spread over flex groups. The scan starts at the name's half MD4 hash
+//!   (signed, with the superblock's hash seed) modulo the flex count and takes
 //!   the flex with the fewest directories among those with at least average
 //!   free inodes and blocks (find_group_orlov).
 //! - Other directories: the first flex from the parent's onwards that is not
@@ -11,7 +12,7 @@
 //!
 //! The chosen group's first group with a free inode is returned.
 
-use crate::format::checksum::crc32c_raw;
+use crate::dir::hash::{name_hash, DxHash};
 use crate::format::GroupIndex;
 
 use super::Allocator;
@@ -51,9 +52,10 @@ impl Allocator {
         self.flex_groups(f).find(|&g| self.descs[g as usize].free_inodes > 0)
     }
 
-    /// A deterministic spread of top-level names over the flex groups.
+    /// Where find_group_orlov starts: ext4 hashes the name with half MD4
+    /// whatever the filesystem's default hash.
     fn name_hash(&self, name: &[u8]) -> u32 {
-        crc32c_raw(crc32c_raw(!0, &self.hash_seed), name)
+        name_hash(DxHash::HalfMd4, name, &self.hash_seed).major
     }
 
     /// find_group_orlov for a directory whose parent is the root or TOPDIR.

@@ -11,6 +11,7 @@
 //! - An htree directory (a kernel made it) is read through its leaves; its
 //!   index is dropped before the first edit ([`htree`]).
 
+pub mod hash;
 pub mod htree;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,115 @@
+//! Orlov held to the kernel: on two copies of one mke2fs image (64 GiB
+//! sparse, 32 flex groups of 16), the host kernel and the engine make the
+//! same directories, and every one gets the same inode number: top-level
+//! directories spread from the name's half MD4 hash (with the image's hash
+//! seed) over flex groups, nested ones and files near their parent.
+//! Needs root for the loop mount; skipped without it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use ext4_engine::device_file::FileDevice;
+use ext4_engine::Ext4;
+use ext4_model::{FileSystem, MountConfig};
+
+/// Unmounts and detaches the loop device whatever happens.
+struct LoopMount {
+    dev: String,
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+/// Top-level directories, two nested in each of the first eight, a file in each nested one.
+fn tree() -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for i in 0..24 {
+        out.push((format!("/top{i}"), true));
+    }
+    for i in 0..8 {
+        for j in 0..2 {
+            out.push((format!("/top{i}/sub{j}"), true));
+            out.push((format!("/top{i}/sub{j}/file"), false));
+        }
+    }
+    out
+}
+
+fn kernel_inodes(img: &Path, mnt: &Path) -> Option<Vec<u64>> {
+    let out = Command::new("losetup").args(["--find", "--show"]).arg(img).output().ok()?;
+    if !out.status.success() {
+        println!("SKIPPED: losetup refused: {}", String::from_utf8_lossy(&out.stderr));
+        return None;
+    }
+    let mut guard = LoopMount { dev: String::from_utf8_lossy(&out.stdout).trim().to_string(), dir: mnt.to_path_buf(), mounted: false };
+    let m = Command::new("mount").args(["-t", "ext4", &guard.dev]).arg(mnt).output().ok()?;
+    if !m.status.success() {
+        println!("SKIPPED: mount refused: {}", String::from_utf8_lossy(&m.stderr));
+        return None;
+    }
+    guard.mounted = true;
+    let mut inos = Vec::new();
+    for (path, dir) in tree() {
+        let p = mnt.join(path.trim_start_matches('/'));
+        if dir {
+            std::fs::create_dir(&p).unwrap();
+        } else {
+            std::fs::write(&p, b"x").unwrap();
+        }
+        inos.push(std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&p).unwrap()));
+    }
+    drop(guard);
+    Some(inos)
+}
+
+#[test]
+fn directories_and_files_get_the_kernels_inode_numbers() {
+    let Some((e2fsck, _, mk)) = e2fsprogs() else { return };
+    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !is_root {
+        println!("SKIPPED: loop-mounting needs root");
+        return;
+    }
+    let dir = Scratch::new("orlov-kernel");
+    let (kimg, eimg) = (dir.path("kernel.img"), dir.path("engine.img"));
+    for img in [&kimg, &eimg] {
+        std::fs::File::create(img).unwrap().set_len(64 << 30).unwrap();
+        let out = run(&mk, &["-q", "-t", "ext4", "-F", "-b", "4096", "-E", "hash_seed=11111111-2222-3333-4444-555555555555", img.to_str().unwrap()]);
+        assert!(out.status.success(), "mke2fs: {}", combined(&out));
+        assert_fsck_clean(&e2fsck, img);
+    }
+    let mnt = dir.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let Some(kernel) = kernel_inodes(&kimg, &mnt) else { return };
+
+    let mut fs = Ext4::mount(FileDevice::open(&eimg, true).unwrap(), &MountConfig::default()).unwrap();
+    let mut engine = Vec::new();
+    for (path, is_dir) in tree() {
+        if is_dir {
+            fs.mkdir(&path, 0o755).unwrap();
+        } else {
+            fs.create(&path, 0o644).unwrap();
+        }
+        engine.push(fs.stat(&path).unwrap().ino);
+    }
+    drop(fs.unmount().unwrap());
+    assert_fsck_clean(&e2fsck, &eimg);
+    let differ: Vec<String> = tree()
+        .iter()
+        .zip(kernel.iter().zip(&engine))
+        .filter(|(_, (k, e))| k != e)
+        .map(|((p, _), (k, e))| format!("{p}: kernel {k}, engine {e}"))
+        .collect();
+    assert!(differ.is_empty(), "{} of {} differ:\n{}", differ.len(), engine.len(), differ.join("\n"));
+}
