@@ -118,6 +118,10 @@ pub enum Command {
         #[command(flatten)]
         args: RunArgs,
     },
+    /// The allocation layout of any ext4 image (the engine's, mke2fs's or
+    /// a kernel's): where directories and files went, non-contiguous counts
+    /// as e2fsck counts them, and a row per group.
+    Layout { image: PathBuf },
     /// Hold the model to a real Linux kernel's ext4 (root for --kernel host).
     Oracle(crate::oracle::cli::OracleArgs),
     /// Inside the oracle's qemu guest: run the cases on the control disk.
@@ -295,6 +299,10 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             Ok(r.failure.is_none())
         }
         Command::Bench { what, runs, lockstep_ops, seeds, dd_mib } => bench(factory, &what, runs, lockstep_ops, seeds, dd_mib),
+        Command::Layout { image } => {
+            print!("{}", layout_text(&image)?);
+            Ok(true)
+        }
         Command::Oracle(_) | Command::OracleGuest | Command::OracleExec { .. } => unreachable!("handled in main_with"),
         Command::Shrink { trace } => {
             let (t, _) = read_trace(&trace)?;
@@ -422,6 +430,29 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
     Ok(ok)
 }
 
+/// `ext4sim layout IMAGE`: opened read-only, never replayed or changed.
+fn layout_text(path: &std::path::Path) -> Result<String, String> {
+    use ext4_engine::layout::{groups::GroupTable, LayoutReport};
+    let dev = ext4_engine::device_file::FileDevice::open(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut image = ext4_engine::image::Image::open(dev).map_err(|e| format!("{}: {e}", path.display()))?;
+    let layout = LayoutReport::read(&mut image).map_err(|e| format!("{}: {e}", path.display()))?;
+    let table = GroupTable::read(&mut image, &layout).map_err(|e| format!("{}: {e}", path.display()))?;
+    let geo = image.geometry();
+    let (files, dirs) = layout.noncontiguous();
+    let mut out = format!("layout of {}
+", path.display());
+    out += &format!("  block size {}, {} blocks per cluster, {} inodes per group
+", geo.block_size, geo.cluster_ratio(), geo.inodes_per_group);
+    for line in layout.to_string().lines() {
+        out += &format!("  {line}
+");
+    }
+    out += &format!("  non-contiguous (as e2fsck counts): {files} files, {dirs} directories
+");
+    out += &table.to_string();
+    Ok(out)
+}
+
 fn bench_dd(total: u64) -> bool {
     use crate::bench::dd::{render, table, Stream};
     use ext4_engine::format::bitmap::BitmapChecksum;
@@ -446,6 +477,26 @@ fn bench_dd(total: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layout_prints_a_row_per_group_and_refuses_what_is_not_an_image() {
+        let dir = std::env::temp_dir().join(format!("ext4sim-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let img = dir.join("x.img");
+        let size = 256 << 20;
+        let mut dev = ext4_engine::device_file::FileDevice::create(&img, size).unwrap();
+        let opts = ext4_engine::mkfs::MkfsOptions::new(size, *b"layout-cli-test!", [1; 16], crate::run::spec::SIM_EPOCH_SECS);
+        ext4_engine::mkfs::mkfs(&mut dev, &opts).unwrap();
+        drop(dev);
+        let text = layout_text(&img).unwrap();
+        let rows = text.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u32>().is_ok())).count();
+        assert_eq!(rows, 2, "256 MiB of 4 KiB blocks is two groups:\n{text}");
+        assert!(text.contains("non-contiguous (as e2fsck counts): 0 files, 0 directories"), "{text}");
+        std::fs::write(&img, b"not an image").unwrap();
+        assert!(layout_text(&img).is_err());
+        assert!(layout_text(&dir.join("missing.img")).unwrap_err().contains("missing.img"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn nonsense_arguments_are_refused_before_any_run() {

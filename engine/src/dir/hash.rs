@@ -106,10 +106,11 @@ fn half_md4_block(state: &mut [u32; 4], x: &[u32; 8]) {
     let g = |x: u32, y: u32, z: u32| (x & y).wrapping_add((x ^ y) & z);
     let h = |x: u32, y: u32, z: u32| x ^ y ^ z;
     let [mut a, mut b, mut c, mut d] = *state;
-    // (function, word index, rotation) for the 24 steps; the registers
-    // rotate a, d, c, b as in MD4.
+    // Per round: its function, its constant, and (word index, rotation)
+    // for its 8 steps; the registers rotate a, d, c, b as in MD4.
     type Mix = fn(u32, u32, u32) -> u32;
-    let rounds: [(Mix, u32, [(usize, u32); 8]); 3] = [
+    type Round = (Mix, u32, [(usize, u32); 8]);
+    let rounds: [Round; 3] = [
         (f, 0, [(0, 3), (1, 7), (2, 11), (3, 19), (4, 3), (5, 7), (6, 11), (7, 19)]),
         (g, MD4_K2, [(1, 3), (3, 5), (5, 9), (7, 13), (0, 3), (2, 5), (4, 9), (6, 13)]),
         (h, MD4_K3, [(3, 3), (7, 9), (2, 11), (6, 15), (1, 3), (5, 9), (0, 11), (4, 15)]),

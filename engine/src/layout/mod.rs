@@ -1,7 +1,9 @@
 //! Where an image's blocks went: the one layout report, read from disk so
 //! every file counts (not only those a mount happens to have cached). The
 //! simulator's run summary and the insta snapshots of allocation layouts are
-//! both views of it.
+//! both views of it; [`groups`] is its per-group table (`ext4sim layout`).
+
+pub mod groups;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,6 +34,10 @@ pub struct Placed {
     pub blocks: u64,
     /// The group of each extent's first block, consecutive repeats merged.
     pub data_groups: Vec<GroupIndex>,
+    /// Non-contiguous as e2fsck counts it: an extent that does not start
+    /// right after the one before it on disk, in an inode of fewer blocks
+    /// (i_blocks) than a group.
+    pub noncontiguous: bool,
 }
 
 /// A summary of an image's allocation layout.
@@ -78,6 +84,9 @@ impl LayoutReport {
             let mut data_groups: Vec<GroupIndex> = extents.iter().filter_map(|x| geo.group_of_block(x.physical)).collect();
             data_groups.dedup();
             let blocks = extents.iter().map(|x| u64::from(x.len)).sum();
+            let jumps = extents.windows(2).any(|w| w[0].physical + u64::from(w[0].len) != w[1].physical);
+            let i_blocks = if inode.has_flag(crate::format::inode::FL_HUGE_FILE) { inode.blocks } else { inode.blocks / u64::from(geo.block_size / 512) };
+            let noncontiguous = jumps && i_blocks < u64::from(geo.blocks_per_group);
             if is_dir {
                 *out.dirs_per_group.entry(inode_group).or_default() += 1;
                 // Depth first in name order: push in reverse so the smallest name comes out first.
@@ -98,7 +107,7 @@ impl LayoutReport {
                     }
                 }
             }
-            out.placed.push(Placed { path, ino, is_dir, inode_group, extents: extents.len(), blocks, data_groups });
+            out.placed.push(Placed { path, ino, is_dir, inode_group, extents: extents.len(), blocks, data_groups, noncontiguous });
         }
         Ok(out)
     }
@@ -126,6 +135,12 @@ impl LayoutReport {
         }
         // Counts far below 2^52 convert exactly.
         self.file_extents() as f64 / files as f64
+    }
+
+    /// Regular files and directories e2fsck would call non-contiguous.
+    pub fn noncontiguous(&self) -> (usize, usize) {
+        let files = self.placed.iter().filter(|p| p.noncontiguous && !p.is_dir).count();
+        (files, self.placed.iter().filter(|p| p.noncontiguous && p.is_dir).count())
     }
 
     /// The entry reached by `path`, if the walk reached it.
