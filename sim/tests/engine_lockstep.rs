@@ -188,6 +188,55 @@ fn kernel_reads_what_the_model_says(seed: u64, mount: &str) {
     drop(guard);
 }
 
+/// 1 KiB blocks on 4 KiB pages: a folio holds four blocks, the flusher
+/// locks /d's (one block dirty) between its halves, and a read of /d must
+/// fill the other three, so it sleeps on the folio lock
+/// (filemap_update_page) instead of zeroing them under the flusher.
+/// Found by `swarm --seeds 1..61 --ops 2000 --mkfs -b1024 --disk-size 32M`
+/// (seed 21), shrunk to these steps.
+#[test]
+fn regression_a_read_that_fills_a_folio_waits_for_the_flushers_lock() {
+    let trace = r#"# ext4sim trace v1
+seed 21
+ops 2000
+mount bs=1024
+profile ram
+crash_every 0
+fsck_every 500
+faults 
+tasks 1
+disk_bytes 33554432
+swarm true
+think true
+mkfs -b 1024
+op mkdir path="/b" perm=755
+op create path="/a" perm=644
+op create path="/c" perm=644
+op write path="/c" offset=0 len=1 seed=1
+op create path="/d" perm=644
+op write path="/a" offset=0 len=1 seed=2
+op rmdir path="/b"
+op create path="/b" perm=644
+op write path="/b" offset=0 len=1 seed=3
+op write path="/d" offset=0 len=1 seed=4
+pause ns=4278816753
+pause ns=783345720
+flusher
+pause ns=43099335533
+flusher
+flusher
+flusher
+flusher
+flusher
+flusher
+op set_journal_data path="/a" enable=false
+flusher
+op read path="/d" offset=0 len=1
+"#;
+    let r = replay_passes(trace);
+    assert!(r.stats.ops >= 12);
+}
+
 #[test]
 fn crashes_recover_to_allowed_states_in_every_journaling_mode() {
     for (seed, mount) in [(31, ""), (32, "data=writeback"), (33, "data=journal"), (34, "bs=1k,nodelalloc")] {

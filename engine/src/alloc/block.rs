@@ -150,22 +150,26 @@ impl Allocator {
                 }
             }
         }
-        // No run that long: the longest seen, else the first free block anywhere.
-        if let Some((g, s, l)) = longest {
-            return Ok(Some((self.take(g, s, l)?, u64::from(l))));
-        }
+        // No run that long: the longest free run anywhere, so a short answer
+        // is the best the filesystem has. Groups with fewer free clusters
+        // than asked were not scanned above; only they can hold a longer one.
         for i in 0..n {
             let g = (g0 + i) % n;
-            if self.descs[g as usize].free_blocks == 0 {
+            let free = self.descs[g as usize].free_blocks;
+            if free == 0 || u64::from(free) >= cap || longest.is_some_and(|b| free <= b.2) {
                 continue;
             }
             self.load_block_bitmap(dev, g)?;
-            let (found, best) = self.scan_group(g, 0, cap)?;
-            if let Some((s, l)) = found.or(best) {
-                return Ok(Some((self.take(g, s, l)?, u64::from(l))));
+            if let (_, Some((s, l))) = self.scan_group(g, 0, cap)? {
+                if longest.is_none_or(|b| l > b.2) {
+                    longest = Some((g, s, l));
+                }
             }
         }
-        Ok(None)
+        match longest {
+            Some((g, s, l)) => Ok(Some((self.take(g, s, l)?, u64::from(l)))),
+            None => Ok(None),
+        }
     }
 
     /// Returns `start..start + len` to the free pool (the range may span
@@ -290,5 +294,80 @@ mod tests {
         a.check_counts().unwrap();
         a.free_blocks(&mut dev, runs[0].0, 1).unwrap();
         assert_eq!(a.alloc_blocks(&mut dev, 1, 10).unwrap(), Some((runs[0].0, 1)));
+    }
+
+    mod liveness {
+        use super::super::super::test_support::fresh_clustered;
+        use super::super::super::Allocator;
+        use crate::device_mem::MemDevice;
+        use ext4_model::AllocPolicy;
+        use proptest::prelude::*;
+
+        /// The longest run of free clusters in any one group, in clusters.
+        fn longest_free_run(dev: &mut MemDevice, a: &mut Allocator) -> u64 {
+            let geo = a.geometry().clone();
+            let ratio = geo.cluster_ratio();
+            let mut best = 0;
+            for g in 0..geo.group_count {
+                let start = geo.group_first_block(g);
+                let mut run = 0;
+                for c in 0..u64::from(geo.group_clusters(g)) {
+                    if a.block_in_use(dev, start + c * ratio).unwrap() {
+                        run = 0;
+                    } else {
+                        run += 1;
+                        best = best.max(run);
+                    }
+                }
+            }
+            best
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+            /// Liveness: no "full" while a free cluster exists, and no run
+            /// shorter than asked while a long enough one exists (up to a
+            /// group) unless it extends the goal in place (the policy: a
+            /// file grows contiguously first), under both BLOCK_UNINIT
+            /// policies, with and without bigalloc; the counts stay exact.
+            #[test]
+            fn no_enospc_and_no_short_run_while_space_that_fits_exists(
+                cluster in prop::sample::select(vec![None, Some(4096u32)]),
+                skip in any::<bool>(),
+                steps in prop::collection::vec((any::<u16>(), 1u64..3000, any::<bool>()), 1..60),
+            ) {
+                let policy = AllocPolicy { skip_block_uninit: skip, ..AllocPolicy::default() };
+                let bs = if cluster.is_some() { 2048 } else { 1024 };
+                let (mut dev, mut a) = fresh_clustered(24 << 20, bs, cluster.map(|c| c * 2), policy);
+                let ratio = a.geometry().cluster_ratio();
+                let cpg = u64::from(a.geometry().clusters_per_group());
+                let mut held: Vec<(u64, u64)> = Vec::new();
+                for (goal_seed, want, free_one) in steps {
+                    if free_one && !held.is_empty() {
+                        let (s, l) = held.swap_remove(usize::from(goal_seed) % held.len());
+                        a.free_blocks(&mut dev, s, l).unwrap();
+                        continue;
+                    }
+                    let longest = longest_free_run(&mut dev, &mut a);
+                    let want_clusters = want.div_ceil(ratio);
+                    let goal = u64::from(goal_seed) * 3;
+                    let geo = a.geometry().clone();
+                    let at_goal = geo.cluster_start(goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1));
+                    match a.alloc_blocks(&mut dev, goal, want).unwrap() {
+                        None => prop_assert_eq!(longest, 0, "None while a free run of {} clusters exists", longest),
+                        Some((s, l)) => {
+                            prop_assert!(l % ratio == 0 && s % ratio == 0 && l > 0);
+                            let got = l / ratio;
+                            prop_assert!(got <= want_clusters);
+                            if got < want_clusters.min(cpg) && s != at_goal {
+                                prop_assert_eq!(got, longest, "a short run away from the goal while a longer one exists");
+                            }
+                            held.push((s, l));
+                        }
+                    }
+                    prop_assert!(a.check_counts().is_ok(), "{:?}", a.check_counts());
+                }
+            }
+        }
     }
 }

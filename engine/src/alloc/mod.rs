@@ -367,9 +367,15 @@ pub(crate) mod test_support {
 
     /// A fresh filesystem and an allocator over it.
     pub fn fresh(size: u64, block_size: u32, policy: AllocPolicy) -> (MemDevice, Allocator) {
+        fresh_clustered(size, block_size, None, policy)
+    }
+
+    /// The same with bigalloc clusters of `cluster_size` bytes.
+    pub fn fresh_clustered(size: u64, block_size: u32, cluster_size: Option<u32>, policy: AllocPolicy) -> (MemDevice, Allocator) {
         let mut dev = MemDevice::new(size);
         let mut o = MkfsOptions::new(size, [7; 16], [3; 16], crate::fixtures::EPOCH_SECS);
         o.block_size = block_size;
+        o.cluster_size = cluster_size;
         mkfs(&mut dev, &o).unwrap();
         let img = Image::open(dev).unwrap();
         let sb = img.superblock().clone();

@@ -80,6 +80,23 @@ impl PageCache {
         self.locked.iter().any(|l| Some(l.holder) != except && l.overlaps(ino, &pages))
     }
 
+    /// Whether a read of `bytes` of `ino` would lock one of the folios held
+    /// by a holder other than `except`: a read locks a folio that is not
+    /// wholly uptodate to fill it (filemap_update_page), and leaves an
+    /// uptodate one alone.
+    pub fn read_meets_locked_folio(&self, ino: InodeNumber, bytes: Range<u64>, except: Option<u64>) -> bool {
+        if bytes.start >= bytes.end || self.locked.is_empty() {
+            return false;
+        }
+        let pages = self.geo.pages_covering(bytes);
+        let Some(m) = self.mappings.get(&ino) else { return false };
+        self.locked.iter().filter(|l| Some(l.holder) != except && l.ino == ino).any(|l| {
+            l.folios.iter().filter(|f| f.start < pages.end && pages.start < f.end).any(|f| {
+                m.folios.get(&f.start).is_none_or(|folio| (0..folio.blocks()).any(|i| !folio.is_uptodate(i)))
+            })
+        })
+    }
+
     /// Whether anyone holds a folio lock of `ino`.
     pub fn holds_any_folio_lock(&self, ino: InodeNumber) -> bool {
         self.locked.iter().any(|l| l.ino == ino)

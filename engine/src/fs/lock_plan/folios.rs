@@ -14,7 +14,8 @@ use super::PlannedLock;
 
 impl<D: BlockDevice> Ext4<D> {
     /// The folio lock `op` would sleep on: one held between another op's
-    /// halves, on a folio the op would lock (writing into it, zeroing the
+    /// halves, on a folio the op would lock (reading into it while not
+    /// wholly uptodate, writing into it, zeroing the
     /// tail of an EOF block inside it, truncating or punching the cache,
     /// writing the file back first: fsync, direct I/O, msync,
     /// FIEMAP_FLAG_SYNC, a close's auto_da_alloc flush, the switch, chattr
@@ -43,6 +44,17 @@ impl<D: BlockDevice> Ext4<D> {
             if paths.iter().any(|p| self.open_path(p).is_ok_and(|i| flagged.contains(&i))) {
                 return Some(Lock::FolioLock);
             }
+        }
+        // A read fills the folios it finds not uptodate, locking them.
+        let read = match op {
+            Op::Read { path, offset, len } => Some((self.open_path(path).ok()?, *offset, *len)),
+            Op::ReadFd { slot, offset, len } => Some((self.slot_file(*slot).ok()?, *offset, *len)),
+            _ => None,
+        };
+        if let Some((ino, offset, len)) = read {
+            let size = self.nodes.get(&ino).map_or(0, |n| n.disk.size);
+            let bytes = offset.min(size)..offset.saturating_add(u64::from(len)).min(size);
+            return self.ctx.pages.read_meets_locked_folio(ino, bytes, except).then_some(Lock::FolioLock);
         }
         let (ino, bytes) = match op {
             Op::Sync => return Some(Lock::FolioLock),
