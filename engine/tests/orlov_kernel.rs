@@ -7,29 +7,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use common::*;
 use ext4_engine::device_file::FileDevice;
 use ext4_engine::Ext4;
 use ext4_model::{FileSystem, MountConfig};
-
-/// Unmounts and detaches the loop device whatever happens.
-struct LoopMount {
-    dev: String,
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.dir).status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
-}
+use ext4_testkit::loop_mount::{is_root, LoopMount};
 
 /// Top-level directories, two nested in each of the first eight, a file in each nested one.
 fn tree() -> Vec<(String, bool)> {
@@ -47,18 +31,13 @@ fn tree() -> Vec<(String, bool)> {
 }
 
 fn kernel_inodes(img: &Path, mnt: &Path) -> Option<Vec<u64>> {
-    let out = Command::new("losetup").args(["--find", "--show"]).arg(img).output().ok()?;
-    if !out.status.success() {
-        println!("SKIPPED: losetup refused: {}", String::from_utf8_lossy(&out.stderr));
-        return None;
-    }
-    let mut guard = LoopMount { dev: String::from_utf8_lossy(&out.stdout).trim().to_string(), dir: mnt.to_path_buf(), mounted: false };
-    let m = Command::new("mount").args(["-t", "ext4", &guard.dev]).arg(mnt).output().ok()?;
-    if !m.status.success() {
-        println!("SKIPPED: mount refused: {}", String::from_utf8_lossy(&m.stderr));
-        return None;
-    }
-    guard.mounted = true;
+    let guard = match LoopMount::mount(img, mnt, "") {
+        Ok(g) => g,
+        Err(why) => {
+            println!("SKIPPED: {why}");
+            return None;
+        }
+    };
     let mut inos = Vec::new();
     for (path, dir) in tree() {
         let p = mnt.join(path.trim_start_matches('/'));
@@ -76,8 +55,7 @@ fn kernel_inodes(img: &Path, mnt: &Path) -> Option<Vec<u64>> {
 #[test]
 fn directories_and_files_get_the_kernels_inode_numbers() {
     let Some((e2fsck, _, mk)) = e2fsprogs() else { return };
-    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root {
+    if !is_root() {
         println!("SKIPPED: loop-mounting needs root");
         return;
     }

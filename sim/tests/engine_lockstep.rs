@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
 
 use ext4_testkit::e2fsprogs::{debugfs_cat, e2fsck_clean, e2fsck_fy_clean, tool};
 use ext4_model::durability::{read_range, view_tree};
@@ -119,22 +117,6 @@ fn exported_images_pass_e2fsck_and_read_back_through_debugfs() {
     }
 }
 
-/// Detaches the loop device and unmounts even when an assertion fails.
-struct LoopMount {
-    dev: String,
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.dir).status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
-    }
-}
-
 /// The host kernel mounts the engine's image read-only and reads every
 /// file as the model has it, with the model's st_blocks (whole clusters
 /// under bigalloc).
@@ -150,8 +132,7 @@ fn kernel_reads_what_the_model_says(seed: u64, mount: &str) {
         println!("SKIPPED: e2fsprogs not installed");
         return;
     };
-    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root {
+    if !ext4_testkit::loop_mount::is_root() {
         println!("SKIPPED: loop-mounting needs root");
         return;
     }
@@ -161,20 +142,15 @@ fn kernel_reads_what_the_model_says(seed: u64, mount: &str) {
     target.export_image(&img).unwrap();
     // Only images e2fsck passes are ever given to the kernel.
     e2fsck_clean(&e2fsck, &img).unwrap();
-    let out = Command::new("losetup").args(["--find", "--show", "--read-only"]).arg(&img).output().unwrap();
-    if !out.status.success() {
-        println!("SKIPPED: losetup refused: {}", String::from_utf8_lossy(&out.stderr));
-        return;
-    }
     let mnt = dir.0.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
-    let mut guard = LoopMount { dev: String::from_utf8_lossy(&out.stdout).trim().to_string(), dir: mnt.clone(), mounted: false };
-    let m = Command::new("mount").args(["-t", "ext4", "-o", "ro,noload", &guard.dev]).arg(&mnt).output().unwrap();
-    if !m.status.success() {
-        println!("SKIPPED: mount refused: {}", String::from_utf8_lossy(&m.stderr));
-        return;
-    }
-    guard.mounted = true;
+    let guard = match ext4_testkit::loop_mount::LoopMount::mount(&img, &mnt, "ro,noload") {
+        Ok(g) => g,
+        Err(why) => {
+            println!("SKIPPED: {why}");
+            return;
+        }
+    };
     let files = model_files(&mut model);
     assert!(!files.is_empty());
     for (path, want) in &files {
