@@ -3,6 +3,9 @@
 //! same directories, and every one gets the same inode number: top-level
 //! directories spread from the name's half MD4 hash (with the image's hash
 //! seed) over flex groups, nested ones and files near their parent.
+//! Each file then gets 64 KiB of data; where its first block lands is
+//! mballoc's choice against the engine's goal-and-first-fit, so that share
+//! is printed as the allocator's fidelity, not asserted.
 //! Needs root for the loop mount; skipped without it.
 
 mod common;
@@ -11,6 +14,7 @@ use std::path::Path;
 
 use common::*;
 use ext4_engine::device_file::FileDevice;
+use ext4_engine::image::Image;
 use ext4_engine::Ext4;
 use ext4_model::{FileSystem, MountConfig};
 use ext4_testkit::loop_mount::{is_root, LoopMount};
@@ -44,7 +48,7 @@ fn kernel_inodes(img: &Path, mnt: &Path) -> Option<Vec<u64>> {
         if dir {
             std::fs::create_dir(&p).unwrap();
         } else {
-            std::fs::write(&p, b"x").unwrap();
+            std::fs::write(&p, vec![7u8; DATA]).unwrap();
         }
         inos.push(std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&p).unwrap()));
     }
@@ -78,6 +82,7 @@ fn directories_and_files_get_the_kernels_inode_numbers() {
             fs.mkdir(&path, 0o755).unwrap();
         } else {
             fs.create(&path, 0o644).unwrap();
+            fs.write(&path, 0, &[7u8; DATA]).unwrap();
         }
         engine.push(fs.stat(&path).unwrap().ino);
     }
@@ -90,4 +95,26 @@ fn directories_and_files_get_the_kernels_inode_numbers() {
         .map(|((p, _), (k, e))| format!("{p}: kernel {k}, engine {e}"))
         .collect();
     assert!(differ.is_empty(), "{} of {} differ:\n{}", differ.len(), engine.len(), differ.join("\n"));
+
+    // Where each file's data starts, read back from both unmounted images.
+    let files: Vec<String> = tree().into_iter().filter(|(_, d)| !d).map(|(p, _)| p).collect();
+    let (k, e) = (first_data_groups(&kimg, &files), first_data_groups(&eimg, &files));
+    let same = k.iter().zip(&e).filter(|(a, b)| a == b).count();
+    println!("allocator held to the kernel: {}/{} inode numbers equal; file data starting in the kernel's group {same}/{} (kernel groups {k:?}, engine {e:?})", engine.len(), engine.len(), files.len());
+}
+
+const DATA: usize = 64 << 10;
+
+/// The group holding each file's first data block.
+fn first_data_groups(img: &Path, files: &[String]) -> Vec<Option<u32>> {
+    let mut image = Image::open(FileDevice::open(img, false).unwrap()).unwrap();
+    let geo = image.geometry().clone();
+    files
+        .iter()
+        .map(|p| {
+            let ino = image.lookup(p).unwrap();
+            let inode = image.read_named_inode(ino).unwrap();
+            image.extents(ino, &inode).unwrap().first().and_then(|x| geo.group_of_block(x.physical))
+        })
+        .collect()
 }
