@@ -121,7 +121,12 @@ pub enum Command {
     /// The allocation layout of any ext4 image (the engine's, mke2fs's or
     /// a kernel's): where directories and files went, non-contiguous counts
     /// as e2fsck counts them, and a row per group.
-    Layout { image: PathBuf },
+    Layout {
+        image: PathBuf,
+        /// Also draw the groups as a map (SVG) into this file.
+        #[arg(long)]
+        svg: Option<PathBuf>,
+    },
     /// Hold the model to a real Linux kernel's ext4 (root for --kernel host).
     Oracle(crate::oracle::cli::OracleArgs),
     /// Inside the oracle's qemu guest: run the cases on the control disk.
@@ -299,8 +304,14 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             Ok(r.failure.is_none())
         }
         Command::Bench { what, runs, lockstep_ops, seeds, dd_mib } => bench(factory, &what, runs, lockstep_ops, seeds, dd_mib),
-        Command::Layout { image } => {
-            print!("{}", layout_text(&image)?);
+        Command::Layout { image, svg } => {
+            let (text, table) = layout_text(&image)?;
+            print!("{text}");
+            if let Some(path) = svg {
+                let map = crate::layout_svg::render(&image.display().to_string(), &table);
+                std::fs::write(&path, map).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("map         {}", path.display());
+            }
             Ok(true)
         }
         Command::Oracle(_) | Command::OracleGuest | Command::OracleExec { .. } => unreachable!("handled in main_with"),
@@ -431,7 +442,7 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
 }
 
 /// `ext4sim layout IMAGE`: opened read-only, never replayed or changed.
-fn layout_text(path: &std::path::Path) -> Result<String, String> {
+fn layout_text(path: &std::path::Path) -> Result<(String, ext4_engine::layout::groups::GroupTable), String> {
     use ext4_engine::layout::{groups::GroupTable, LayoutReport};
     let dev = ext4_engine::device_file::FileDevice::open(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut image = ext4_engine::image::Image::open(dev).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -450,7 +461,7 @@ fn layout_text(path: &std::path::Path) -> Result<String, String> {
     out += &format!("  non-contiguous (as e2fsck counts): {files} files, {dirs} directories
 ");
     out += &table.to_string();
-    Ok(out)
+    Ok((out, table))
 }
 
 fn bench_dd(total: u64) -> bool {
@@ -488,7 +499,8 @@ mod tests {
         let opts = ext4_engine::mkfs::MkfsOptions::new(size, *b"layout-cli-test!", [1; 16], crate::run::spec::SIM_EPOCH_SECS);
         ext4_engine::mkfs::mkfs(&mut dev, &opts).unwrap();
         drop(dev);
-        let text = layout_text(&img).unwrap();
+        let (text, table) = layout_text(&img).unwrap();
+        assert_eq!(table.rows.len(), 2);
         let rows = text.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u32>().is_ok())).count();
         assert_eq!(rows, 2, "256 MiB of 4 KiB blocks is two groups:\n{text}");
         assert!(text.contains("non-contiguous (as e2fsck counts): 0 files, 0 directories"), "{text}");

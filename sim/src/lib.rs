@@ -19,6 +19,7 @@ pub mod failure;
 pub mod figure;
 pub mod fuzz_body;
 pub mod heap;
+pub mod layout_svg;
 pub mod lockstep;
 pub mod memory;
 pub mod mke2fs;

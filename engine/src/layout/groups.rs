@@ -17,6 +17,8 @@ use super::LayoutReport;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GroupRow {
     pub group: GroupIndex,
+    /// Clusters (blocks without bigalloc) the group has.
+    pub clusters: u32,
     /// Free clusters (blocks without bigalloc), as the descriptor counts them.
     pub free_clusters: u32,
     pub free_inodes: u32,
@@ -37,6 +39,8 @@ pub struct GroupTable {
     pub rows: Vec<GroupRow>,
     /// Blocks a cluster holds (1 without bigalloc): the free column's unit.
     pub cluster_ratio: u64,
+    /// Groups per flex group (1 without flex_bg).
+    pub flex_size: u32,
 }
 
 impl GroupTable {
@@ -48,6 +52,7 @@ impl GroupTable {
             .zip(0..)
             .map(|(d, group)| GroupRow {
                 group,
+                clusters: geo.group_clusters(group),
                 free_clusters: d.free_blocks,
                 free_inodes: d.free_inodes,
                 used_dirs: d.used_dirs,
@@ -69,7 +74,7 @@ impl GroupTable {
                 }
             }
         }
-        Ok(GroupTable { rows, cluster_ratio: geo.cluster_ratio() })
+        Ok(GroupTable { rows, cluster_ratio: geo.cluster_ratio(), flex_size: geo.flex_size() })
     }
 }
 
