@@ -103,3 +103,34 @@ fn write_folio_nofail_seed_corpus() {
         std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
     }
 }
+
+/// Replays the group_spread corpus: every input runs (its rules and the
+/// final fsck hold, or the body panics), and together they reach what the
+/// target is for: many geometries, flex and no flex, Orlov's rule and the
+/// parent-flex rule both decided often, and a disk filled now and then.
+#[test]
+fn group_spread_corpus_replays() {
+    let (mut geometries, mut flexes) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
+    let (mut orlov, mut home, mut enospc) = (0, 0, 0);
+    for (path, data) in corpus("group_spread") {
+        let run = ext4_sim::fuzz_body::group_spread(&data).unwrap_or_else(|| panic!("{} decodes to nothing runnable", path.display()));
+        geometries.insert((run.mount.clone(), run.groups));
+        flexes.insert(run.flex_size);
+        (orlov, home, enospc) = (orlov + run.orlov_checked, home + run.home_checked, enospc + run.enospc);
+    }
+    assert!(geometries.len() >= 20 && flexes.len() >= 3, "{} geometries, flex sizes {flexes:?}", geometries.len());
+    assert!(orlov >= 20 && home >= 20, "Orlov's rule decided {orlov} directories, the parent's flex {home} files");
+    eprintln!("group_spread corpus: {} geometries, flex sizes {flexes:?}, {orlov} Orlov checks, {home} parent-flex checks, {enospc} ENOSPC", geometries.len());
+}
+
+/// Writes group_spread's seed corpus (run by hand, then commit):
+/// `cargo test -p ext4-sim --release --test fuzz_corpus_replay -- --ignored`.
+#[test]
+#[ignore = "writes fuzz/corpus/group_spread; run by hand"]
+fn write_group_spread_seed_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/group_spread");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, input) in ext4_sim::fuzz_body::group_spread_seed_corpus(40).iter().enumerate() {
+        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
+    }
+}

@@ -494,6 +494,17 @@ impl<D: BlockDevice> Ext4<D> {
         }
     }
 
+    /// The filesystem's geometry.
+    pub fn geometry(&self) -> &crate::format::geometry::Geometry {
+        &self.ctx.geo
+    }
+
+    /// The group descriptors as the allocator keeps them, for a harness
+    /// checking the allocation policy.
+    pub fn group_descs(&self) -> &[crate::format::group_desc::GroupDesc] {
+        self.ctx.alloc.descs()
+    }
+
     /// Checks the allocator's running counts against descriptors and bitmaps.
     pub fn check_allocator(&self) -> std::result::Result<(), String> {
         self.ctx.alloc.check_counts()

@@ -2,8 +2,10 @@
 //! `cargo test` replays every corpus file the same way the fuzzer decodes it.
 
 mod folio_nofail;
+mod group_spread;
 
 pub use folio_nofail::{folio_nofail, seed_corpus as folio_nofail_seed_corpus, NoFailRun};
+pub use group_spread::{group_spread, seed_corpus as group_spread_seed_corpus, SpreadRun};
 
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_model::{DataMode, FileSystem, Model, MountConfig, Op};
