@@ -29,11 +29,16 @@ use crate::range_set::RangeSet;
 use super::node::Node;
 use super::Ctx;
 
+/// The clusters a non-empty range of blocks touches.
+fn clusters_of(r: Range<u64>, bits: u32) -> Range<u64> {
+    r.start >> bits..((r.end - 1) >> bits) + 1
+}
+
 /// Logical clusters touched by `ranges` of blocks, as a set of cluster numbers.
 fn cluster_set(ranges: impl Iterator<Item = Range<u64>>, bits: u32) -> RangeSet {
     let mut set = RangeSet::new();
     for r in ranges.filter(|r| r.start < r.end) {
-        set.add(r.start >> bits..((r.end - 1) >> bits) + 1);
+        set.add(clusters_of(r, bits));
     }
     set
 }
@@ -52,13 +57,8 @@ pub fn data_blocks(map: &ExtentMap, es: &ExtentStatusTree, bits: u32, delayed_to
         return map.blocks() + if delayed_too { es.delayed_blocks() } else { 0 };
     }
     let mapped = map.iter().map(|p| p.logical..p.logical + p.len);
-    let mut set = cluster_set(mapped, bits);
-    if delayed_too {
-        for r in es.delayed_in(0..u64::MAX) {
-            set.add(r.start >> bits..((r.end - 1) >> bits) + 1);
-        }
-    }
-    set.len() << bits
+    let delayed = es.delayed_in(0..u64::MAX).filter(|_| delayed_too);
+    cluster_set(mapped.chain(delayed), bits).len() << bits
 }
 
 impl<D: BlockDevice> Ctx<D> {
@@ -79,10 +79,10 @@ impl<D: BlockDevice> Ctx<D> {
         let wide = widen(&range, bits);
         let mut need = cluster_set(node.map.holes(range).into_iter(), bits);
         for p in node.map.pieces(wide.clone()) {
-            need.remove(p.logical >> bits..((p.logical + p.len - 1) >> bits) + 1);
+            need.remove(clusters_of(p.logical..p.logical + p.len, bits));
         }
         for d in node.es.delayed_in(wide) {
-            need.remove(d.start >> bits..((d.end - 1) >> bits) + 1);
+            need.remove(clusters_of(d, bits));
         }
         need.len() << bits
     }
@@ -98,7 +98,7 @@ impl<D: BlockDevice> Ctx<D> {
         let wide = widen(&range, bits);
         let mut reserved = cluster_set(node.es.delayed_in(wide.clone()), bits);
         for p in node.map.pieces(wide) {
-            reserved.remove(p.logical >> bits..((p.logical + p.len - 1) >> bits) + 1);
+            reserved.remove(clusters_of(p.logical..p.logical + p.len, bits));
         }
         reserved.len() << bits
     }
