@@ -144,7 +144,8 @@ fn a_bug_only_mke2fs_geometry_shows_is_caught_from_an_mke2fs_image() {
 /// A commit that frees the blocks the running transaction freed too lets
 /// them be reused before that free commits. It shows only when another
 /// task's op overtakes an fsync while its transaction commits: here task 1
-/// unlinks /f meanwhile, /g's data lands in /f's blocks, and the crash
+/// unlinks /f meanwhile, /g's data lands in /f's blocks (no locality-group
+/// preallocation: /g's request is /f's, and lands where it did), and the crash
 /// undoes the unlink. /g's delayed data is written back (FIEMAP_FLAG_SYNC:
 /// write-back without a commit) so its blocks are taken before the crash.
 /// The real engine passes the same steps, and so does the buggy one when
@@ -156,7 +157,7 @@ fn a_commit_freeing_the_next_transactions_blocks_is_caught() {
     let steps = |fsync: &str| {
         let finish = if fsync.starts_with("begin") { "finish\n" } else { "" };
         format!(
-            "# ext4sim trace v1\nseed 1\nmount \ntasks 2\n\
+            "# ext4sim trace v1\nseed 1\nmount mb_group_prealloc=0\ntasks 2\n\
 op create path=\"/f\" perm=644\nop write path=\"/f\" offset=0 len=65536 seed=1\nop sync\nop create path=\"/x\" perm=644\n\
 {fsync}\ntask 1\nop unlink path=\"/f\"\ntask 0\n{finish}task 1\nop create path=\"/g\" perm=644\n\
 op write path=\"/g\" offset=0 len=65536 seed=2\nop fiemap path=\"/g\" sync=true\ncrash seed=2\n"
@@ -238,7 +239,8 @@ op write path=\"/f\" offset=4096 len=4096 seed=2\nop sync\n"
 /// its commit record; data=writeback does not. An engine whose ordered mode
 /// commits first (as writeback mode does, which the model allows there)
 /// lets a crash show a reused block's old bytes: /b, truncated to nothing,
-/// is written again into the blocks it freed, another file's fsync commits /b's allocation and size, and the
+/// is written again into the blocks it freed (no locality-group
+/// preallocation, so the same request lands in the same place), another file's fsync commits /b's allocation and size, and the
 /// crash comes before /b's data was written back (dioread_lock: under
 /// dioread_nolock the blocks would be allocated unwritten and need no
 /// order). The real engine passes;
@@ -257,7 +259,7 @@ op write path=\"/c\" offset=0 len=100 seed=3\nop fsync path=\"/c\"\ncrash seed=1
         ))
         .unwrap()
     };
-    let t = trace("nodelalloc,dioread_lock");
+    let t = trace("nodelalloc,dioread_lock,mb_group_prealloc=0");
     let failing = run_steps(&bug, &t.spec, &t.steps).unwrap();
     match &failing.failure {
         Some(Failure::Crash { what, .. }) => assert!(what.starts_with("/b: sector at"), "{what}"),
@@ -265,7 +267,7 @@ op write path=\"/c\" offset=0 len=100 seed=3\nop fsync path=\"/c\"\ncrash seed=1
     }
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
-    let w = trace("data=writeback,nodelalloc,dioread_lock");
+    let w = trace("data=writeback,nodelalloc,dioread_lock,mb_group_prealloc=0");
     let allowed = run_steps(&bug, &w.spec, &w.steps).unwrap();
     assert!(allowed.failure.is_none(), "{:?}", allowed.failure);
     let shrunk = shrink_failure(&bug, &failing).unwrap();

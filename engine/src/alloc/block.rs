@@ -1,13 +1,16 @@
-//! Block allocation: goal first, then a contiguous run of the wanted length
-//! in the goal group or the ones after it, then any free run at all.
+//! Block allocation around mballoc ([`super::mballoc`]): the goal a
+//! new inode's data aims for, the bitmap side of taking and freeing
+//! clusters, and the plain first fit kept for one case mballoc does not
+//! serve: journaled metadata built during a commit when the only free
+//! clusters are held ones.
 //!
 //! - The goal is where the file already is (continue its last extent) or the
 //!   start of its inode's group, flex-aware per ext4_inode_to_goal_block:
 //!   with 4+ groups per flex, a flex's first group is kept for directories
 //!   and regular files start in the second.
-//! - `skip_block_uninit` (the pre-75507efb1372 policy) keeps the cheap passes
-//!   out of never-initialised groups; only when no initialised group has a
-//!   run do they serve. Off (the default), BLOCK_UNINIT groups are as good as any.
+//! - `skip_block_uninit` (the pre-75507efb1372 policy) keeps the cheap
+//!   criteria out of never-initialised groups. Off (the default),
+//!   BLOCK_UNINIT groups are as good as any.
 //! - The first allocation in a BLOCK_UNINIT group turns its synthesised bitmap
 //!   into a real one (cleared flag, bitmap written at writeback).
 
@@ -43,7 +46,7 @@ impl Allocator {
         self.geo.group_first_block(g)
     }
 
-    fn skippable(&self, g: GroupIndex) -> bool {
+    pub(super) fn skippable(&self, g: GroupIndex) -> bool {
         self.policy.skip_block_uninit && self.has_flag(g, BG_BLOCK_UNINIT)
     }
 
@@ -68,8 +71,9 @@ impl Allocator {
         Ok((None, best))
     }
 
-    /// Marks clusters `start..start + len` of group `g` in use; returns the first block.
-    fn take(&mut self, g: GroupIndex, start: u32, len: u32) -> Result<BlockNumber> {
+    /// Marks clusters `start..start + len` of group `g` in use in the
+    /// bitmap and counts (mballoc's view is the caller's); returns the first block.
+    pub(super) fn take(&mut self, g: GroupIndex, start: u32, len: u32) -> Result<BlockNumber> {
         let gi = g as usize;
         let bm = self.block_bitmaps[gi].as_mut().ok_or_else(|| Error::InvalidArgument(format!("block bitmap {g} not loaded")))?;
         debug_assert!(bm.range_is_clear(start as usize, (start + len) as usize), "double allocation in group {g}");
@@ -95,12 +99,26 @@ impl Allocator {
     /// of the cluster (which may exceed `want` under bigalloc). Returns the
     /// run (shorter than `want` only when no run that long exists), or
     /// `None` when the filesystem is full.
+    /// This is a metadata request: see [`Allocator::allocate`] for file data.
     pub fn alloc_blocks<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, goal: BlockNumber, want: u64) -> Result<Option<(BlockNumber, u64)>> {
-        let bits = self.geo.cluster_bits;
-        Ok(self.alloc_clusters(dev, goal, want.div_ceil(1 << bits))?.map(|(b, n)| (b, n << bits)))
+        self.allocate(dev, &super::AllocRequest::metadata(goal, want))
     }
 
-    fn alloc_clusters<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, goal: BlockNumber, want: u64) -> Result<Option<(BlockNumber, u64)>> {
+    /// Takes clusters whether mballoc sees them free or held.
+    fn take_any(&mut self, g: GroupIndex, start: u32, len: u32) -> Result<BlockNumber> {
+        if let Some(b) = self.buddies[g as usize].as_mut() {
+            let free: Vec<(u32, u32)> = b.runs().filter(|&(s, l)| s < start + len && s + l > start).collect();
+            for (s, l) in free {
+                let lo = s.max(start);
+                b.mark_used(lo, (s + l).min(start + len) - lo);
+            }
+        }
+        self.take(g, start, len)
+    }
+
+    /// Goal, then a run of the wanted length, then the longest run, over
+    /// the scan view (which takes held clusters while `reuse_held`).
+    pub(super) fn first_fit_clusters<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, goal: BlockNumber, want: u64) -> Result<Option<(BlockNumber, u64)>> {
         if want == 0 || self.free_clusters == 0 {
             return Ok(None);
         }
@@ -119,7 +137,7 @@ impl Allocator {
             if !bm.get(goal_off as usize) {
                 let end = bm.next_one(goal_off as usize, len.min(goal_off as usize + cap as usize));
                 let got = (end - goal_off as usize) as u32;
-                return Ok(Some((self.take(g0, goal_off, got)?, u64::from(got))));
+                return Ok(Some((self.take_any(g0, goal_off, got)?, u64::from(got))));
             }
         }
         // A full-length run, goal group onwards, initialised groups first if asked.
@@ -141,7 +159,7 @@ impl Allocator {
                     _ => (found, best),
                 };
                 if let Some((s, l)) = found {
-                    return Ok(Some((self.take(g, s, l)?, u64::from(l))));
+                    return Ok(Some((self.take_any(g, s, l)?, u64::from(l))));
                 }
                 if let Some((s, l)) = best {
                     if longest.is_none_or(|b| l > b.2) {
@@ -167,7 +185,7 @@ impl Allocator {
             }
         }
         match longest {
-            Some((g, s, l)) => Ok(Some((self.take(g, s, l)?, u64::from(l)))),
+            Some((g, s, l)) => Ok(Some((self.take_any(g, s, l)?, u64::from(l)))),
             None => Ok(None),
         }
     }
@@ -202,6 +220,12 @@ impl Allocator {
                 self.held_clusters += n;
             }
             bm.clear_range(lo, hi);
+            if !self.hold_freed {
+                if let Some(b) = self.buddies[gi].as_mut() {
+                    let ok = b.mark_free(lo as u32, (hi - lo) as u32);
+                    debug_assert!(ok, "group {g}: freed clusters {lo}..{hi} were free to mballoc");
+                }
+            }
             self.block_calls += 1;
             let n = (hi - lo) as u32;
             self.descs[gi].free_blocks += n;
@@ -303,11 +327,12 @@ mod tests {
         use ext4_model::AllocPolicy;
         use proptest::prelude::*;
 
-        /// The longest run of free clusters in any one group, in clusters.
-        fn longest_free_run(dev: &mut MemDevice, a: &mut Allocator) -> u64 {
+        /// The longest run of free clusters in any one group, in
+        /// clusters, and how many free runs there are.
+        fn free_runs(dev: &mut MemDevice, a: &mut Allocator) -> (u64, u64) {
             let geo = a.geometry().clone();
             let ratio = geo.cluster_ratio();
-            let mut best = 0;
+            let (mut best, mut runs) = (0, 0);
             for g in 0..geo.group_count {
                 let start = geo.group_first_block(g);
                 let mut run = 0;
@@ -315,21 +340,23 @@ mod tests {
                     if a.block_in_use(dev, start + c * ratio).unwrap() {
                         run = 0;
                     } else {
+                        runs += u64::from(run == 0);
                         run += 1;
                         best = best.max(run);
                     }
                 }
             }
-            best
+            (best, runs)
         }
 
         proptest! {
             #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
             /// Liveness: no "full" while a free cluster exists, and no run
             /// shorter than asked while a long enough one exists (up to a
-            /// group) unless it extends the goal in place (the policy: a
-            /// file grows contiguously first), under both BLOCK_UNINIT
-            /// policies, with and without bigalloc; the counts stay exact.
+            /// group), as long as mballoc's search may look at every free
+            /// run (it stops after 200 and takes the best seen), under both
+            /// BLOCK_UNINIT policies, with and without bigalloc; the counts
+            /// and mballoc's free runs stay exact.
             #[test]
             fn no_enospc_and_no_short_run_while_space_that_fits_exists(
                 cluster in prop::sample::select(vec![None, Some(4096u32)]),
@@ -348,19 +375,18 @@ mod tests {
                         a.free_blocks(&mut dev, s, l).unwrap();
                         continue;
                     }
-                    let longest = longest_free_run(&mut dev, &mut a);
+                    let (longest, runs) = free_runs(&mut dev, &mut a);
                     let want_clusters = want.div_ceil(ratio);
                     let goal = u64::from(goal_seed) * 3;
-                    let geo = a.geometry().clone();
-                    let at_goal = geo.cluster_start(goal.clamp(u64::from(geo.first_data_block), geo.blocks_count - 1));
                     match a.alloc_blocks(&mut dev, goal, want).unwrap() {
                         None => prop_assert_eq!(longest, 0, "None while a free run of {} clusters exists", longest),
                         Some((s, l)) => {
                             prop_assert!(l % ratio == 0 && s % ratio == 0 && l > 0);
                             let got = l / ratio;
                             prop_assert!(got <= want_clusters);
-                            if got < want_clusters.min(cpg) && s != at_goal {
-                                prop_assert_eq!(got, longest, "a short run away from the goal while a longer one exists");
+                            let fits = want_clusters.min(cpg);
+                            if longest >= fits && runs <= 150 {
+                                prop_assert!(got >= fits, "{} clusters while a run of {} exists ({} runs)", got, longest, runs);
                             }
                             held.push((s, l));
                         }

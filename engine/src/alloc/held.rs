@@ -48,19 +48,27 @@ impl Allocator {
 
     /// Every transaction that freed held blocks committed: reusable now.
     pub fn release_held(&mut self) {
+        let groups: Vec<GroupIndex> = self.held.keys().copied().collect();
         self.held.clear();
         self.held_clusters = 0;
         self.freed.clear();
+        for g in groups {
+            self.rebuild_buddy(g);
+        }
     }
 
     /// The committing transaction committed: the blocks it freed are
     /// reusable. Those freed since it closed (still listed for the running
     /// transaction's revokes) stay held until that one commits.
     pub fn release_committed(&mut self) {
+        let groups: Vec<GroupIndex> = self.held.keys().copied().collect();
         self.held.clear();
         self.held_clusters = 0;
         for (start, len) in self.freed.clone() {
             self.hold_again(start, len);
+        }
+        for g in groups {
+            self.rebuild_buddy(g);
         }
     }
 
@@ -134,28 +142,35 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::super::test_support::fresh;
+    use super::super::Allocator;
+    use crate::device_mem::MemDevice;
     use ext4_model::AllocPolicy;
+
+    /// Allocates until the filesystem is full; the runs it got.
+    fn fill(dev: &mut MemDevice, a: &mut Allocator) -> Vec<(u64, u64)> {
+        let mut runs = Vec::new();
+        while let Some(r) = a.alloc_blocks(dev, 1, 64).unwrap() {
+            runs.push(r);
+        }
+        runs
+    }
 
     #[test]
     fn freed_blocks_are_not_reused_before_release() {
         let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
         a.set_hold_freed(true);
-        let (s, l) = a.alloc_blocks(&mut dev, 1, 64).unwrap().unwrap();
-        let free_before = a.totals().free_blocks;
+        let runs = fill(&mut dev, &mut a);
+        let (s, l) = runs[runs.len() / 2];
         a.free_blocks(&mut dev, s, l).unwrap();
-        assert_eq!(a.totals().free_blocks, free_before + l, "the free counts at once");
+        assert_eq!(a.totals().free_blocks, l, "the free counts at once");
         assert_eq!(a.held_blocks(), l);
-        assert_eq!(a.available_blocks(), free_before);
+        assert_eq!(a.available_blocks(), 0);
         a.check_held().unwrap();
-        for _ in 0..20 {
-            let (t, n) = a.alloc_blocks(&mut dev, s, 8).unwrap().unwrap();
-            assert!(t + n <= s || t >= s + l, "held block {t}+{n} reused before the commit");
-        }
-        a.check_held().unwrap();
+        a.check_counts().unwrap();
+        assert_eq!(a.alloc_blocks(&mut dev, s, 8).unwrap(), None, "held blocks are not handed out before the commit");
         assert_eq!(a.take_freed(), vec![(s, l)]);
         a.release_held();
-        let (t, _) = a.alloc_blocks(&mut dev, s, 8).unwrap().unwrap();
-        assert_eq!(t, s, "after the commit the goal is free again");
+        assert_eq!(a.alloc_blocks(&mut dev, s, l).unwrap(), Some((s, l)), "after the commit they are free again");
         a.check_counts().unwrap();
     }
 
@@ -163,8 +178,8 @@ mod tests {
     fn a_commit_releases_only_what_its_transaction_freed() {
         let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
         a.set_hold_freed(true);
-        let (x, xl) = a.alloc_blocks(&mut dev, 1, 32).unwrap().unwrap();
-        let (y, yl) = a.alloc_blocks(&mut dev, 1, 32).unwrap().unwrap();
+        let runs = fill(&mut dev, &mut a);
+        let ((x, xl), (y, yl)) = (runs[3], runs[7]);
         a.free_blocks(&mut dev, x, xl).unwrap();
         // The transaction that freed x closes; y is freed in the next one.
         assert_eq!(a.take_freed(), vec![(x, xl)]);
@@ -172,43 +187,47 @@ mod tests {
         a.release_committed();
         assert_eq!(a.held_blocks(), yl, "y's free has not committed");
         a.check_held().unwrap();
+        a.check_counts().unwrap();
         let mut got = Vec::new();
         while let Some((t, n)) = a.alloc_blocks(&mut dev, x, 8).unwrap() {
-            assert!(t + n <= y || t >= y + yl, "block {t}+{n} of y reused before its free committed");
-            got.push(t);
-            if got.len() == 4 {
-                break;
-            }
+            got.push((t, n));
         }
-        assert_eq!(got[0], x, "x's free committed: its blocks are the goal's again");
+        assert_eq!(got.iter().map(|g| g.1).sum::<u64>(), xl, "x's blocks, and only them");
+        assert!(got.iter().all(|&(t, n)| t >= x && t + n <= x + xl), "{got:?}");
         a.check_held().unwrap();
         assert_eq!(a.take_freed(), vec![(y, yl)]);
         a.release_committed();
         assert_eq!(a.held_blocks(), 0);
+        assert_eq!(a.alloc_blocks(&mut dev, y, yl).unwrap(), Some((y, yl)));
         a.check_counts().unwrap();
     }
 
     #[test]
-    fn commit_time_metadata_may_reuse_held_blocks() {
+    fn commit_time_metadata_may_reuse_held_blocks_when_nothing_else_is_free() {
         let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
         a.set_hold_freed(true);
-        let (s, l) = a.alloc_blocks(&mut dev, 1, 16).unwrap().unwrap();
+        let runs = fill(&mut dev, &mut a);
+        let (s, l) = runs[5];
         a.free_blocks(&mut dev, s, l).unwrap();
+        assert_eq!(a.alloc_blocks(&mut dev, s, 4).unwrap(), None);
         a.set_reuse_held(true);
         let (t, n) = a.alloc_blocks(&mut dev, s, 4).unwrap().unwrap();
         a.set_reuse_held(false);
         assert_eq!((t, n), (s, 4));
         assert_eq!(a.held_blocks(), l - 4);
         a.check_held().unwrap();
+        a.check_counts().unwrap();
     }
 
     #[test]
     fn without_a_journal_nothing_is_held() {
         let (mut dev, mut a) = fresh(16 << 20, 1024, AllocPolicy::default());
-        let (s, l) = a.alloc_blocks(&mut dev, 1, 16).unwrap().unwrap();
+        let runs = fill(&mut dev, &mut a);
+        let (s, l) = runs[2];
         a.free_blocks(&mut dev, s, l).unwrap();
         assert_eq!(a.held_blocks(), 0);
         assert!(a.take_freed().is_empty());
         assert_eq!(a.alloc_blocks(&mut dev, s, 4).unwrap().unwrap().0, s);
+        a.check_counts().unwrap();
     }
 }

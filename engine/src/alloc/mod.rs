@@ -14,6 +14,7 @@
 pub mod block;
 pub mod held;
 pub mod inode;
+pub mod mballoc;
 pub mod orlov;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +30,7 @@ use crate::format::group_desc::{DescChecksum, GroupDesc, BG_BLOCK_UNINIT, BG_INO
 use crate::format::GroupIndex;
 
 pub use inode::InodeGrant;
+pub use mballoc::{AllocRequest, MbStats};
 
 /// Allocation state of a mounted filesystem.
 #[derive(Clone, Debug)]
@@ -69,6 +71,12 @@ pub struct Allocator {
     bitmap_checksum: BitmapChecksum,
     /// Runs allocated and group pieces freed (mballoc's work per call).
     block_calls: u64,
+    /// mballoc's free runs per group, built when the bitmap loads.
+    buddies: Vec<Option<mballoc::buddy::GroupBuddy>>,
+    pa: mballoc::prealloc::Preallocations,
+    /// Where the last stream allocation went (s_mb_last_group).
+    stream_last_group: GroupIndex,
+    mb_stats: MbStats,
 }
 
 /// The allocator's CPU work so far, for the simulator's cost model.
@@ -131,6 +139,10 @@ impl Allocator {
             freed: Vec::new(),
             bitmap_checksum: BitmapChecksum::default(),
             block_calls: 0,
+            buddies: vec![None; n],
+            pa: Default::default(),
+            stream_last_group: 0,
+            mb_stats: MbStats::default(),
         }
     }
 
@@ -256,6 +268,7 @@ impl Allocator {
             bm.track_checksum(s, self.geo.clusters_per_group(), self.bitmap_checksum);
         }
         self.block_bitmaps[g as usize] = Some(bm);
+        self.buddies[g as usize] = self.build_buddy(g);
         Ok(())
     }
 
@@ -354,7 +367,7 @@ impl Allocator {
                 }
             }
         }
-        Ok(())
+        self.check_buddies()
     }
 }
 

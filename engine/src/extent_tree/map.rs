@@ -122,6 +122,22 @@ impl ExtentMap {
         Some(r.physical.saturating_sub(l - lblk))
     }
 
+    /// The last mapped block before `lblk`: (logical, physical).
+    pub fn left_of(&self, lblk: u64) -> Option<(u64, BlockNumber)> {
+        let (&l, r) = self.runs.range(..lblk).next_back()?;
+        let last = (l + r.len).min(lblk) - 1;
+        Some((last, r.physical + (last - l)))
+    }
+
+    /// The first mapped block at or after `lblk`: (logical, physical).
+    pub fn right_of(&self, lblk: u64) -> Option<(u64, BlockNumber)> {
+        if let Some(p) = self.lookup(lblk) {
+            return Some((lblk, p.physical));
+        }
+        let (&l, r) = self.runs.range(lblk..).next()?;
+        Some((l, r.physical))
+    }
+
     /// Splits the run holding `pos` so that a run starts exactly at `pos`.
     fn split_at(&mut self, pos: u64) {
         let Some((&l, r)) = self.runs.range(..pos).next_back() else { return };

@@ -19,6 +19,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
+use crate::alloc::AllocRequest;
 use crate::device::BlockDevice;
 use crate::error::Result;
 use crate::extent_status::ExtentStatusTree;
@@ -130,7 +131,8 @@ impl<D: BlockDevice> Ctx<D> {
         let bits = self.cluster_bits();
         let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
         if bits == 0 {
-            return self.alloc.alloc_blocks(&mut self.dev, goal, end - l);
+            let req = self.alloc_request(ino, node, l..end, goal, regular);
+            return self.alloc.allocate(&mut self.dev, &req);
         }
         let ratio = 1u64 << bits;
         let first = l >> bits << bits;
@@ -144,9 +146,26 @@ impl<D: BlockDevice> Ctx<D> {
             last -= ratio;
         }
         let goal = self.geo.cluster_start(goal);
-        let Some((p, got)) = self.alloc.alloc_blocks(&mut self.dev, goal, last - first)? else { return Ok(None) };
+        let req = self.alloc_request(ino, node, first..last, goal, regular);
+        let Some((p, got)) = self.alloc.allocate(&mut self.dev, &req)? else { return Ok(None) };
         debug_assert!(got >= ratio && got % ratio == 0);
         Ok(Some((p + (l - first), end.min(first + got) - l)))
+    }
+
+    /// What mballoc is asked for the blocks `range` of `node`.
+    fn alloc_request(&self, ino: InodeNumber, node: &Node, range: Range<u64>, goal: BlockNumber, regular: bool) -> AllocRequest {
+        AllocRequest {
+            ino,
+            logical: range.start,
+            len: range.end - range.start,
+            goal,
+            data: regular,
+            open_for_write: self.writers.contains(&ino),
+            no_normalize: self.no_normalize,
+            isize_blocks: node.disk.size.div_ceil(self.bs()),
+            left: node.map.left_of(range.start),
+            right: node.map.right_of(range.end),
+        }
     }
 
     /// Unmaps `range` of `node` and frees what it held: whole clusters

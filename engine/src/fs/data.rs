@@ -109,6 +109,7 @@ impl<D: BlockDevice> Ctx<D> {
     /// Blocks `range` leave the file: cached data dropped (dirty or not),
     /// delayed extents and their reservation released, mapped blocks freed.
     pub fn discard_blocks(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
+        self.alloc.discard_inode_preallocations(ino);
         self.pages.invalidate(ino, range.clone());
         let reserved_before = self.reserved_in(node, range.clone());
         node.es.remove_delayed(range.clone());

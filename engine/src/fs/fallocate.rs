@@ -105,7 +105,11 @@ impl<D: BlockDevice> Ext4<D> {
         if grows {
             ctx.zero_past_eof(ino, node, node.disk.size, end)?;
         }
-        ctx.map_range(ino, node, span, true)?;
+        // ext4_alloc_file_blocks: a range one extent holds is not widened.
+        ctx.no_normalize = span.end - span.start <= u64::from(crate::format::extent::MAX_UNWRITTEN_LEN);
+        let mapped = ctx.map_range(ino, node, span, true);
+        ctx.no_normalize = false;
+        mapped?;
         if grows {
             node.disk.size = end;
             node.disksize = None;
@@ -218,6 +222,7 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     fn insert(&mut self, ino: InodeNumber, offset: u64, len: u64) -> Result<(), Errno> {
+        self.ctx.alloc.discard_inode_preallocations(ino);
         let size = self.check_shift(ino, offset, len)?;
         if offset >= size {
             return Err(Errno::EINVAL);

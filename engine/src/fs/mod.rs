@@ -73,7 +73,6 @@ pub mod locks;
 mod memory;
 mod namespace;
 mod node;
-pub mod not_modelled;
 mod orphan;
 mod resolve;
 mod seek;
@@ -86,6 +85,8 @@ mod writeback;
 mod writepages;
 #[cfg(test)]
 mod data_path_tests;
+#[cfg(test)]
+mod placement_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -167,6 +168,11 @@ pub(crate) struct Ctx<D: BlockDevice> {
     /// joined to the caller's bytes), kept between ops so a large write does
     /// not allocate and fault in fresh pages every time.
     scratch: Vec<u8>,
+    /// Inodes open for writing (inode_is_open_for_write): by a descriptor
+    /// slot or by the op running; mballoc gives them stream windows.
+    pub(crate) writers: std::collections::BTreeSet<InodeNumber>,
+    /// The running op asks mballoc not to widen (EXT4_GET_BLOCKS_NO_NORMALIZE).
+    pub(crate) no_normalize: bool,
 }
 
 impl<D: BlockDevice> Ctx<D> {
@@ -260,9 +266,6 @@ impl<D: BlockDevice> Ext4<D> {
     /// default bounded allocator (the simulator's pressure model, tests).
     pub fn mount_with_memory(mut dev: D, config: &MountConfig, memory: Box<dyn FolioAllocator>) -> Result<Self> {
         let mount = config.validate().map_err(|e| Error::InvalidArgument(format!("mount options: {e}")))?;
-        if let Some(why) = not_modelled::unmodelled_option(config) {
-            return Err(Error::InvalidArgument(format!("mount options: {why}")));
-        }
         let replayed = Self::recover(&mut dev)?.is_some();
         let img = Image::open(dev)?;
         let sb = img.superblock().clone();
@@ -345,6 +348,8 @@ impl<D: BlockDevice> Ext4<D> {
             clock_ticks: 0,
             next_generation: 0,
             scratch: Vec::new(),
+            writers: Default::default(),
+            no_normalize: false,
         };
         let timers = timers::Timers::new(ctx.dev.now_ns());
         let mut fs = Ext4 {
@@ -477,6 +482,8 @@ impl<D: BlockDevice> Ext4<D> {
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,
             scratch: Vec::new(),
+            writers: Default::default(),
+            no_normalize: false,
         };
         Ext4 {
             ctx,

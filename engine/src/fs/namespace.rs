@@ -407,6 +407,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         self.ctx.writable()?;
         self.may_write(ino, append)?;
+        self.ctx.writers.insert(ino);
         Ok(ino)
     }
 }

@@ -67,6 +67,11 @@ impl<D: BlockDevice> Ext4<D> {
         self.release_slot(ino)
     }
 
+    /// Whether a descriptor slot holds `ino` open.
+    pub(crate) fn slots_hold(&self, ino: InodeNumber) -> bool {
+        self.slots.values().any(|&i| i == ino)
+    }
+
     pub(crate) fn slot_file(&self, slot: u8) -> std::result::Result<InodeNumber, Errno> {
         self.slots.get(&slot).copied().ok_or(Errno::EBADF)
     }

@@ -118,8 +118,11 @@ pub struct PageCache {
     /// memory only (the simulated bound counts folios, not these).
     spare: BTreeMap<u8, Vec<Vec<u8>>>,
     spare_bytes: usize,
-    /// Inodes with a dirty folio: a sync visits these, not every mapping.
-    dirty_inodes: BTreeSet<InodeNumber>,
+    /// Inodes with a dirty folio, each with when it became dirty (a
+    /// counter): a sync visits these, oldest first, as write-back walks
+    /// its dirty list (mballoc's preallocations make the order show).
+    dirty_inodes: BTreeMap<InodeNumber, u64>,
+    dirtied: u64,
     /// Folios locked across a sleep ([`locked`]), and who reached them.
     locked: Vec<locked::LockedFolios>,
     locked_touches: Vec<String>,
@@ -146,6 +149,7 @@ impl Clone for PageCache {
             spare: BTreeMap::new(),
             spare_bytes: 0,
             dirty_inodes: self.dirty_inodes.clone(),
+            dirtied: self.dirtied,
             locked: self.locked.clone(),
             locked_touches: Vec::new(),
         }
@@ -169,7 +173,8 @@ impl PageCache {
             stats: PageCacheStats::default(),
             spare: BTreeMap::new(),
             spare_bytes: 0,
-            dirty_inodes: BTreeSet::new(),
+            dirty_inodes: BTreeMap::new(),
+            dirtied: 0,
             locked: Vec::new(),
             locked_touches: Vec::new(),
         }
@@ -350,7 +355,7 @@ impl PageCache {
         if let Some(f) = m.folios.get_mut(&index) {
             f.set_dirty(i);
             m.dirty.insert(index);
-            self.dirty_inodes.insert(ino);
+            self.note_dirty(ino);
         }
     }
 
@@ -395,10 +400,19 @@ impl PageCache {
         self.mappings.get(&ino).is_some_and(|m| !m.dirty.is_empty())
     }
 
-    /// Inodes with dirty blocks, in inode order.
+    /// Inodes with dirty blocks, the longest dirty first.
     pub fn dirty_inodes(&self) -> Vec<InodeNumber> {
-        debug_assert!(self.mappings.iter().all(|(i, m)| m.dirty.is_empty() != self.dirty_inodes.contains(i)), "the dirty-inode set drifted from the mappings");
-        self.dirty_inodes.iter().copied().collect()
+        debug_assert!(self.mappings.iter().all(|(i, m)| m.dirty.is_empty() != self.dirty_inodes.contains_key(i)), "the dirty-inode set drifted from the mappings");
+        let mut by_age: Vec<(u64, InodeNumber)> = self.dirty_inodes.iter().map(|(&i, &at)| (at, i)).collect();
+        by_age.sort_unstable();
+        by_age.into_iter().map(|(_, i)| i).collect()
+    }
+
+    fn note_dirty(&mut self, ino: InodeNumber) {
+        if !self.dirty_inodes.contains_key(&ino) {
+            self.dirtied += 1;
+            self.dirty_inodes.insert(ino, self.dirtied);
+        }
     }
 
     /// Dirty blocks of every mapping (for checks and tests).
@@ -616,7 +630,10 @@ impl PageCache {
                 f.set_dirty(i);
             }
             m.dirty.insert(index);
-            self.dirty_inodes.insert(ino);
+            if !self.dirty_inodes.contains_key(&ino) {
+                self.dirtied += 1;
+                self.dirty_inodes.insert(ino, self.dirtied);
+            }
             f.stamp = self.lru.touch(f.stamp, (ino, index));
             at = to;
         }

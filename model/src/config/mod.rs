@@ -45,7 +45,8 @@ pub struct AllocPolicy {
     /// Requests up to this many blocks use the per-CPU locality-group
     /// preallocation; larger ones are streams (mb_stream_req). Default: 16.
     pub stream_request_blocks: u32,
-    /// Size of a locality-group preallocation in blocks (mb_group_prealloc). Default: 512.
+    /// Size of a locality-group preallocation in blocks (mb_group_prealloc).
+    /// Default: 512; 0 turns locality-group preallocation off, as in ext4.
     pub group_prealloc_blocks: u32,
 }
 
@@ -236,9 +237,6 @@ impl MountConfig {
         }
         if self.alloc.stream_request_blocks == 0 {
             return Err(ConfigError::AllocKnobZero("stream_request_blocks"));
-        }
-        if self.alloc.group_prealloc_blocks == 0 {
-            return Err(ConfigError::AllocKnobZero("group_prealloc_blocks"));
         }
         let page_cache_mb = self.page_cache_mb.unwrap_or(DEFAULT_PAGE_CACHE_MB);
         if !PAGE_CACHE_MB_RANGE.contains(&page_cache_mb) {

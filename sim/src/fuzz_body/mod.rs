@@ -96,7 +96,7 @@ pub fn lockstep_ops(data: &[u8]) {
     use ext4_engine::device::BlockDevice;
     let mut u = Unstructured::new(data);
     let Ok(mut config) = mount_config(&mut u) else { return };
-    if config.validate().is_err() || ext4_engine::fs::not_modelled::unmodelled_option(&config).is_some() {
+    if config.validate().is_err() {
         return;
     }
     config.read_only = false;

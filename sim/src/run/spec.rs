@@ -116,9 +116,6 @@ impl RunSpec {
     /// Says why a spec cannot run, if it cannot.
     pub fn validate(&self) -> Result<(), String> {
         self.mount.validate().map_err(|e| format!("mount options refused (EINVAL): {e}"))?;
-        if let Some(why) = ext4_engine::fs::not_modelled::unmodelled_option(&self.mount) {
-            return Err(format!("mount options refused (EINVAL): {why}"));
-        }
         self.faults.validate().map_err(|e| format!("faults: {e}"))?;
         check_tasks(self.tasks)?;
         check_disk_bytes(self.disk_bytes)?;
