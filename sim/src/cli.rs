@@ -119,10 +119,27 @@ pub enum Command {
         args: RunArgs,
     },
     /// The allocation layout of any ext4 image (the engine's, mke2fs's or
-    /// a kernel's): where directories and files went, non-contiguous counts
-    /// as e2fsck counts them, and a row per group.
+    /// a kernel's), or of a canonical workload the engine runs from a fresh
+    /// mkfs (--seed and --workload): where directories and files went,
+    /// non-contiguous counts as e2fsck counts them, and a row per group.
     Layout {
-        image: PathBuf,
+        /// An image to read (opened read-only).
+        #[arg(required_unless_present = "workload")]
+        image: Option<PathBuf>,
+        /// Run this workload instead: tree-copy, stream, small-files, fill, ageing.
+        #[arg(long, conflicts_with = "image", requires = "seed")]
+        workload: Option<String>,
+        #[arg(long)]
+        seed: Option<u64>,
+        /// The workload's size (1 = a few seconds).
+        #[arg(long, default_value_t = 1)]
+        scale: u32,
+        /// Mount options for the workload's filesystem.
+        #[arg(long, default_value = "")]
+        mount: String,
+        /// Disk size for the workload (default: several flex groups at its block size).
+        #[arg(long, value_parser = parse_size)]
+        disk_size: Option<u64>,
         /// Also draw the groups as a map (SVG) into this file.
         #[arg(long)]
         svg: Option<PathBuf>,
@@ -304,11 +321,25 @@ fn run_cli<F: TargetFactory + Sync>(factory: &F, cli: Cli) -> Result<bool, Strin
             Ok(r.failure.is_none())
         }
         Command::Bench { what, runs, lockstep_ops, seeds, dd_mib } => bench(factory, &what, runs, lockstep_ops, seeds, dd_mib),
-        Command::Layout { image, svg } => {
-            let (text, table) = layout_text(&image)?;
+        Command::Layout { image, workload, seed, scale, mount, disk_size, svg } => {
+            let (title, text, table) = match (image, workload, seed) {
+                (Some(image), _, _) => {
+                    let (text, table) = layout_text(&image)?;
+                    (image.display().to_string(), text, table)
+                }
+                (None, Some(w), Some(seed)) => {
+                    let mount: ext4_model::MountConfig = mount.parse().map_err(|e| format!("--mount: {e}"))?;
+                    let disk_bytes = disk_size.unwrap_or_else(|| crate::layout_run::LayoutRun::default_disk_bytes(&mount));
+                    let run = crate::layout_run::LayoutRun { workload: crate::workloads::Workload::parse(&w)?, seed, scale, mount, disk_bytes };
+                    let (mut image, made) = run.run()?;
+                    let (text, table) = crate::layout_run::report(&run.title(), &mut image, Some(&made))?;
+                    (run.title(), text, table)
+                }
+                _ => return Err("layout needs an IMAGE, or --workload with --seed".into()),
+            };
             print!("{text}");
             if let Some(path) = svg {
-                let map = crate::layout_svg::render(&image.display().to_string(), &table);
+                let map = crate::layout_svg::render(&title, &table);
                 std::fs::write(&path, map).map_err(|e| format!("{}: {e}", path.display()))?;
                 println!("map         {}", path.display());
             }
@@ -443,25 +474,9 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
 
 /// `ext4sim layout IMAGE`: opened read-only, never replayed or changed.
 fn layout_text(path: &std::path::Path) -> Result<(String, ext4_engine::layout::groups::GroupTable), String> {
-    use ext4_engine::layout::{groups::GroupTable, LayoutReport};
     let dev = ext4_engine::device_file::FileDevice::open(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut image = ext4_engine::image::Image::open(dev).map_err(|e| format!("{}: {e}", path.display()))?;
-    let layout = LayoutReport::read(&mut image).map_err(|e| format!("{}: {e}", path.display()))?;
-    let table = GroupTable::read(&mut image, &layout).map_err(|e| format!("{}: {e}", path.display()))?;
-    let geo = image.geometry();
-    let (files, dirs) = layout.noncontiguous();
-    let mut out = format!("layout of {}
-", path.display());
-    out += &format!("  block size {}, {} blocks per cluster, {} inodes per group
-", geo.block_size, geo.cluster_ratio(), geo.inodes_per_group);
-    for line in layout.to_string().lines() {
-        out += &format!("  {line}
-");
-    }
-    out += &format!("  non-contiguous (as e2fsck counts): {files} files, {dirs} directories
-");
-    out += &table.to_string();
-    Ok((out, table))
+    crate::layout_run::report(&path.display().to_string(), &mut image, None)
 }
 
 fn bench_dd(total: u64) -> bool {
