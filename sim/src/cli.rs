@@ -154,7 +154,8 @@ pub enum Command {
     OracleExec { dir: PathBuf },
     /// Benchmarks: engine vs e2fsprogs (mkfs, populate, fsck), lockstep throughput, and the LBS dd table.
     Bench {
-        /// Which: e2fsprogs, lockstep, bitmap-checksum, dd, or all.
+        /// Which: e2fsprogs, lockstep, bitmap-checksum, dd, fsck (the 2009
+        /// BLOCK_UNINIT experiment), or all.
         #[arg(long, default_value = "all")]
         what: String,
         /// Runs per figure (median is reported).
@@ -435,8 +436,8 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
 }
 
 fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u64, seeds: u64, dd_mib: u64) -> Result<bool, String> {
-    if !["all", "e2fsprogs", "lockstep", "bitmap-checksum", "dd"].contains(&what) {
-        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep, bitmap-checksum, dd or all"));
+    if !["all", "e2fsprogs", "lockstep", "bitmap-checksum", "dd", "fsck"].contains(&what) {
+        return Err(format!("unknown benchmark `{what}`: use e2fsprogs, lockstep, bitmap-checksum, dd, fsck or all"));
     }
     if what == "dd" && dd_mib == 0 {
         return Err("--dd-mib 0: each cell must write something".into());
@@ -459,6 +460,9 @@ fn bench<F: TargetFactory>(factory: &F, what: &str, runs: usize, lockstep_ops: u
     if what == "all" || what == "dd" {
         ok &= bench_dd(dd_mib.max(1) << 20);
     }
+    if what == "all" || what == "fsck" {
+        ok &= bench_fsck();
+    }
     if what == "all" || what == "lockstep" {
         println!("lockstep throughput (ram profile, host time)");
         match crate::bench::bench_lockstep(factory, runs, lockstep_ops, seeds) {
@@ -477,6 +481,29 @@ fn layout_text(path: &std::path::Path) -> Result<(String, ext4_engine::layout::g
     let dev = ext4_engine::device_file::FileDevice::open(path, false).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut image = ext4_engine::image::Image::open(dev).map_err(|e| format!("{}: {e}", path.display()))?;
     crate::layout_run::report(&path.display().to_string(), &mut image, None)
+}
+
+/// The 2009 experiment (`sim/src/bench/fsck.rs`).
+fn bench_fsck() -> bool {
+    const SCALE: u32 = 40;
+    const DISK: u64 = 80 << 30;
+    println!("fsck after tree-copy (scale {SCALE}) on a {} GiB hdd-5400 disk, simulated time per e2fsck pass's reads", DISK >> 30);
+    match crate::bench::fsck::bench_fsck(SCALE, DISK) {
+        Ok(rows) => {
+            rows.iter().for_each(|r| println!("{}", r.line()));
+            let (skip, used) = (&rows[0], &rows[1]);
+            let ratio = skip.pass2.ns as f64 / used.pass2.ns.max(1) as f64;
+            println!(
+                "  pass 2, skipping BLOCK_UNINIT groups / using them: {ratio:.2}x (2009, 80 GB: 21.16 s / 6.54 s = 3.24x); groups in use {} vs {} (2009: 14 more when using them)",
+                skip.groups_in_use, used.groups_in_use
+            );
+            true
+        }
+        Err(e) => {
+            println!("  failed: {e}");
+            false
+        }
+    }
 }
 
 fn bench_dd(total: u64) -> bool {
