@@ -138,6 +138,13 @@ impl Allocator {
 
     /// Checks every loaded buddy against a rebuild from the bitmaps.
     pub fn check_buddies(&self) -> std::result::Result<(), String> {
+        // A preallocated cluster is free on disk and not held.
+        for (g, ranges) in self.pa.reserved() {
+            let view = self.held.get(&g).or(self.block_bitmaps[g as usize].as_ref()).ok_or_else(|| format!("group {g}: preallocated but its bitmap is not loaded"))?;
+            if let Some(&(s, l)) = ranges.iter().find(|&&(s, l)| !view.range_is_clear(s as usize, (s + l) as usize)) {
+                return Err(format!("group {g}: preallocated clusters {s}+{l} are in use or held"));
+            }
+        }
         for g in 0..self.geo.group_count {
             let (Some(have), Some(want)) = (&self.buddies[g as usize], self.build_buddy(g)) else { continue };
             if *have != want || have.recount() != *have {
@@ -346,5 +353,47 @@ fn criterion_index(cr: Criterion) -> usize {
         Criterion::BestAvailLen => 2,
         Criterion::GoalLenSlow => 3,
         Criterion::AnyFree => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::fresh;
+    use super::*;
+    use ext4_model::AllocPolicy;
+
+    fn small_file(ino: InodeNumber, goal: BlockNumber) -> AllocRequest {
+        AllocRequest { ino, logical: 0, len: 2, goal, data: true, open_for_write: false, no_normalize: false, isize_blocks: 2, left: None, right: None }
+    }
+
+    #[test]
+    fn small_files_share_one_window_and_the_check_sees_a_cluster_taken_behind_its_back() {
+        let (mut dev, mut a) = fresh(64 << 20, 1024, AllocPolicy::default());
+        let (s1, n1) = a.allocate(&mut dev, &small_file(12, 1)).unwrap().unwrap();
+        let (s2, n2) = a.allocate(&mut dev, &small_file(13, 5000)).unwrap().unwrap();
+        assert_eq!((n1, n2), (2, 2));
+        assert_eq!(s2, s1 + 2, "the second small file, goal elsewhere, takes the locality group's next clusters");
+        assert_eq!(a.preallocated_clusters(), 512 - 4);
+        a.check_counts().unwrap();
+        // Taking a preallocated cluster without going through the window.
+        let (g, rel) = a.locate(s2 + 2);
+        a.take(g, rel, 1).unwrap();
+        let err = a.check_counts().unwrap_err();
+        assert!(err.contains("preallocated"), "{err}");
+    }
+
+    #[test]
+    fn a_full_filesystem_gives_preallocations_back_rather_than_failing() {
+        let (mut dev, mut a) = fresh(8 << 20, 1024, AllocPolicy::default());
+        a.allocate(&mut dev, &small_file(12, 1)).unwrap().unwrap();
+        assert!(a.preallocated_clusters() > 0);
+        let mut got = 0;
+        while let Some((_, n)) = a.alloc_blocks(&mut dev, 1, 256).unwrap() {
+            got += n;
+        }
+        assert_eq!(a.totals().free_blocks, 0, "every cluster handed out, {got} as metadata");
+        assert_eq!(a.preallocated_clusters(), 0);
+        assert_eq!(a.mb_stats().enospc_discards, 1);
+        a.check_counts().unwrap();
     }
 }
