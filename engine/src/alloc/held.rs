@@ -48,12 +48,55 @@ impl Allocator {
 
     /// Every transaction that freed held blocks committed: reusable now.
     pub fn release_held(&mut self) {
-        let groups: Vec<GroupIndex> = self.held.keys().copied().collect();
+        let before = self.held_runs_by_group();
         self.held.clear();
         self.held_clusters = 0;
         self.freed.clear();
-        for g in groups {
-            self.rebuild_buddy(g);
+        self.unhold_in_buddies(before);
+    }
+
+    /// Per group with a held view, its held clusters as runs.
+    fn held_runs_by_group(&self) -> Vec<(GroupIndex, Vec<(u32, u32)>)> {
+        self.held.keys().map(|&g| (g, self.held_runs(g))).collect()
+    }
+
+    /// Runs of clusters in group `g` that are free on disk but held.
+    fn held_runs(&self, g: GroupIndex) -> Vec<(u32, u32)> {
+        let (Some(view), Some(Some(real))) = (self.held.get(&g), self.block_bitmaps.get(g as usize)) else { return Vec::new() };
+        let len = self.geo.group_clusters(g) as usize;
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for (i, (v, r)) in view.as_bytes().iter().zip(real.as_bytes()).enumerate() {
+            let mut held = v & !r;
+            while held != 0 {
+                let bit = held.trailing_zeros() as usize;
+                held &= held - 1;
+                let c = i * 8 + bit;
+                if c >= len {
+                    break;
+                }
+                match runs.last_mut() {
+                    Some((s, n)) if (*s + *n) as usize == c => *n += 1,
+                    _ => runs.push((c as u32, 1)),
+                }
+            }
+        }
+        runs
+    }
+
+    /// mballoc's view after holds ended: what was held is free, except
+    /// what is held again.
+    fn unhold_in_buddies(&mut self, before: Vec<(GroupIndex, Vec<(u32, u32)>)>) {
+        for (g, runs) in before {
+            let again = self.held_runs(g);
+            let Some(b) = self.buddies[g as usize].as_mut() else { continue };
+            for (s, n) in runs {
+                let ok = b.mark_free(s, n);
+                debug_assert!(ok, "group {g}: held clusters {s}+{n} were free to mballoc");
+            }
+            for (s, n) in again {
+                let ok = b.mark_used(s, n);
+                debug_assert!(ok, "group {g}: clusters {s}+{n} held again were not free");
+            }
         }
     }
 
@@ -61,15 +104,13 @@ impl Allocator {
     /// reusable. Those freed since it closed (still listed for the running
     /// transaction's revokes) stay held until that one commits.
     pub fn release_committed(&mut self) {
-        let groups: Vec<GroupIndex> = self.held.keys().copied().collect();
+        let before = self.held_runs_by_group();
         self.held.clear();
         self.held_clusters = 0;
         for (start, len) in self.freed.clone() {
             self.hold_again(start, len);
         }
-        for g in groups {
-            self.rebuild_buddy(g);
-        }
+        self.unhold_in_buddies(before);
     }
 
     /// Holds `start..start + len` (free in the bitmaps) once more.

@@ -268,7 +268,8 @@ impl Allocator {
             bm.track_checksum(s, self.geo.clusters_per_group(), self.bitmap_checksum);
         }
         self.block_bitmaps[g as usize] = Some(bm);
-        self.buddies[g as usize] = self.build_buddy(g);
+        // A group just loaded has nothing held or preallocated yet.
+        self.buddies[g as usize] = self.build_buddy(g, &Default::default());
         Ok(())
     }
 

@@ -110,8 +110,9 @@ impl Allocator {
         (g, ((b - self.geo.group_first_block(g)) >> self.geo.cluster_bits) as u32)
     }
 
-    /// The buddy of group `g` from its allocation view and preallocations.
-    pub(super) fn build_buddy(&self, g: GroupIndex) -> Option<GroupBuddy> {
+    /// The buddy of group `g` from its allocation view and `reserved`
+    /// (the preallocations' ranges).
+    pub(super) fn build_buddy(&self, g: GroupIndex, reserved: &prealloc::Reserved) -> Option<GroupBuddy> {
         let view = self.held.get(&g).or(self.block_bitmaps[g as usize].as_ref())?;
         let len = self.geo.group_clusters(g) as usize;
         let mut b = GroupBuddy::new(self.top_order());
@@ -121,32 +122,24 @@ impl Allocator {
             b.mark_free(s as u32, (e - s) as u32);
             at = e;
         }
-        if let Some(ranges) = self.pa.reserved().get(&g) {
-            for &(s, l) in ranges {
-                b.mark_used(s, l);
-            }
+        for &(s, l) in reserved.get(&g).map_or(&[][..], Vec::as_slice) {
+            b.mark_used(s, l);
         }
         Some(b)
-    }
-
-    /// Rebuilds group `g`'s buddy (after the held view changed wholesale).
-    pub(super) fn rebuild_buddy(&mut self, g: GroupIndex) {
-        if self.block_bitmaps[g as usize].is_some() {
-            self.buddies[g as usize] = self.build_buddy(g);
-        }
     }
 
     /// Checks every loaded buddy against a rebuild from the bitmaps.
     pub fn check_buddies(&self) -> std::result::Result<(), String> {
         // A preallocated cluster is free on disk and not held.
-        for (g, ranges) in self.pa.reserved() {
+        let reserved = self.pa.reserved();
+        for (&g, ranges) in &reserved {
             let view = self.held.get(&g).or(self.block_bitmaps[g as usize].as_ref()).ok_or_else(|| format!("group {g}: preallocated but its bitmap is not loaded"))?;
             if let Some(&(s, l)) = ranges.iter().find(|&&(s, l)| !view.range_is_clear(s as usize, (s + l) as usize)) {
                 return Err(format!("group {g}: preallocated clusters {s}+{l} are in use or held"));
             }
         }
         for g in 0..self.geo.group_count {
-            let (Some(have), Some(want)) = (&self.buddies[g as usize], self.build_buddy(g)) else { continue };
+            let (Some(have), Some(want)) = (&self.buddies[g as usize], self.build_buddy(g, &reserved)) else { continue };
             if *have != want || have.recount() != *have {
                 return Err(format!("group {g}: mballoc's free runs disagree with the bitmap, held and preallocated clusters"));
             }
