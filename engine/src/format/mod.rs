@@ -9,6 +9,7 @@ pub mod bitmap;
 pub(crate) mod bytes;
 pub mod checksum;
 pub mod dirent;
+pub mod dx;
 pub mod extent;
 pub mod features;
 pub mod geometry;
