@@ -82,8 +82,9 @@ fn write_entries(b: &mut [u8], at: usize, entries: &[DxEntry], csum: bool) -> Re
     if entries.is_empty() || entries.len() > lim {
         return Err(format!("{} dx entries, a block holds 1..={lim}", entries.len()));
     }
-    put_le16(b, at, lim as u16);
-    put_le16(b, at + 2, entries.len() as u16);
+    let narrow = |n: usize| u16::try_from(n).map_err(|_| format!("{n} dx entries do not fit a 16-bit count"));
+    put_le16(b, at, narrow(lim)?);
+    put_le16(b, at + 2, narrow(entries.len())?);
     put_le32(b, at + 4, entries[0].block);
     for (i, e) in entries.iter().enumerate().skip(1) {
         put_le32(b, at + i * ENTRY_LEN, e.hash);
