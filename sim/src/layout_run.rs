@@ -43,7 +43,13 @@ impl LayoutRun {
 
     /// mkfs, mount, run the workload, unmount: the image and what it made.
     pub fn run(&self) -> Result<(Image<SimDisk>, Made), String> {
-        let profile = DiskProfile::builtin("ram").ok_or("no ram disk profile")?;
+        self.run_on("ram")
+    }
+
+    /// [`LayoutRun::run`] on a disk of the named profile (its clock then
+    /// times what is read from the image).
+    pub fn run_on(&self, profile: &str) -> Result<(Image<SimDisk>, Made), String> {
+        let profile = DiskProfile::builtin(profile).ok_or_else(|| format!("no disk profile {profile:?}"))?;
         let mut disk = SimDisk::new(self.disk_bytes, profile, self.seed, FaultConfig::NONE).map_err(|e| format!("disk: {e}"))?;
         let opts = MkfsOptions::for_mount(&self.mount, self.disk_bytes, [0x42; 16], [0x17; 16], crate::run::spec::SIM_EPOCH_SECS);
         mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;

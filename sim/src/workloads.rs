@@ -88,11 +88,16 @@ impl Writer<'_> {
         Ok(())
     }
 
+    fn create(&mut self, path: &str) -> Result<(), String> {
+        self.fs.create(path, 0o644).map_err(|e| format!("create {path}: {e:?}"))?;
+        self.made.files.push(path.to_string());
+        Ok(())
+    }
+
     /// Creates `path` and writes `size` bytes in chunks; Ok(false) on ENOSPC
     /// (the file stays, as far as it got).
     fn file(&mut self, path: &str, size: u64, chunk: u64) -> Result<bool, String> {
-        self.fs.create(path, 0o644).map_err(|e| format!("create {path}: {e:?}"))?;
-        self.made.files.push(path.to_string());
+        self.create(path)?;
         self.data_seed += 1;
         let mut at = 0;
         while at < size {
@@ -129,11 +134,9 @@ fn tree_copy(w: &mut Writer, rng: &mut ChaCha8Rng, scale: u32) -> Result<(), Str
     // Depth first, as rsync walks: a directory's files, then its subdirectories.
     let mut stack: Vec<(String, u32)> = (0..4 * scale).map(|i| (format!("/top{i}"), 0)).collect();
     stack.reverse();
-    let mut n = 0;
     while let Some((dir, depth)) = stack.pop() {
         w.mkdir(&dir)?;
         for f in 0..rng.random_range(2..10u32) {
-            n += 1;
             w.file(&format!("{dir}/f{f}"), tree_file_size(rng), CHUNK)?;
         }
         if depth < 3 {
@@ -143,19 +146,16 @@ fn tree_copy(w: &mut Writer, rng: &mut ChaCha8Rng, scale: u32) -> Result<(), Str
             }
         }
     }
-    let _ = n;
     Ok(())
 }
 
 fn stream(w: &mut Writer, rng: &mut ChaCha8Rng, scale: u32) -> Result<(), String> {
     w.mkdir("/video")?;
-    w.fs.create("/video/log", 0o644).map_err(|e| format!("create log: {e:?}"))?;
-    w.made.files.push("/video/log".into());
+    w.create("/video/log")?;
     let mut log_at = 0u64;
     for i in 0..2 * scale {
         let path = format!("/video/clip{i}");
-        w.fs.create(&path, 0o644).map_err(|e| format!("create {path}: {e:?}"))?;
-        w.made.files.push(path.clone());
+        w.create(&path)?;
         let mib = rng.random_range(8..24u64);
         for m in 0..mib {
             w.fs.write(&path, m << 20, &pattern(i as u64 * 1000 + m, 1 << 20)).map_err(|e| format!("write {path}: {e:?}"))?;

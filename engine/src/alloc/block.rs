@@ -27,7 +27,7 @@ type FreeRun = (u32, u32);
 type Scan = (Option<FreeRun>, Option<FreeRun>);
 
 /// Groups per flex from which ext4 keeps the first for directories.
-const FLEX_SIZE_DIR_ALLOC_SCHEME: u32 = 4;
+pub(super) const FLEX_SIZE_DIR_ALLOC_SCHEME: u32 = 4;
 
 impl Allocator {
     /// The first block of the group a new inode's data should aim for.
@@ -122,12 +122,9 @@ impl Allocator {
         if want == 0 || self.free_clusters == 0 {
             return Ok(None);
         }
-        let geo_first = u64::from(self.geo.first_data_block);
-        let goal = goal.clamp(geo_first, self.geo.blocks_count - 1);
-        let g0 = self.geo.group_of_block(goal).unwrap_or(0);
+        let (g0, goal_off) = self.locate(goal);
         let cap = want.min(u64::from(self.geo.clusters_per_group()));
         let n = self.geo.group_count;
-        let goal_off = ((goal - self.geo.group_first_block(g0)) >> self.geo.cluster_bits) as u32;
 
         // Exact goal: extend the file in place.
         if !self.skippable(g0) && self.descs[g0 as usize].free_blocks > 0 {

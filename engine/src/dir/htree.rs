@@ -8,7 +8,6 @@
 //! rec_len swallows the index; an interior dx node is one empty record
 //! (inode 0) spanning the whole block, with the index inside it.
 
-use crate::format::bytes::{le16, le32};
 use crate::format::dirent::{self, DirEntry, FT_DIR};
 use crate::format::InodeNumber;
 
@@ -28,8 +27,7 @@ pub fn role(lblk: usize, b: &[u8]) -> BlockRole {
     if lblk == 0 {
         return BlockRole::Root;
     }
-    let whole = dirent::rec_len_from_disk(le16(b, 4), b.len()) == b.len();
-    if le32(b, 0) == 0 && whole {
+    if crate::format::dx::is_node(b) {
         BlockRole::Interior
     } else {
         BlockRole::Leaf

@@ -114,9 +114,14 @@ pub fn parse_root(b: &[u8], csum: bool) -> Result<DxRoot, String> {
     Ok(DxRoot { dot: le32(b, 0), dotdot: le32(b, 12), hash_version: b[ROOT_INFO_AT + 4], indirect_levels: levels, entries: read_entries(b, ROOT_COUNT_AT, csum)? })
 }
 
+/// Whether `b` starts as a dx node does: an empty record spanning the block.
+pub fn is_node(b: &[u8]) -> bool {
+    le32(b, 0) == 0 && crate::format::dirent::rec_len_from_disk(le16(b, 4), b.len()) == b.len()
+}
+
 /// Parses a dx node's entries.
 pub fn parse_node(b: &[u8], csum: bool) -> Result<Vec<DxEntry>, String> {
-    if le32(b, 0) != 0 || crate::format::dirent::rec_len_from_disk(le16(b, 4), b.len()) != b.len() {
+    if !is_node(b) {
         return Err("dx node does not start with an empty record spanning the block".into());
     }
     read_entries(b, NODE_COUNT_AT, csum)

@@ -137,6 +137,14 @@ impl LayoutReport {
         self.file_extents() as f64 / files as f64
     }
 
+    /// Groups holding file data or directories.
+    pub fn groups_in_use(&self) -> usize {
+        let mut g: Vec<GroupIndex> = self.data_blocks_per_group.keys().chain(self.dirs_per_group.keys()).copied().collect();
+        g.sort_unstable();
+        g.dedup();
+        g.len()
+    }
+
     /// Regular files and directories e2fsck would call non-contiguous.
     pub fn noncontiguous(&self) -> (usize, usize) {
         let files = self.placed.iter().filter(|p| p.noncontiguous && !p.is_dir).count();

@@ -118,11 +118,8 @@ pub struct PageCache {
     /// memory only (the simulated bound counts folios, not these).
     spare: BTreeMap<u8, Vec<Vec<u8>>>,
     spare_bytes: usize,
-    /// Inodes with a dirty folio, each with when it became dirty (a
-    /// counter): a sync visits these, oldest first, as write-back walks
-    /// its dirty list (mballoc's preallocations make the order show).
-    dirty_inodes: BTreeMap<InodeNumber, u64>,
-    dirtied: u64,
+    /// Inodes with a dirty folio: a sync visits these, not every mapping.
+    dirty_inodes: DirtyInodes,
     /// Folios locked across a sleep ([`locked`]), and who reached them.
     locked: Vec<locked::LockedFolios>,
     locked_touches: Vec<String>,
@@ -133,6 +130,39 @@ const SPARE_BYTES_MAX: usize = 32 << 20;
 /// Folios a refused minimum-order request may evict before it gives up
 /// (SWAP_CLUSTER_MAX, one round of direct reclaim).
 const DIRECT_RECLAIM_BATCH: usize = 32;
+
+/// Inodes with a dirty folio, each with when it became dirty (a counter):
+/// write-back walks them oldest first, as the kernel walks its dirty list
+/// (mballoc's preallocations make the order show in where data lands).
+#[derive(Clone, Debug, Default)]
+struct DirtyInodes {
+    since: BTreeMap<InodeNumber, u64>,
+    next: u64,
+}
+
+impl DirtyInodes {
+    /// `ino` has a dirty folio; it keeps its place if it had one already.
+    fn note(&mut self, ino: InodeNumber) {
+        if !self.since.contains_key(&ino) {
+            self.next += 1;
+            self.since.insert(ino, self.next);
+        }
+    }
+
+    fn remove(&mut self, ino: InodeNumber) {
+        self.since.remove(&ino);
+    }
+
+    fn contains(&self, ino: InodeNumber) -> bool {
+        self.since.contains_key(&ino)
+    }
+
+    fn oldest_first(&self) -> Vec<InodeNumber> {
+        let mut by_age: Vec<(u64, InodeNumber)> = self.since.iter().map(|(&i, &at)| (at, i)).collect();
+        by_age.sort_unstable();
+        by_age.into_iter().map(|(_, i)| i).collect()
+    }
+}
 
 impl Clone for PageCache {
     /// A copy for a shadow mount: folio bytes are shared until written,
@@ -149,7 +179,6 @@ impl Clone for PageCache {
             spare: BTreeMap::new(),
             spare_bytes: 0,
             dirty_inodes: self.dirty_inodes.clone(),
-            dirtied: self.dirtied,
             locked: self.locked.clone(),
             locked_touches: Vec::new(),
         }
@@ -173,8 +202,7 @@ impl PageCache {
             stats: PageCacheStats::default(),
             spare: BTreeMap::new(),
             spare_bytes: 0,
-            dirty_inodes: BTreeMap::new(),
-            dirtied: 0,
+            dirty_inodes: DirtyInodes::default(),
             locked: Vec::new(),
             locked_touches: Vec::new(),
         }
@@ -355,7 +383,7 @@ impl PageCache {
         if let Some(f) = m.folios.get_mut(&index) {
             f.set_dirty(i);
             m.dirty.insert(index);
-            self.note_dirty(ino);
+            self.dirty_inodes.note(ino);
         }
     }
 
@@ -367,7 +395,7 @@ impl PageCache {
             if !f.is_dirty_any() {
                 m.dirty.remove(&index);
                 if m.dirty.is_empty() {
-                    self.dirty_inodes.remove(&ino);
+                    self.dirty_inodes.remove(ino);
                 }
             }
         }
@@ -402,17 +430,8 @@ impl PageCache {
 
     /// Inodes with dirty blocks, the longest dirty first.
     pub fn dirty_inodes(&self) -> Vec<InodeNumber> {
-        debug_assert!(self.mappings.iter().all(|(i, m)| m.dirty.is_empty() != self.dirty_inodes.contains_key(i)), "the dirty-inode set drifted from the mappings");
-        let mut by_age: Vec<(u64, InodeNumber)> = self.dirty_inodes.iter().map(|(&i, &at)| (at, i)).collect();
-        by_age.sort_unstable();
-        by_age.into_iter().map(|(_, i)| i).collect()
-    }
-
-    fn note_dirty(&mut self, ino: InodeNumber) {
-        if !self.dirty_inodes.contains_key(&ino) {
-            self.dirtied += 1;
-            self.dirty_inodes.insert(ino, self.dirtied);
-        }
+        debug_assert!(self.mappings.iter().all(|(i, m)| m.dirty.is_empty() != self.dirty_inodes.contains(*i)), "the dirty-inode set drifted from the mappings");
+        self.dirty_inodes.oldest_first()
     }
 
     /// Dirty blocks of every mapping (for checks and tests).
@@ -451,7 +470,7 @@ impl PageCache {
             if !f.is_dirty_any() {
                 m.dirty.remove(&index);
                 if m.dirty.is_empty() {
-                    self.dirty_inodes.remove(&ino);
+                    self.dirty_inodes.remove(ino);
                 }
             }
         }
@@ -462,7 +481,7 @@ impl PageCache {
         let Some(f) = m.folios.remove(&index) else { return };
         m.dirty.remove(&index);
         if m.dirty.is_empty() {
-            self.dirty_inodes.remove(&ino);
+            self.dirty_inodes.remove(ino);
         }
         self.lru.remove(f.stamp);
         self.memory.release(f.order(), f.frame);
@@ -482,7 +501,7 @@ impl PageCache {
     pub fn drop_mapping(&mut self, ino: InodeNumber) {
         self.note_touch(ino, 0..u64::MAX, "dropping the mapping");
         let Some(m) = self.mappings.remove(&ino) else { return };
-        self.dirty_inodes.remove(&ino);
+        self.dirty_inodes.remove(ino);
         for f in m.folios.into_values() {
             self.lru.remove(f.stamp);
             self.memory.release(f.order(), f.frame);
@@ -630,10 +649,7 @@ impl PageCache {
                 f.set_dirty(i);
             }
             m.dirty.insert(index);
-            if !self.dirty_inodes.contains_key(&ino) {
-                self.dirtied += 1;
-                self.dirty_inodes.insert(ino, self.dirtied);
-            }
+            self.dirty_inodes.note(ino);
             f.stamp = self.lru.touch(f.stamp, (ino, index));
             at = to;
         }

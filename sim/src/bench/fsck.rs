@@ -15,13 +15,11 @@
 
 use ext4_engine::device::{BlockDevice, IoClass};
 use ext4_engine::format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
-use ext4_engine::fs::Ext4;
-use ext4_engine::image::Image;
 use ext4_engine::layout::LayoutReport;
-use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::MountConfig;
 
-use crate::disk::{DiskProfile, FaultConfig, SimDisk};
+use crate::disk::SimDisk;
+use crate::layout_run::LayoutRun;
 use crate::workloads::Workload;
 
 /// e2fsck's inode scan buffer (EXT2_INODE_SCAN_DEFAULT_BUFFER_BLOCKS).
@@ -94,16 +92,8 @@ fn read_timed(disk: &mut SimDisk, reads: &[(u64, u64)], bs: u64) -> Result<Pass,
 pub fn run_policy(skip_block_uninit: bool, scale: u32, disk_bytes: u64) -> Result<FsckRow, String> {
     let mut mount = MountConfig::default();
     mount.alloc.skip_block_uninit = skip_block_uninit;
-    let profile = DiskProfile::builtin("hdd-5400").ok_or("no hdd-5400 profile")?;
-    let mut disk = SimDisk::new(disk_bytes, profile, 1, FaultConfig::NONE).map_err(|e| format!("disk: {e}"))?;
-    let opts = MkfsOptions::for_mount(&mount, disk_bytes, [0x42; 16], [0x17; 16], crate::run::spec::SIM_EPOCH_SECS);
-    mkfs(&mut disk, &opts).map_err(|e| format!("mkfs: {e}"))?;
-    disk.flush().map_err(|e| format!("flush: {e}"))?;
-    let mut fs = Ext4::mount(disk, &mount).map_err(|e| format!("mount: {e}"))?;
-    Workload::TreeCopy.run(&mut fs, 1, scale)?;
-    let disk = fs.unmount().map_err(|e| format!("unmount: {e}"))?;
-
-    let mut image = Image::open(disk).map_err(|e| format!("reopen: {e}"))?;
+    let run = LayoutRun { workload: Workload::TreeCopy, seed: 1, scale, mount, disk_bytes };
+    let (mut image, _) = run.run_on("hdd-5400")?;
     let layout = LayoutReport::read(&mut image).map_err(|e| format!("layout: {e}"))?;
     let geo = image.geometry().clone();
     let descs = image.group_descs().to_vec();
@@ -139,9 +129,6 @@ pub fn run_policy(skip_block_uninit: bool, scale: u32, disk_bytes: u64) -> Resul
     let pass1 = read_timed(&mut disk, &pass1, bs)?;
     let pass2 = read_timed(&mut disk, &dir_blocks.iter().map(|&b| (b, 1)).collect::<Vec<_>>(), bs)?;
     let pass5 = read_timed(&mut disk, &pass5, bs)?;
-    let mut in_use: Vec<u32> = layout.data_blocks_per_group.keys().chain(layout.dirs_per_group.keys()).copied().collect();
-    in_use.sort_unstable();
-    in_use.dedup();
     Ok(FsckRow {
         policy: if skip_block_uninit { "skip_block_uninit" } else { "use_block_uninit" },
         pass1,
@@ -151,7 +138,7 @@ pub fn run_policy(skip_block_uninit: bool, scale: u32, disk_bytes: u64) -> Resul
         noncontiguous_dirs: dirs,
         block_uninit_groups: descs.iter().filter(|d| d.has_flag(BG_BLOCK_UNINIT)).count(),
         inode_uninit_groups: descs.iter().filter(|d| d.has_flag(BG_INODE_UNINIT)).count(),
-        groups_in_use: in_use.len(),
+        groups_in_use: layout.groups_in_use(),
         directory_blocks: dir_blocks.len(),
     })
 }

@@ -30,11 +30,10 @@ use crate::error::Result;
 use crate::format::group_desc::BG_BLOCK_UNINIT;
 use crate::format::GroupIndex;
 
+use super::super::block::FLEX_SIZE_DIR_ALLOC_SCHEME;
 use super::super::Allocator;
 use super::buddy::ORDERS;
 
-/// Groups per flex from which data keeps off a flex's first group.
-const FLEX_SIZE_DIR_ALLOC_SCHEME: u32 = 4;
 /// mb_optimize_scan is on from this many groups (MB_DEFAULT_LINEAR_SCAN_THRESHOLD).
 const OPTIMIZE_SCAN_GROUPS: u32 = 16;
 /// Groups tried in order before the lists (MB_DEFAULT_LINEAR_LIMIT).
@@ -238,8 +237,7 @@ impl Allocator {
             }
             return Ok(());
         }
-        let runs: Vec<(u32, u32)> = b.runs().collect();
-        for (rs, rl) in runs {
+        for (rs, rl) in b.runs() {
             if cr.cheap() && rl < s.goal_len {
                 continue;
             }

@@ -24,7 +24,7 @@ use crate::range_set::RangeSet;
 
 use super::Allocator;
 use buddy::GroupBuddy;
-use criteria::{Criterion, FoundBy, Search};
+use criteria::{FoundBy, Search};
 use normalize::PaKind;
 use prealloc::InodePa;
 
@@ -103,17 +103,22 @@ impl Allocator {
         self.geo.group_first_block(g) + (u64::from(rel) << self.geo.cluster_bits)
     }
 
-    /// Group and group-relative cluster of block `b`.
-    fn locate(&self, b: BlockNumber) -> (GroupIndex, u32) {
+    /// Group and group-relative cluster of block `b` (clamped into the filesystem).
+    pub(super) fn locate(&self, b: BlockNumber) -> (GroupIndex, u32) {
         let b = b.clamp(u64::from(self.geo.first_data_block), self.geo.blocks_count - 1);
         let g = self.geo.group_of_block(b).unwrap_or(0);
         (g, ((b - self.geo.group_first_block(g)) >> self.geo.cluster_bits) as u32)
     }
 
+    /// What mballoc may not hand out in group `g`: in use or held.
+    fn allocation_view(&self, g: GroupIndex) -> Option<&crate::format::bitmap::Bitmap> {
+        self.held.get(&g).or(self.block_bitmaps[g as usize].as_ref())
+    }
+
     /// The buddy of group `g` from its allocation view and `reserved`
     /// (the preallocations' ranges).
     pub(super) fn build_buddy(&self, g: GroupIndex, reserved: &prealloc::Reserved) -> Option<GroupBuddy> {
-        let view = self.held.get(&g).or(self.block_bitmaps[g as usize].as_ref())?;
+        let view = self.allocation_view(g)?;
         let len = self.geo.group_clusters(g) as usize;
         let mut b = GroupBuddy::new(self.top_order());
         let mut at = 0;
@@ -133,7 +138,7 @@ impl Allocator {
         // A preallocated cluster is free on disk and not held.
         let reserved = self.pa.reserved();
         for (&g, ranges) in &reserved {
-            let view = self.held.get(&g).or(self.block_bitmaps[g as usize].as_ref()).ok_or_else(|| format!("group {g}: preallocated but its bitmap is not loaded"))?;
+            let view = self.allocation_view(g).ok_or_else(|| format!("group {g}: preallocated but its bitmap is not loaded"))?;
             if let Some(&(s, l)) = ranges.iter().find(|&&(s, l)| !view.range_is_clear(s as usize, (s + l) as usize)) {
                 return Err(format!("group {g}: preallocated clusters {s}+{l} are in use or held"));
             }
@@ -209,7 +214,7 @@ impl Allocator {
         let o_len = u32::try_from(req.len.div_ceil(1 << bits)).unwrap_or(u32::MAX).min(self.geo.clusters_per_group());
         let stream_req = u64::from(self.policy.stream_request_blocks);
         let group_prealloc = self.group_prealloc_clusters();
-        let kind = group_or_file_kind(req, stream_req, group_prealloc);
+        let kind = normalize::group_or_file(req, stream_req, group_prealloc);
         if req.data {
             if let Some(got) = self.use_inode_pa(req.ino, o_lc, o_len)? {
                 self.mb_stats.inode_pa_hits += 1;
@@ -252,7 +257,7 @@ impl Allocator {
         let Some((g, start, len, by)) = self.regular_allocator(dev, &mut s)? else { return Ok(None) };
         match by {
             FoundBy::Goal => self.mb_stats.goal_hits += 1,
-            FoundBy::Pass(cr) => self.mb_stats.criterion_hits[criterion_index(cr)] += 1,
+            FoundBy::Pass(cr) => self.mb_stats.criterion_hits[cr as usize] += 1,
         }
         if kind == PaKind::Inode {
             self.stream_last_group = g;
@@ -335,19 +340,6 @@ impl Allocator {
     }
 }
 
-fn group_or_file_kind(req: &AllocRequest, stream_req: u64, group_prealloc: u32) -> PaKind {
-    normalize::group_or_file(req, stream_req, group_prealloc)
-}
-
-fn criterion_index(cr: Criterion) -> usize {
-    match cr {
-        Criterion::Power2Aligned => 0,
-        Criterion::GoalLenFast => 1,
-        Criterion::BestAvailLen => 2,
-        Criterion::GoalLenSlow => 3,
-        Criterion::AnyFree => 4,
-    }
-}
 
 #[cfg(test)]
 mod tests {
