@@ -482,7 +482,7 @@ impl<D: BlockDevice> Ext4<D> {
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,
             scratch: Vec::new(),
-            writers: Default::default(),
+            writers: c.writers.clone(),
             no_normalize: false,
         };
         Ext4 {
