@@ -5,15 +5,14 @@
 //! [`super::links`], once every directory is known.
 //!
 //! htree directories are read through their leaves: the dx root's "." and
-//! ".." are checked, interior index nodes are recognised and skipped (their
-//! hash order and dx checksums are not verified).
+//! ".." are checked here, the index itself in [`super::htree`].
 
 use crate::device::BlockDevice;
-use crate::format::bytes::{le16, le32};
 use crate::format::checksum::inode_seed;
 use crate::format::dirent::{self, DirEntry};
 use crate::format::InodeNumber;
 
+use super::htree::{self, HtreeBlocks};
 use super::problem::Problem;
 use super::state::{Checker, DirInfo};
 
@@ -40,6 +39,7 @@ fn read_dir<D: BlockDevice>(c: &mut Checker<D>, d: &DirInfo) -> DirData {
     let nblocks = d.size / bs;
     let seed = c.csum_seed.map(|s| inode_seed(s, d.ino, d.generation));
     let mut data = DirData { ino: d.ino, ..DirData::default() };
+    let mut index = HtreeBlocks::default();
     let mut next = 0u64;
     for e in &d.extents {
         let logical = u64::from(e.logical);
@@ -64,20 +64,24 @@ fn read_dir<D: BlockDevice>(c: &mut Checker<D>, d: &DirInfo) -> DirData {
                 }
             };
             for (i, b) in buf.chunks(bs as usize).enumerate() {
-                parse_block(c, d, &mut data, logical + done + i as u64, b, seed);
+                parse_block(c, d, &mut data, &mut index, logical + done + i as u64, b, seed);
             }
             done += n;
         }
         next = e.logical_end();
     }
+    if d.htree {
+        htree::check(c, d.ino, nblocks, seed, index);
+    }
     data
 }
 
-fn parse_block<D: BlockDevice>(c: &mut Checker<D>, d: &DirInfo, data: &mut DirData, lblk: u64, b: &[u8], seed: Option<u32>) {
+fn parse_block<D: BlockDevice>(c: &mut Checker<D>, d: &DirInfo, data: &mut DirData, index: &mut HtreeBlocks, lblk: u64, b: &[u8], seed: Option<u32>) {
     c.stats.dir_blocks += 1;
     let bad = |what: String| Problem::DirBlock { dir: d.ino, lblk, what };
     if d.htree {
         if lblk == 0 {
+            index.root(c, b);
             // The dx root: "." then a ".." whose rec_len covers the index.
             match dirent::parse_block(b, false) {
                 Ok(p) => take_entries(c, data, lblk, p.entries.into_iter().take(2).collect()),
@@ -85,8 +89,8 @@ fn parse_block<D: BlockDevice>(c: &mut Checker<D>, d: &DirInfo, data: &mut DirDa
             }
             return;
         }
-        if le32(b, 0) == 0 && dirent::rec_len_from_disk(le16(b, 4), b.len()) == b.len() {
-            return; // an interior dx node
+        if index.maybe_node(lblk, b) {
+            return; // an interior dx node, or an empty leaf without a tail
         }
     }
     let parsed = match dirent::parse_block(b, seed.is_some()) {
@@ -98,6 +102,9 @@ fn parse_block<D: BlockDevice>(c: &mut Checker<D>, d: &DirInfo, data: &mut DirDa
         if computed != stored {
             c.report(Problem::DirChecksum { dir: d.ino, lblk, stored, computed });
         }
+    }
+    if d.htree {
+        index.leaf(c, lblk, parsed.entries.iter().map(|e| e.name.clone()));
     }
     take_entries(c, data, lblk, parsed.entries);
 }

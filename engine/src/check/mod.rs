@@ -26,8 +26,6 @@
 //!   are never read.
 //!
 //! Limitations (what this checker cannot see):
-//! - htree index nodes (hash order, dx checksums) are not verified; their
-//!   leaves are checked as linear blocks.
 //! - Block-mapped (non-extent) files other than the resize inode, inline data
 //!   and meta_bg are not checked (reported as `Unsupported`, or the
 //!   superblock does not open).
@@ -43,6 +41,7 @@ mod dirs;
 mod disk;
 mod extents;
 mod groups;
+mod htree;
 mod inodes;
 mod journal;
 mod links;

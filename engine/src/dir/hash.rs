@@ -44,6 +44,35 @@ impl DxHash {
     }
 }
 
+/// How a filesystem hashes names in its indexes: the superblock's seed,
+/// default function and signedness flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashPolicy {
+    pub seed: [u8; 16],
+    /// `s_def_hash_version`: what a new index's root records.
+    pub default_version: u8,
+    /// `s_flags` says unsigned: versions 0..=2 in a root mean 3..=5.
+    pub unsigned: bool,
+}
+
+impl HashPolicy {
+    pub fn of(sb: &crate::format::superblock::Superblock) -> Self {
+        HashPolicy { seed: sb.hash_seed, default_version: sb.def_hash_version, unsigned: sb.flags & crate::format::superblock::FLAGS_UNSIGNED_HASH != 0 }
+    }
+
+    /// The function a root's `hash_version` byte names on this filesystem
+    /// (ext4 adds `s_hash_unsigned` to the three signed versions).
+    pub fn function(&self, root_version: u8) -> Option<DxHash> {
+        let widened = if root_version <= 2 && self.unsigned { root_version + 3 } else { root_version };
+        DxHash::from_version(widened)
+    }
+
+    /// The major hash of `name` under a root's `hash_version`.
+    pub fn major(&self, root_version: u8, name: &[u8]) -> Option<u32> {
+        Some(name_hash(self.function(root_version)?, name, &self.seed).major)
+    }
+}
+
 /// A name's hash: the major value an htree sorts by and the minor one
 /// that breaks its ties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -42,6 +42,8 @@ pub const JNL_BACKUP_BLOCKS: u8 = 1;
 pub const HASH_HALF_MD4: u8 = 1;
 /// `s_flags`: directory hashes use signed chars (what x86 mke2fs writes).
 pub const FLAGS_SIGNED_HASH: u32 = 1;
+/// `s_flags`: directory hashes use unsigned chars.
+pub const FLAGS_UNSIGNED_HASH: u32 = 2;
 /// `s_default_mount_opts`: user_xattr | acl.
 pub const DEFM_XATTR_USER_ACL: u32 = 0x0004 | 0x0008;
 /// Smallest group descriptor size with 64bit.

@@ -6,10 +6,10 @@ use ext4_model::op::inode_flags;
 use ext4_model::{Errno, FileKind};
 
 use crate::device::BlockDevice;
-use crate::dir::{Directory, Slot};
+use crate::dir::{Directory, Insert, Slot};
 use crate::format::dirent::{FT_DIR, FT_REG_FILE, FT_SYMLINK};
 use crate::format::extent::{self, ExtentNode};
-use crate::format::inode::{Inode, FL_EXTENTS, FL_TOPDIR, ROOT_INO, S_IFDIR, S_IFLNK, S_IFREG};
+use crate::format::inode::{Inode, FL_EXTENTS, FL_INDEX, FL_TOPDIR, ROOT_INO, S_IFDIR, S_IFLNK, S_IFREG};
 use crate::format::InodeNumber;
 
 use super::node::Node;
@@ -59,7 +59,8 @@ impl<D: BlockDevice> Ext4<D> {
                 return Err(Errno::ENOSPC);
             };
             let seed = ctx.ino_seed(ino, node.disk.generation);
-            node.dir = Some(Directory::create(&mut ctx.cache, ino, dir, seed, block)?);
+            let htree = ctx.htree();
+            node.dir = Some(Directory::create(&mut ctx.cache, ino, dir, seed, block, htree)?);
             node.map.insert(0, 1, block, false);
             node.disk.size = ctx.bs();
             node.disk.links_count = Node::dir_links(0);
@@ -69,20 +70,35 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(ino)
     }
 
-    /// Adds `name -> ino` to `dir`, growing the directory when no block has room.
+    /// Adds `name -> ino` to `dir`, growing the directory when no block has
+    /// room. ENOSPC leaves it as it was: blocks mapped for a growth step
+    /// that could not finish are given back.
     pub(crate) fn add_entry(&mut self, dir: InodeNumber, name: &str, ino: InodeNumber, ft: u8) -> Result<(), Errno> {
         self.dir_for_edit(dir)?;
         let (ctx, node) = self.split(dir)?;
         loop {
             let d = node.dir.as_mut().ok_or(Errno::EIO)?;
-            if d.insert(&mut ctx.cache, &mut ctx.dev, name.as_bytes(), ino, ft)? {
-                break;
+            match d.insert(&mut ctx.cache, &mut ctx.dev, name.as_bytes(), ino, ft)? {
+                Insert::Done => break,
+                Insert::IndexFull => return Err(Errno::ENOSPC),
+                Insert::NeedBlock => {}
             }
             let lblk = d.blocks().len() as u64;
-            let (block, _) = ctx.place_blocks(dir, node, lblk, lblk + 1, false)?.ok_or(Errno::ENOSPC)?;
+            let Some((block, _)) = ctx.place_blocks(dir, node, lblk, lblk + 1, false)? else {
+                let d = node.dir.as_mut().ok_or(Errno::EIO)?;
+                let spares = d.drop_spares() as u64;
+                if spares > 0 {
+                    let end = d.blocks().len() as u64;
+                    ctx.unmap_and_free(node, end..end + spares)?;
+                    node.es.forget_mapped(end..end + spares);
+                    node.map_dirty = true;
+                    node.disk.size = end * ctx.bs();
+                }
+                return Err(Errno::ENOSPC);
+            };
             ctx.cache.forget(block, 1);
             let d = node.dir.as_mut().ok_or(Errno::EIO)?;
-            d.append_block(&mut ctx.cache, block)?;
+            d.add_spare(block);
             node.es.forget_mapped(lblk..lblk + 1);
             node.map.insert(lblk, 1, block, false);
             node.map_dirty = true;
@@ -91,6 +107,9 @@ impl<D: BlockDevice> Ext4<D> {
         let now = ctx.now();
         let d = node.dir.as_ref().ok_or(Errno::EIO)?;
         node.disk.links_count = Node::dir_links(d.subdirs());
+        if d.is_indexed() {
+            node.disk.flags |= FL_INDEX;
+        }
         node.disk.mtime = now;
         node.disk.ctime = now;
         self.mark_dirty(dir);

@@ -9,11 +9,14 @@ use ext4_model::op::inode_flags;
 use ext4_model::{Errno, FileKind};
 
 use crate::device::BlockDevice;
+use crate::dir::hash::HashPolicy;
+use crate::dir::htree::{self, Htree};
 use crate::dir::Directory;
 use crate::error::{Corrupt, Error, Result, Unsupported};
 use crate::extent_status::ExtentStatusTree;
 use crate::extent_tree::{self, ExtentMap};
 use crate::format::checksum::inode_seed;
+use crate::format::features::feature;
 use crate::format::inode::{Inode, FL_EXTENTS, FL_INDEX, FL_INLINE_DATA, I_BLOCK_LEN};
 use crate::format::{BlockNumber, InodeNumber};
 
@@ -89,6 +92,12 @@ impl Node {
 impl<D: BlockDevice> Ctx<D> {
     pub fn ino_seed(&self, ino: InodeNumber, generation: u32) -> Option<u32> {
         self.csum_seed.map(|s| inode_seed(s, ino, generation))
+    }
+
+    /// How directories are indexed here; None without `dir_index`.
+    pub fn htree(&self) -> Option<Htree> {
+        let levels = if self.sb.feature_incompat & feature::INCOMPAT_LARGEDIR != 0 { htree::LEVELS_LARGEDIR } else { htree::LEVELS_COMPAT };
+        (self.sb.feature_compat & feature::COMPAT_DIR_INDEX != 0).then(|| Htree { hash: HashPolicy::of(&self.sb), max_levels: levels })
     }
 
     /// Table block and byte offset of inode `ino`'s slot.
@@ -178,7 +187,8 @@ impl<D: BlockDevice> Ctx<D> {
             blocks.extend(p.physical..p.physical + p.len);
         }
         let seed = self.ino_seed(ino, node.disk.generation);
-        node.dir = Some(Directory::load(&mut self.cache, &mut self.dev, ino, seed, blocks, node.disk.has_flag(FL_INDEX))?);
+        let htree = self.htree();
+        node.dir = Some(Directory::load(&mut self.cache, &mut self.dev, ino, seed, blocks, node.disk.has_flag(FL_INDEX), htree)?);
         Ok(())
     }
 }
@@ -199,14 +209,15 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(node)
     }
 
-    /// The directory `ino`, loaded and ready for an edit: an htree index is
-    /// dropped first (an edit that ignored it would hide names from ext4's
-    /// indexed lookups), and the inode loses its INDEX flag.
+    /// The directory `ino`, loaded and ready for an edit: an index this
+    /// engine cannot keep is dropped first (an edit that ignored it would
+    /// hide names from ext4's indexed lookups), and the inode loses its
+    /// INDEX flag, as ext4 falls back from such an index.
     pub(crate) fn dir_for_edit(&mut self, ino: InodeNumber) -> std::result::Result<&mut Node, Errno> {
         self.dir_node(ino)?;
         let node = load_node(&mut self.nodes, &mut self.ctx, ino)?;
         let dir = node.dir.as_mut().ok_or(Errno::EIO)?;
-        if dir.is_htree() {
+        if dir.has_fallback_index() {
             dir.drop_index(&mut self.ctx.cache)?;
             node.disk.flags &= !FL_INDEX;
             self.dirty.insert(ino);

@@ -1,7 +1,8 @@
 //! The `group_spread` target: the allocator's group-spreading policy under
 //! arbitrary geometry (block size, group count, flex size, metadata_csum
 //! or uninit_bg descriptors) and policy (Orlov or oldalloc, BLOCK_UNINIT
-//! groups used or skipped), fed mkdir, create, write, truncate, unlink,
+//! groups used or skipped, mballoc's `mb_stream_req` and
+//! `mb_group_prealloc`), fed mkdir, create, write, truncate, unlink,
 //! rmdir and sync. After every op the allocator's counts match its
 //! descriptors and bitmaps, and where ext4's rules decide a group they
 //! held:
@@ -100,6 +101,10 @@ pub fn group_spread(data: &[u8]) -> Option<SpreadRun> {
     let metadata_csum = u.arbitrary::<bool>().ok()?;
     let skip = u.arbitrary::<bool>().ok()?;
     let orlov = !u.ratio(1, 4).ok()?;
+    // mballoc's knobs: which files count as streams (inode windows) and
+    // how large the locality group's windows are (0: none at all).
+    let stream_req = *u.choose(&[None, Some(0u32), Some(4), Some(256)]).ok()?;
+    let group_prealloc = *u.choose(&[None, Some(0u32), Some(8), Some(2048)]).ok()?;
     let first = u64::from(bs == 1024);
     let size = (first + u64::from(groups) * u64::from(8 * bs)) * u64::from(bs);
     let mut text = format!("bs={bs}");
@@ -108,6 +113,12 @@ pub fn group_spread(data: &[u8]) -> Option<SpreadRun> {
     }
     if !orlov {
         text += ",oldalloc";
+    }
+    if let Some(n) = stream_req {
+        text += &format!(",mb_stream_req={n}");
+    }
+    if let Some(n) = group_prealloc {
+        text += &format!(",mb_group_prealloc={n}");
     }
     let config: MountConfig = text.parse().ok()?;
     let mut opts = MkfsOptions::for_mount(&config, size, *b"group-spread-fuz", [5; 16], 1_700_000_000);
