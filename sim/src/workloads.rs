@@ -2,17 +2,20 @@
 //! and the allocator's kernel comparison. Each runs through the
 //! [`FileSystem`] trait, so the same seed makes the same calls on the
 //! engine and on a mounted kernel filesystem ([`crate::oracle::syscalls::SyscallFs`]).
+//! Data is written as patterns (`write_pattern`), never as bytes, so a run
+//! records as ops ([`crate::oracle::recorder`]) a qemu guest can replay.
 //!
 //! `scale` grows each one roughly linearly (1 is a few seconds on the
 //! engine in a debug build).
 
-use ext4_model::op::pattern;
 use ext4_model::{Errno, FileSystem};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// rsync and cp write in chunks of this size.
-const CHUNK: u64 = 256 << 10;
+const CHUNK: u32 = 256 << 10;
+/// Bytes the stream workload's log grows by beside each MiB of video.
+const LOG_LINE: u32 = 200;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Workload {
@@ -96,14 +99,14 @@ impl Writer<'_> {
 
     /// Creates `path` and writes `size` bytes in chunks; Ok(false) on ENOSPC
     /// (the file stays, as far as it got).
-    fn file(&mut self, path: &str, size: u64, chunk: u64) -> Result<bool, String> {
+    fn file(&mut self, path: &str, size: u64, chunk: u32) -> Result<bool, String> {
         self.create(path)?;
         self.data_seed += 1;
         let mut at = 0;
         while at < size {
-            let n = chunk.min(size - at);
-            match self.fs.write(path, at, &pattern(self.data_seed ^ at, n as usize)) {
-                Ok(_) => at += n,
+            let n = u32::try_from(size - at).map_or(chunk, |left| left.min(chunk));
+            match self.fs.write_pattern(path, at, n, self.data_seed ^ at) {
+                Ok(_) => at += u64::from(n),
                 Err(Errno::ENOSPC) => {
                     self.made.enospc += 1;
                     return Ok(false);
@@ -158,10 +161,9 @@ fn stream(w: &mut Writer, rng: &mut ChaCha8Rng, scale: u32) -> Result<(), String
         w.create(&path)?;
         let mib = rng.random_range(8..24u64);
         for m in 0..mib {
-            w.fs.write(&path, m << 20, &pattern(i as u64 * 1000 + m, 1 << 20)).map_err(|e| format!("write {path}: {e:?}"))?;
-            let line = pattern(log_at, 200);
-            w.fs.write("/video/log", log_at, &line).map_err(|e| format!("write log: {e:?}"))?;
-            log_at += line.len() as u64;
+            w.fs.write_pattern(&path, m << 20, 1 << 20, i as u64 * 1000 + m).map_err(|e| format!("write {path}: {e:?}"))?;
+            w.fs.write_pattern("/video/log", log_at, LOG_LINE, log_at).map_err(|e| format!("write log: {e:?}"))?;
+            log_at += u64::from(LOG_LINE);
         }
     }
     Ok(())

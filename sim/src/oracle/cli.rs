@@ -130,7 +130,7 @@ impl Drop for Scratch {
     }
 }
 
-fn default_qemu_cache() -> PathBuf {
+pub fn default_qemu_cache() -> PathBuf {
     if let Some(dir) = std::env::var_os("EXT4SIM_QEMU_CACHE") {
         return PathBuf::from(dir);
     }

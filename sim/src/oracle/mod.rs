@@ -15,6 +15,7 @@ pub mod image;
 mod kmsg;
 pub mod mount;
 pub mod qemu;
+pub mod recorder;
 pub mod run;
 pub mod syscalls;
 pub mod wire;

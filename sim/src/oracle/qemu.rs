@@ -69,6 +69,14 @@ impl QemuKernel {
     /// started, or an initramfs that could not be built (a full disk), is a
     /// broken setup.
     pub fn new(cache: &Path, work: &Path) -> Result<QemuKernel, OracleError> {
+        let exe = std::env::current_exe().map_err(|e| OracleError::io("find", Path::new("this ext4sim binary"), e))?;
+        QemuKernel::with_guest(cache, work, &exe)
+    }
+
+    /// [`QemuKernel::new`] with `guest` (an ext4sim binary) as the guest's
+    /// workload: tests pass the binary cargo built, since their own
+    /// executable is a test harness.
+    pub fn with_guest(cache: &Path, work: &Path, guest: &Path) -> Result<QemuKernel, OracleError> {
         let scripts = work.join("scripts");
         std::fs::create_dir_all(&scripts).map_err(|e| OracleError::io("create", &scripts, e))?;
         for (name, text) in [("fetch-kernel.sh", FETCH_KERNEL), ("build-initramfs.sh", BUILD_INITRAMFS), ("boot.sh", BOOT)] {
@@ -84,9 +92,8 @@ impl QemuKernel {
         }
         let kver = kernel_dir.join("KVER");
         let release = std::fs::read_to_string(&kver).map_err(|e| OracleError::io("read", &kver, e))?.trim().to_string();
-        let exe = std::env::current_exe().map_err(|e| OracleError::io("find", Path::new("this ext4sim binary"), e))?;
         let initramfs = work.join("initramfs.cpio");
-        let out = run_script(&scripts.join("build-initramfs.sh"), &[&kernel_dir, &exe, &initramfs])?;
+        let out = run_script(&scripts.join("build-initramfs.sh"), &[&kernel_dir, guest, &initramfs])?;
         if !out.status.success() {
             return Err(OracleError::Tool(format!("building the qemu initramfs {} failed ({}):\n{}", initramfs.display(), out.status, said(&out))));
         }
