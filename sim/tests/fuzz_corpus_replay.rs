@@ -120,6 +120,8 @@ fn group_spread_corpus_replays() {
     }
     assert!(geometries.len() >= 20 && flexes.len() >= 3, "{} geometries, flex sizes {flexes:?}", geometries.len());
     assert!(orlov >= 20 && home >= 20, "Orlov's rule decided {orlov} directories, the parent's flex {home} files");
+    let with = |knob: &str| geometries.iter().filter(|(m, _)| m.contains(knob)).count();
+    assert!(with("mb_stream_req=") >= 5 && with("mb_group_prealloc=0") >= 3, "mballoc's knobs: {} runs set mb_stream_req, {} turn locality groups off", with("mb_stream_req="), with("mb_group_prealloc=0"));
     eprintln!("group_spread corpus: {} geometries, flex sizes {flexes:?}, {orlov} Orlov checks, {home} parent-flex checks, {enospc} ENOSPC", geometries.len());
 }
 

@@ -259,7 +259,7 @@ impl DxIndex {
     /// ends at the EOF hash).
     pub fn leaves(&self) -> Vec<(u32, u32, u32)> {
         let mut out = Vec::new();
-        self.collect(None, 0, u32::MAX & !HASH_CONTINUED, &mut out);
+        self.collect(None, 0, !HASH_CONTINUED, &mut out);
         out
     }
 
