@@ -165,6 +165,41 @@ fn misroute_and_expect_complaints(e2fsck: &Path, img: &Path) {
     assert!(report.has(|p| p.to_string().contains("outside its leaf")), "the engine's check misses a misrouted index: {report}");
     let out = run(e2fsck, &["-fn", img.to_str().unwrap()]);
     assert_ne!(out.status.code(), Some(0), "e2fsck accepts a misrouted index: {}", combined(&out));
+    // Names the hash no longer leads to are names ext4 cannot find: the
+    // engine refuses the directory rather than serve or duplicate them.
+    let config = MountConfig { block_size: bs as u32, ..MountConfig::default() };
+    let mut fs = Ext4::mount(FileDevice::open(img, false).unwrap(), &config).unwrap();
+    assert!(fs.readdir("/big").is_err(), "a misrouted index loads");
+}
+
+/// `mke2fs -d` writes large directories linear; ext4 indexes a directory
+/// only when it outgrows its first block, so new names keep such a one
+/// linear, in the engine as in the kernel.
+#[test]
+fn a_linear_directory_of_many_blocks_stays_linear() {
+    let Some((e2fsck, _, mk)) = e2fsprogs() else { return };
+    let scratch = Scratch::new("htree-linear");
+    let src = scratch.path("src");
+    std::fs::create_dir_all(src.join("big")).unwrap();
+    for i in 0..ENTRIES {
+        std::fs::write(src.join(format!("big/entry-with-a-name-{i:04}")), [i as u8]).unwrap();
+    }
+    let img = scratch.path("linear.img");
+    std::fs::File::create(&img).unwrap().set_len(32 << 20).unwrap();
+    let out = run(&mk, &["-t", "ext4", "-F", "-q", "-b", "1024", "-d", src.to_str().unwrap(), img.to_str().unwrap()]);
+    assert!(out.status.success(), "mke2fs: {}", combined(&out));
+    assert!(!has_index(&img, "/big"), "mke2fs -d leaves directories linear");
+    let config = MountConfig { block_size: 1024, ..MountConfig::default() };
+    let mut fs = Ext4::mount(FileDevice::open(&img, true).unwrap(), &config).unwrap();
+    for n in names(400, "/big/added") {
+        fs.create(&n, 0o644).unwrap();
+    }
+    fs.unlink("/big/entry-with-a-name-0003").unwrap();
+    drop(fs.unmount().unwrap());
+    assert!(!has_index(&img, "/big"), "a linear directory of many blocks stays linear");
+    assert_fsck_clean(&e2fsck, &img);
+    let mut fs = Ext4::mount(FileDevice::open(&img, false).unwrap(), &config).unwrap();
+    assert_eq!(fs.readdir("/big").unwrap().len(), ENTRIES + 400 - 1);
 }
 
 /// The kernel's lookups go through the hash: it finds every name of an

@@ -184,6 +184,42 @@ impl DxIndex {
         }
     }
 
+    /// Whether a lookup of `hash` reads `leaf`: the leaf dx_probe reaches,
+    /// or one after it whose index entry carries the same hash (a run of
+    /// collisions split across leaves, which ext4_htree_next_block follows).
+    pub fn reaches(&self, hash: u32, leaf: u32) -> bool {
+        let Some((mut frames, first)) = self.probe(hash) else { return false };
+        if first == leaf {
+            return true;
+        }
+        while let Some((next_hash, next)) = self.next_leaf(&mut frames) {
+            if next_hash & !HASH_CONTINUED != hash & !HASH_CONTINUED {
+                return false;
+            }
+            if next == leaf {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Moves `frames` to the next leaf in hash order: its index entry's
+    /// hash (at the level that moved) and the leaf.
+    fn next_leaf(&self, frames: &mut [Frame]) -> Option<(u32, u32)> {
+        let mut depth = frames.len().checked_sub(1)?;
+        while frames[depth].at + 1 >= self.entries(frames[depth].node)?.len() {
+            depth = depth.checked_sub(1)?;
+        }
+        frames[depth].at += 1;
+        let hash = self.entries(frames[depth].node)?[frames[depth].at].hash;
+        for d in depth + 1..frames.len() {
+            let parent = frames[d - 1];
+            frames[d] = Frame { node: Some(self.entries(parent.node)?[parent.at].block), at: 0 };
+        }
+        let last = *frames.last()?;
+        Some((hash, self.entries(last.node)?[last.at].block))
+    }
+
     /// What must happen before the leaf at the end of `frames` can split.
     pub fn growth(&self, frames: &[Frame]) -> Growth {
         let full = |f: &Frame| self.entries(f.node).is_none_or(|e| e.len() >= self.limit(f.node));
@@ -412,6 +448,22 @@ mod tests {
         assert_eq!(full.growth(&frames), Growth::Full);
         full.policy = policy(LEVELS_LARGEDIR);
         assert_eq!(full.growth(&frames), Growth::AddLevel, "large_dir allows a third level");
+    }
+
+    #[test]
+    fn lookups_follow_a_collision_run_into_the_next_leaves_and_no_further() {
+        let mut ix = DxIndex::start(policy(LEVELS_COMPAT), 1024, false, 1);
+        ix.levels = 1;
+        ix.root = vec![DxEntry { hash: 0, block: 10 }, DxEntry { hash: 500, block: 11 }];
+        ix.nodes.insert(10, vec![DxEntry { hash: 0, block: 1 }, DxEntry { hash: 400, block: 2 }]);
+        // Leaf 3 continues hash 500 from leaf 2 across the node boundary; leaf 4 does not.
+        ix.nodes.insert(11, vec![DxEntry { hash: 0, block: 3 }, DxEntry { hash: 600, block: 4 }]);
+        ix.root[1].hash = 400 | HASH_CONTINUED;
+        assert!(ix.reaches(400, 2));
+        assert!(ix.reaches(400, 3), "the next leaf's entry carries the same hash");
+        assert!(!ix.reaches(400, 4));
+        assert!(ix.reaches(402, 3) && !ix.reaches(402, 2), "a different hash stops at its own leaf");
+        assert!(ix.reaches(10, 1) && !ix.reaches(10, 2));
     }
 
     #[test]

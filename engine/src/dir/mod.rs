@@ -178,6 +178,13 @@ impl Directory {
         if dir.blocks.is_empty() {
             return Err(corrupt(ino, 0, "directory has no blocks".into()));
         }
+        // A name the index does not lead to is one ext4's lookups miss (and
+        // a create would then add twice): the index is damaged.
+        if let Index::Kept(ix) = &dir.index {
+            if let Some((name, slot)) = dir.entries.iter().find(|(n, s)| !ix.reaches(ix.hash(n), s.block)) {
+                return Err(corrupt(ino, u64::from(slot.block), format!("{:?} sits outside the leaf its hash leads to", String::from_utf8_lossy(name))));
+            }
+        }
         Ok(dir)
     }
 
@@ -209,10 +216,10 @@ impl Directory {
         }
     }
 
-    /// The leaf an htree lookup of `name` reads (dx_probe), for an htree.
-    pub fn leaf_for(&self, name: &[u8]) -> Option<u32> {
+    /// Whether an htree lookup of `name` reads leaf `leaf`; None without an index.
+    pub fn hash_leads_to(&self, name: &[u8], leaf: u32) -> Option<bool> {
         match &self.index {
-            Index::Kept(ix) => Some(ix.probe(ix.hash(name))?.1),
+            Index::Kept(ix) => Some(ix.reaches(ix.hash(name), leaf)),
             _ => None,
         }
     }
@@ -231,8 +238,15 @@ impl Directory {
         Ok(())
     }
 
+    /// The entry `name`. In an htree only the leaves the name's hash leads
+    /// to are searched, as ext4's dx lookup does (the name map stands in
+    /// for reading them).
     pub fn lookup(&self, name: &[u8]) -> Option<Slot> {
-        self.entries.get(name).copied()
+        let slot = self.entries.get(name).copied()?;
+        match &self.index {
+            Index::Kept(ix) => ix.reaches(ix.hash(name), slot.block).then_some(slot),
+            Index::Linear | Index::Fallback(_) => Some(slot),
+        }
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (&[u8], &Slot)> {
@@ -468,7 +482,7 @@ mod tests {
     /// Every name sits in the leaf its hash routes to.
     fn assert_routed(d: &Directory) {
         for (name, slot) in d.entries() {
-            assert_eq!(d.leaf_for(name), Some(slot.block), "{} is not where its hash routes", String::from_utf8_lossy(name));
+            assert_eq!(d.hash_leads_to(name, slot.block), Some(true), "{} is not where its hash routes", String::from_utf8_lossy(name));
         }
     }
 

@@ -17,7 +17,7 @@
 //! from the inode's seed over the block up to the last used entry, then
 //! the tail's reserved word, then four zero bytes (ext4_dx_csum).
 //! A stored hash's low bit says the previous block holds the same hash too
-//! (a collision split across leaves); comparisons ignore it.
+//! (a collision split across leaves); dx_probe compares stored hashes whole.
 
 use crate::format::bytes::{le16, le32, put_le16, put_le32};
 use crate::format::checksum::crc32c_raw;
@@ -180,11 +180,12 @@ pub fn write_node(entries: &[DxEntry], block_size: usize, seed: Option<u32>) -> 
     Ok(b)
 }
 
-/// The entry a name of `hash` goes through: the last whose hash (collision
-/// bit aside) is at most `hash` (dx_probe's binary search).
+/// The entry a name of `hash` (even, as name hashes are) goes through: the
+/// last whose stored hash is at most `hash` (dx_probe's binary search). The
+/// stored collision bit counts: a name whose hash starts a continued entry
+/// routes to the leaf before it, and lookups then follow the run.
 pub fn route(entries: &[DxEntry], hash: u32) -> usize {
-    let hash = hash & !HASH_CONTINUED;
-    entries.partition_point(|e| e.hash & !HASH_CONTINUED <= hash).saturating_sub(1)
+    entries.get(1..).map_or(0, |rest| rest.partition_point(|e| e.hash <= hash))
 }
 
 #[cfg(test)]
@@ -220,7 +221,9 @@ mod tests {
         assert_eq!(route(&e, 0), 0);
         assert_eq!(route(&e, 999), 0);
         assert_eq!(route(&e, 1000), 1);
-        assert_eq!(route(&e, 1001), 1, "the collision bit is not part of the order");
+        let continued = [DxEntry { hash: 0, block: 1 }, DxEntry { hash: 1000 | HASH_CONTINUED, block: 2 }];
+        assert_eq!(route(&continued, 1000), 0, "a continued entry's hash is past the names it continues");
+        assert_eq!(route(&continued, 1002), 1);
         assert_eq!(route(&e, u32::MAX), 3);
     }
 
