@@ -17,6 +17,7 @@ use ext4_model::op::pattern;
 use ext4_model::{FileSystem, MountConfig};
 
 pub mod dd;
+pub mod fiemap;
 pub mod fsck;
 
 use crate::run::{run_seed, RunSpec};
