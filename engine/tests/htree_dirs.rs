@@ -341,3 +341,42 @@ fn assert_index_routes(img: &Path, dir: &str) -> (usize, u8) {
     }
     (names, root.indirect_levels)
 }
+
+/// The index follows the superblock: its default hash (legacy, half MD4 or
+/// TEA, `tune2fs -E hash_alg=`) and its signedness flag, which decides how
+/// name bytes above 0x7f hash. e2fsck recomputes every name's hash.
+#[test]
+fn indexes_use_the_superblocks_hash_and_signedness() {
+    let Some((e2fsck, _, mk)) = e2fsprogs() else { return };
+    let debugfs = tool("debugfs").expect("debugfs next to e2fsck");
+    let tune2fs = tool("tune2fs").expect("tune2fs next to e2fsck");
+    let scratch = Scratch::new("htree-hashes");
+    for (alg, version) in [("legacy", 0u8), ("half_md4", 1), ("tea", 2)] {
+        for unsigned in [false, true] {
+            let img = scratch.path(&format!("{alg}-{unsigned}.img"));
+            std::fs::File::create(&img).unwrap().set_len(64 << 20).unwrap();
+            let out = run(&mk, &["-t", "ext4", "-F", "-q", "-b", "1024", img.to_str().unwrap()]);
+            assert!(out.status.success(), "mke2fs: {}", combined(&out));
+            let out = run(&tune2fs, &["-E", &format!("hash_alg={alg}"), img.to_str().unwrap()]);
+            assert!(out.status.success(), "tune2fs: {}", combined(&out));
+            if unsigned {
+                let out = run(&debugfs, &["-w", "-R", "set_super_value flags 2", img.to_str().unwrap()]);
+                assert!(out.status.success(), "debugfs ssv: {}", combined(&out));
+            }
+            let config = MountConfig { block_size: 1024, ..MountConfig::default() };
+            let mut fs = Ext4::mount(FileDevice::open(&img, true).unwrap(), &config).unwrap();
+            fs.mkdir("/d", 0o755).unwrap();
+            // Names with bytes above 0x7f hash differently signed and unsigned.
+            let all: Vec<String> = (0..1500).map(|i| if i % 2 == 0 { format!("/d/caf\u{e9}-{i}") } else { format!("/d/\u{fc}ber-{i}") }).collect();
+            for n in &all {
+                fs.create(n, 0o644).unwrap();
+            }
+            drop(fs.unmount().unwrap());
+            assert_fsck_clean(&e2fsck, &img);
+            let mut image = Image::open(FileDevice::open(&img, false).unwrap()).unwrap();
+            assert_eq!(image.superblock().def_hash_version, version);
+            drop(image);
+            assert_eq!(assert_index_routes(&img, "/d").0, all.len(), "{alg}, unsigned {unsigned}");
+        }
+    }
+}
