@@ -373,7 +373,7 @@ fn indexes_use_the_superblocks_hash_and_signedness() {
             }
             drop(fs.unmount().unwrap());
             assert_fsck_clean(&e2fsck, &img);
-            let mut image = Image::open(FileDevice::open(&img, false).unwrap()).unwrap();
+            let image = Image::open(FileDevice::open(&img, false).unwrap()).unwrap();
             assert_eq!(image.superblock().def_hash_version, version);
             drop(image);
             assert_eq!(assert_index_routes(&img, "/d").0, all.len(), "{alg}, unsigned {unsigned}");

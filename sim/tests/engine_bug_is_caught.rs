@@ -30,6 +30,7 @@ impl TargetFactory for Buggy {
             InjectedBug::CutWriteAnswersEnomem => |fs| fs.inject_bug(InjectedBug::CutWriteAnswersEnomem),
             InjectedBug::TruncateIgnoresFlusherFolios => |fs| fs.inject_bug(InjectedBug::TruncateIgnoresFlusherFolios),
             InjectedBug::FreesPartlyUsedCluster => |fs| fs.inject_bug(InjectedBug::FreesPartlyUsedCluster),
+            InjectedBug::CollapseKeepsCachedExtents => |fs| fs.inject_bug(InjectedBug::CollapseKeepsCachedExtents),
         });
         Ok(t)
     }
@@ -291,6 +292,39 @@ fn caught_in_generated_runs(bug: InjectedBug, diverges_on: fn(&ext4_model::Op) -
     assert!(shrunk.replays && shrunk.trace.steps.len() <= 6, "{:?}", shrunk.trace.steps);
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
+}
+
+/// An extent status entry a collapse leaves behind shows in the next FIEMAP
+/// that reads through the cache: written blocks the collapse moved down are
+/// reported with the unwritten state cached there before.
+/// Caught, shrunk (the unrelated file goes), replayed; the real engine
+/// passes the same steps.
+#[test]
+fn a_stale_extent_status_entry_is_caught() {
+    let bug = Buggy(InjectedBug::CollapseKeepsCachedExtents);
+    // Blocks 0..4 written, 4..8 unwritten, 8..12 written; the collapse of
+    // 0..4 moves 8..12 to 4..8, where the cache still says unwritten.
+    let t = Trace::parse(
+        "# ext4sim trace v1\nseed 1\nmount \n\
+op create path=\"/f\" perm=644\nop fallocate path=\"/f\" mode=0x0 offset=0 len=49152\n\
+op write path=\"/f\" offset=0 len=16384 seed=1\nop write path=\"/f\" offset=32768 len=16384 seed=2\nop fsync path=\"/f\"\n\
+op create path=\"/noise\" perm=644\nop write path=\"/noise\" offset=0 len=100 seed=3\n\
+op fiemap path=\"/f\" sync=false flags=0x4\nop fallocate path=\"/f\" mode=0x8 offset=0 len=16384\n\
+op fiemap path=\"/f\" sync=false\n",
+    )
+    .unwrap();
+    let failing = run_steps(&bug, &t.spec, &t.steps).unwrap();
+    match &failing.failure {
+        Some(Failure::Divergence(d)) => assert!(matches!(d.op, ext4_model::Op::Fiemap { .. }), "{d:?}"),
+        other => panic!("the stale entry went unseen: {other:?}"),
+    }
+    let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
+    assert!(clean.failure.is_none(), "{:?}", clean.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.replays && shrunk.trace.steps.len() < t.steps.len(), "{:?}", shrunk.trace.steps);
+    let back = Trace::parse(&shrunk.trace.to_text()).unwrap();
+    let again = run_steps(&bug, &back.spec, &back.steps).unwrap();
+    assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
 }
 
 /// SEEK_DATA must see dirty pages over an unwritten extent (the kernel asks

@@ -102,6 +102,12 @@ impl ExtentStatusTree {
         self.delayed.shift_from(from, delta)
     }
 
+    /// [`ExtentStatusTree::shift_from`] that leaves the mapped entries in
+    /// place: the test hook's stale-cache bug.
+    pub fn shift_keeping_mapped(&mut self, from: u64, delta: i64) -> Option<()> {
+        self.delayed.shift_from(from, delta)
+    }
+
     /// ext4_ext_precache: every run of `map` into the cache; returns how many.
     pub fn precache(&mut self, map: &ExtentMap) -> usize {
         self.mapped.load(map)

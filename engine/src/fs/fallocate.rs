@@ -214,7 +214,11 @@ impl<D: BlockDevice> Ext4<D> {
         ctx.discard_blocks(ino, node, first..first + count)?;
         let delta = i64::try_from(count).map_err(|_| Errno::EFBIG)?;
         node.map.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
-        node.es.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
+        if ctx.bug_keeps_stale_extents {
+            node.es.shift_keeping_mapped(first + count, -delta).ok_or(Errno::EIO)?;
+        } else {
+            node.es.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
+        }
         node.map_dirty = true;
         node.disk.size = size - len;
         node.disksize = None;

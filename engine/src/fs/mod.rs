@@ -161,6 +161,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub(crate) bug_frees_partly_used_cluster: bool,
     /// Test hook: journal-mode data is neither logged nor written home.
     pub(crate) bug_unlogged_data: bool,
+    /// Test hook: a collapse keeps the extent status cache's mapped entries.
+    pub(crate) bug_keeps_stale_extents: bool,
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
@@ -344,6 +346,7 @@ impl<D: BlockDevice> Ext4<D> {
             bug_unordered_data: false,
             bug_frees_partly_used_cluster: false,
             bug_unlogged_data: false,
+            bug_keeps_stale_extents: false,
             clock_secs,
             clock_ticks: 0,
             next_generation: 0,
@@ -478,6 +481,7 @@ impl<D: BlockDevice> Ext4<D> {
             bug_unordered_data: c.bug_unordered_data,
             bug_frees_partly_used_cluster: c.bug_frees_partly_used_cluster,
             bug_unlogged_data: c.bug_unlogged_data,
+            bug_keeps_stale_extents: c.bug_keeps_stale_extents,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,

@@ -53,6 +53,11 @@ pub enum InjectedBug {
     /// blocks of the same logical cluster stay mapped (the partial-cluster
     /// bookkeeping of extent removal forgotten).
     FreesPartlyUsedCluster,
+    /// A collapse shifts the extent map but keeps the extent status cache's
+    /// mapped entries where they were, so a FIEMAP after FIEMAP_FLAG_CACHE
+    /// reports the old states at the new positions (an entry not
+    /// invalidated, the stale-cache bug class).
+    CollapseKeepsCachedExtents,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,6 +73,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.bug_unordered_data = bug == InjectedBug::OrderedCommitsBeforeData;
         self.ctx.bug_unlogged_data = bug == InjectedBug::JournaledDataNeverLogged;
         self.ctx.bug_frees_partly_used_cluster = bug == InjectedBug::FreesPartlyUsedCluster;
+        self.ctx.bug_keeps_stale_extents = bug == InjectedBug::CollapseKeepsCachedExtents;
     }
 
     pub(crate) fn bug_saw_truncate(&mut self) {
