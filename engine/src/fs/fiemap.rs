@@ -45,6 +45,12 @@ impl<D: BlockDevice> Ext4<D> {
         if plan.sync && !self.ctx.mount.read_only {
             self.write_back_data(ino, 0).map_err(Errno::from)?;
         }
+        if self.ctx.uncached_fiemap && !plan.xattr {
+            let (ctx, node) = self.split(ino)?;
+            // The on-disk tree is what gets looked up: bring it up to date.
+            ctx.write_tree(ino, node)?;
+            return Ok(report_uncached(ctx, ino, node, plan.blocks, bs)?);
+        }
         // The injected stale-cache bug must reach the lockstep comparison,
         // as it would in a release build, not stop at this self-check.
         let check_cache = !self.ctx.bug_keeps_stale_extents;
@@ -110,6 +116,37 @@ fn report(node: &Node, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
         last.flags |= fiemap_flags::LAST;
     }
     out
+}
+
+/// [`report`] with every mapped piece found by a lookup in the on-disk
+/// tree from the root (ext4_find_extent per extent), as FIEMAP went
+/// without the extent status cache.
+fn report_uncached<D: BlockDevice>(ctx: &mut super::Ctx<D>, ino: InodeNumber, node: &Node, blocks: Range<u64>, bs: u64) -> crate::error::Result<Vec<FiemapExtent>> {
+    let extent = |logical: u64, len: u64, flags: u32| FiemapExtent::new(logical * bs, len * bs, flags);
+    let delayed_flags = fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN;
+    let mut out: Vec<FiemapExtent> = Vec::new();
+    let mut delayed = node.es.delayed_in(blocks.clone()).peekable();
+    let mut at = blocks.start;
+    while at < blocks.end {
+        let Some(e) = extent_tree::find::find_extent(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, at)? else { break };
+        let start = u64::from(e.logical).max(at);
+        if start >= blocks.end {
+            break;
+        }
+        let end = e.logical_end().min(blocks.end);
+        while let Some(d) = delayed.next_if(|d| d.start < start) {
+            out.push(extent(d.start, d.end - d.start, delayed_flags));
+        }
+        out.push(extent(start, end - start, if e.unwritten { fiemap_flags::UNWRITTEN } else { 0 }));
+        at = end;
+    }
+    for d in delayed {
+        out.push(extent(d.start, d.end - d.start, delayed_flags));
+    }
+    if let Some(last) = out.last_mut() {
+        last.flags |= fiemap_flags::LAST;
+    }
+    Ok(out)
 }
 
 /// ext4_iomap_xattr_fiemap: one extent at 0 where the attributes live (in
@@ -185,6 +222,34 @@ mod tests {
         fs.fallocate("/a", ext4_model::FallocFlags(0x10), 0, 1).unwrap();
         fs.write("/a", 0, &[9u8]).unwrap();
         assert_eq!(map(&mut fs, "/a", 0, u64::MAX, FiemapRequest::SYNC | FiemapRequest::CACHE), vec![(0, 1, fiemap_flags::LAST)]);
+    }
+
+    /// The uncached path (every extent looked up from the root of the on-disk
+    /// tree) answers what the cached one does: across leaf blocks, for a
+    /// range, with unwritten and delayed extents, and with the mapping
+    /// changed since the tree was last written.
+    #[test]
+    fn uncached_lookups_in_the_on_disk_tree_answer_as_the_cache_does() {
+        let mut fs = fresh_mounted(256 << 20);
+        fs.create("/f", 0o644).unwrap();
+        fs.fallocate("/f", ext4_model::FallocFlags(0), 0, 3000 * BS).unwrap();
+        for b in (1..3000).step_by(2) {
+            fs.fallocate("/f", ext4_model::FallocFlags(0x3), b * BS, BS).unwrap();
+        }
+        for b in (0..600).step_by(6) {
+            fs.write("/f", b * BS, &[5u8; 4096]).unwrap();
+        }
+        fs.sync().unwrap();
+        fs.write("/f", 3100 * BS, &[6u8; 4096]).unwrap();
+        fs.fallocate("/f", ext4_model::FallocFlags(0x3), 1000 * BS, 10 * BS).unwrap();
+        let ranges = [(0, u64::MAX), (7 * BS + 1, 900 * BS), (2990 * BS, 200 * BS)];
+        let cached: Vec<_> = ranges.iter().map(|&(s, l)| map(&mut fs, "/f", s, l, 0)).collect();
+        assert_eq!(cached[0].len(), 1500 - 5 + 1, "1,500 extents, five punched, one delayed");
+        fs.set_uncached_fiemap(true);
+        let uncached: Vec<_> = ranges.iter().map(|&(s, l)| map(&mut fs, "/f", s, l, 0)).collect();
+        assert_eq!(uncached, cached);
+        let ino = fs.open_path("/f").unwrap();
+        assert!(fs.node(ino).unwrap().tree_blocks.len() > 1, "several leaves were walked");
     }
 
     #[test]

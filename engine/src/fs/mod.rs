@@ -161,6 +161,9 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub(crate) bug_frees_partly_used_cluster: bool,
     /// Test hook: journal-mode data is neither logged nor written home.
     pub(crate) bug_unlogged_data: bool,
+    /// FIEMAP looks each extent up in the on-disk tree, with no extent
+    /// status cache (the 2020 regression; a benchmark knob, not an option).
+    pub(crate) uncached_fiemap: bool,
     /// Test hook: a collapse keeps the extent status cache's mapped entries.
     pub(crate) bug_keeps_stale_extents: bool,
     clock_secs: i64,
@@ -346,6 +349,7 @@ impl<D: BlockDevice> Ext4<D> {
             bug_unordered_data: false,
             bug_frees_partly_used_cluster: false,
             bug_unlogged_data: false,
+            uncached_fiemap: false,
             bug_keeps_stale_extents: false,
             clock_secs,
             clock_ticks: 0,
@@ -436,6 +440,15 @@ impl<D: BlockDevice> Ext4<D> {
         &mut self.ctx.dev
     }
 
+    /// From now on FIEMAP looks every extent up in the on-disk tree, from
+    /// the root through the buffer cache, with no extent status cache in
+    /// front: the uncached behaviour of the 2020 fiemap regression, for
+    /// `ext4sim bench --what fiemap`. Extents are then reported as the tree
+    /// stores them (at most 32,768 blocks each), not merged.
+    pub fn set_uncached_fiemap(&mut self, on: bool) {
+        self.ctx.uncached_fiemap = on;
+    }
+
     /// The mount options in force.
     pub fn mount_options(&self) -> &EffectiveMount {
         &self.ctx.mount
@@ -481,6 +494,7 @@ impl<D: BlockDevice> Ext4<D> {
             bug_unordered_data: c.bug_unordered_data,
             bug_frees_partly_used_cluster: c.bug_frees_partly_used_cluster,
             bug_unlogged_data: c.bug_unlogged_data,
+            uncached_fiemap: c.uncached_fiemap,
             bug_keeps_stale_extents: c.bug_keeps_stale_extents,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,

@@ -29,7 +29,7 @@ const MAX_I_BLOCKS: u64 = (1 << 48) - 1;
 
 impl<D: BlockDevice> Ctx<D> {
     /// Rebuilds `node`'s extent tree if its mapping changed.
-    fn write_tree(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
+    pub(crate) fn write_tree(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
         if !node.map_dirty || !node.disk.has_flag(FL_EXTENTS) {
             node.map_dirty = false;
             return Ok(());

@@ -12,6 +12,9 @@
 //! - Memory per extent is the engine's heap growth over a cold FIEMAP
 //!   (the extent map and extent status entries it keeps, and the tree
 //!   blocks left in its buffer cache), from glibc's allocator statistics.
+//! - The engine also maps the file warm without its extent status cache,
+//!   every extent looked up from the root of the on-disk tree
+//!   ([`Ext4::set_uncached_fiemap`]): the regression's uncached path.
 //! - Three sizes show how the cost grows with the extent count.
 
 use std::path::Path;
@@ -43,6 +46,9 @@ pub struct Side {
     pub cold_io: Option<Duration>,
     /// Median of [`WARM_RUNS`].
     pub warm: Duration,
+    /// Warm, with every extent looked up in the on-disk tree (the engine's
+    /// uncached mode; median of [`WARM_RUNS`]).
+    pub uncached: Option<Duration>,
     pub bytes_per_extent: Option<f64>,
 }
 
@@ -112,9 +118,11 @@ pub fn engine(extents: u64) -> Result<Side, String> {
     let (cold, n) = fiemap(&mut fs, extents)?;
     let cold_io = Duration::from_nanos(fs.device().now_ns() - io);
     let bytes_per_extent = heap.zip(heap_in_use()).map(|(before, after)| after.saturating_sub(before) as f64 / n as f64);
-    let warm = warm(&mut fs, extents)?;
+    let cached = warm(&mut fs, extents)?;
+    fs.set_uncached_fiemap(true);
+    let uncached = warm(&mut fs, extents)?;
     drop(fs);
-    Ok(Side { extents: n, punch, cold, cold_io: Some(cold_io), warm, bytes_per_extent })
+    Ok(Side { extents: n, punch, cold, cold_io: Some(cold_io), warm: cached, uncached: Some(uncached), bytes_per_extent })
 }
 
 /// The host kernel's side: a sparse mke2fs image loop-mounted under
@@ -143,7 +151,7 @@ pub fn kernel(extents: u64, scratch: &Path) -> Result<Side, String> {
         let warm = warm(&mut fs, extents)?;
         drop(fs);
         drop(guard);
-        Ok(Side { extents: n, punch, cold, cold_io: None, warm, bytes_per_extent: None })
+        Ok(Side { extents: n, punch, cold, cold_io: None, warm, uncached: None, bytes_per_extent: None })
     })();
     let _ = std::fs::remove_file(&img);
     result
@@ -156,13 +164,15 @@ pub fn render(rows: &[(Side, Result<Side, String>)]) -> String {
     for (e, k) in rows {
         let mem = e.bytes_per_extent.map_or("?".to_string(), |b| format!("{b:.0} B"));
         let io = e.cold_io.map_or(String::new(), |d| format!(" (simulated I/O {})", s(d)));
+        let uncached = e.uncached.map_or(String::new(), |d| format!("  uncached warm {} ({:.0}x)", s(d), d.as_secs_f64() / e.warm.as_secs_f64().max(1e-9)));
         out += &format!(
-            "  {:>9} extents  engine: punch {}  cold {}{}  warm {}  memory/extent {}\n",
+            "  {:>9} extents  engine: punch {}  cold {}{}  warm {}{}  memory/extent {}\n",
             e.extents,
             s(e.punch),
             s(e.cold),
             io,
             s(e.warm),
+            uncached,
             mem
         );
         match k {
@@ -194,6 +204,7 @@ mod tests {
         let side = engine(5000).unwrap();
         assert_eq!(side.extents, 5000);
         assert!(side.cold_io.is_some_and(|d| d > Duration::ZERO), "a cold map reads tree blocks");
+        assert!(side.uncached.is_some(), "the uncached pass ran (and mapped every extent)");
         if let Some(b) = side.bytes_per_extent {
             assert!(b > 0.0, "the map it loaded takes memory");
         }
