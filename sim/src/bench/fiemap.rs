@@ -26,6 +26,7 @@ use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::FallocFlags;
 use ext4_model::{FileSystem, FiemapRequest, MountConfig};
 
+use super::median;
 use crate::disk::{DiskProfile, FaultConfig, SimDisk};
 
 /// Extent counts measured; the last is the 2020 study's file.
@@ -50,11 +51,6 @@ pub struct Side {
     /// uncached mode; median of [`WARM_RUNS`]).
     pub uncached: Option<Duration>,
     pub bytes_per_extent: Option<f64>,
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 /// Fallocates `2 * extents` blocks and punches every other one out.
