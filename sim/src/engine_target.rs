@@ -536,6 +536,7 @@ impl Target for EngineTarget {
                 ("metadata folios", Figure::Count(kswapd.metadata_folios)),
                 ("checkpoints", Figure::Count(kswapd.checkpoints)),
                 ("write-backs", Figure::Count(kswapd.writebacks)),
+                ("extent status entries", Figure::Count(kswapd.extent_status)),
             ]),
         ));
         out.push((

@@ -8,8 +8,8 @@
 //! [`ExtentStatusTree::status`] answers for both, as `ext4_es_lookup_extent`
 //! does, so callers ask one place. Beside them sit **mapped entries**
 //! ([`mapped`]): a cache of the map's runs that FIEMAP_FLAG_CACHE fills and
-//! FIEMAP reads through. A later slice fills it on every lookup and adds
-//! hole entries and a shrinker.
+//! FIEMAP reads through, and memory reclaim shrinks ([`lru`]). A later
+//! slice fills it on every lookup and adds hole entries.
 //!
 //! Invariants:
 //! - a delayed block is never mapped in the extent map (allocation removes
@@ -24,6 +24,7 @@ use std::ops::Range;
 use crate::extent_tree::{ExtentMap, Piece};
 use crate::range_set::RangeSet;
 
+pub mod lru;
 pub mod mapped;
 
 use mapped::MappedCache;
@@ -111,6 +112,14 @@ impl ExtentStatusTree {
     /// ext4_ext_precache: every run of `map` into the cache; returns how many.
     pub fn precache(&mut self, map: &ExtentMap) -> usize {
         self.mapped.load(map)
+    }
+
+    /// The shrinker: every cached mapped entry goes (delayed extents stay);
+    /// returns how many went.
+    pub fn drop_mapped(&mut self) -> usize {
+        let n = self.mapped.len();
+        self.mapped = MappedCache::default();
+        n
     }
 
     /// Cached mapped extents.

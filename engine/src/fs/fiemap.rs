@@ -39,6 +39,7 @@ impl<D: BlockDevice> Ext4<D> {
     fn fiemap_open(&mut self, ino: InodeNumber, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
         if req.flags & FiemapRequest::CACHE != 0 {
             self.precache_extents(ino)?;
+            self.ctx.es_lru.touch(ino);
         }
         let bs = self.ctx.bs();
         let plan = check_fiemap(req, self.ctx.mount.max_file_size(), bs)?;
@@ -59,7 +60,12 @@ impl<D: BlockDevice> Ext4<D> {
             return Ok(xattr_map(&node.disk, bs, plan.bytes.start));
         }
         debug_assert!(!check_cache || node.es.cache_agrees(&node.map), "the extent status cache says other than the map");
-        Ok(report(node, plan.blocks, bs))
+        let used_cache = node.es.cached_extents() > 0;
+        let out = report(node, plan.blocks, bs);
+        if used_cache {
+            self.ctx.es_lru.touch(ino);
+        }
+        Ok(out)
     }
 
     /// ext4_ext_precache: the tree's blocks read (the reads CACHE costs),
@@ -210,6 +216,36 @@ mod tests {
         assert_eq!(node.es.cached_extents(), 6);
         assert!(node.es.cache_agrees(&node.map));
         assert_eq!(map(&mut fs, "/f", 0, 6 * BS, 0), vec![(4, 1, fiemap_flags::LAST)]);
+    }
+
+    /// The shrinker takes the least recently used inode's cached entries
+    /// first, whole, and leaves delayed extents; answers do not change.
+    #[test]
+    fn the_shrinker_drops_the_least_recently_used_cache_first_and_never_delayed_extents() {
+        let mut fs = fresh_mounted(64 << 20);
+        let f = fragmented(&mut fs);
+        fs.create("/g", 0o644).unwrap();
+        for b in (0..10).step_by(2) {
+            fs.write("/g", b * BS, &[3u8; 4096]).unwrap();
+        }
+        fs.sync().unwrap();
+        let g = fs.open_path("/g").unwrap();
+        map(&mut fs, "/g", 0, u64::MAX, FiemapRequest::CACHE);
+        let f_before = map(&mut fs, "/f", 0, u64::MAX, FiemapRequest::CACHE);
+        // /g used its cache last now; /f gains a delayed extent.
+        map(&mut fs, "/g", 0, u64::MAX, 0);
+        fs.write("/f", 100 * BS, &[4u8; 4096]).unwrap();
+        assert_eq!((fs.node(f).unwrap().es.cached_extents(), fs.node(g).unwrap().es.cached_extents()), (8, 5));
+        assert_eq!(fs.shrink_extent_status(1), 8, "the oldest inode's entries go, all of them");
+        assert_eq!((fs.node(f).unwrap().es.cached_extents(), fs.node(g).unwrap().es.cached_extents()), (0, 5));
+        assert_eq!(fs.node(f).unwrap().es.delayed_blocks(), 1, "a delayed extent is never shrunk");
+        // The delayed block added since moved LAST off the eighth extent.
+        let mapped = |v: Vec<(u64, u64, u32)>| v.into_iter().take(8).map(|(l, n, fl)| (l, n, fl & !fiemap_flags::LAST)).collect::<Vec<_>>();
+        let f_after = map(&mut fs, "/f", 0, u64::MAX, 0);
+        assert_eq!(f_after.len(), 9);
+        assert_eq!(mapped(f_after), mapped(f_before), "a smaller cache gives the same answers");
+        assert_eq!(fs.shrink_extent_status(u64::MAX), 5);
+        assert_eq!(fs.shrink_extent_status(u64::MAX), 0, "nothing cached is left");
     }
 
     /// CACHE loads before SYNC writes back, and write-back converts the

@@ -30,6 +30,10 @@ use crate::memory::refused::OutOfMemory;
 
 use super::Ext4;
 
+/// Extent status entries one reclaim pass asks the shrinker for (the
+/// kernel's SHRINK_BATCH).
+const ES_SHRINK_BATCH: u64 = 128;
+
 /// kswapd wakes below bound/16 free and stops at bound/8.
 const KSWAPD_LOW_SHARE: u64 = 16;
 const KSWAPD_HIGH_SHARE: u64 = 8;
@@ -42,6 +46,8 @@ pub struct KswapdPass {
     pub metadata_folios: u64,
     pub checkpoints: u64,
     pub writebacks: u64,
+    /// Cached extent status entries the shrinker dropped.
+    pub extent_status: u64,
 }
 
 /// Where a no-fail request may reclaim.
@@ -253,6 +259,10 @@ impl<D: BlockDevice> Ext4<D> {
         self.release_dropped_metadata();
         let bound = self.ctx.pages.bound_bytes();
         let high = bound / KSWAPD_HIGH_SHARE;
+        if bound.saturating_sub(self.ctx.pages.in_use_bytes()) < high {
+            // Reclaim runs the shrinkers beside the LRUs (shrink_slab).
+            pass.extent_status = self.shrink_extent_status(ES_SHRINK_BATCH);
+        }
         let mut batch = 1usize;
         loop {
             let free = bound.saturating_sub(self.ctx.pages.in_use_bytes());
@@ -295,7 +305,22 @@ impl<D: BlockDevice> Ext4<D> {
         k.metadata_folios += pass.metadata_folios;
         k.checkpoints += pass.checkpoints;
         k.writebacks += pass.writebacks;
+        k.extent_status += pass.extent_status;
         Ok(pass)
+    }
+
+    /// ext4's es_shrinker: drops the cached mapped entries of the least
+    /// recently used inodes until `want` went (whole inodes at a time) or
+    /// none are left; delayed extents stay. Returns how many went.
+    pub fn shrink_extent_status(&mut self, want: u64) -> u64 {
+        let mut freed = 0u64;
+        while freed < want {
+            let Some(ino) = self.ctx.es_lru.pop_oldest() else { break };
+            if let Some(node) = self.nodes.get_mut(&ino) {
+                freed += node.es.drop_mapped() as u64;
+            }
+        }
+        freed
     }
 
     /// The first livelock since the last take: the op that met it answered

@@ -161,6 +161,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub(crate) bug_frees_partly_used_cluster: bool,
     /// Test hook: journal-mode data is neither logged nor written home.
     pub(crate) bug_unlogged_data: bool,
+    /// Inodes with cached extent status entries, least recently used first.
+    pub(crate) es_lru: crate::extent_status::lru::EsLru,
     /// FIEMAP looks each extent up in the on-disk tree, with no extent
     /// status cache (the 2020 regression; a benchmark knob, not an option).
     pub(crate) uncached_fiemap: bool,
@@ -349,6 +351,7 @@ impl<D: BlockDevice> Ext4<D> {
             bug_unordered_data: false,
             bug_frees_partly_used_cluster: false,
             bug_unlogged_data: false,
+            es_lru: Default::default(),
             uncached_fiemap: false,
             bug_keeps_stale_extents: false,
             clock_secs,
@@ -494,6 +497,7 @@ impl<D: BlockDevice> Ext4<D> {
             bug_unordered_data: c.bug_unordered_data,
             bug_frees_partly_used_cluster: c.bug_frees_partly_used_cluster,
             bug_unlogged_data: c.bug_unlogged_data,
+            es_lru: c.es_lru.clone(),
             uncached_fiemap: c.uncached_fiemap,
             bug_keeps_stale_extents: c.bug_keeps_stale_extents,
             clock_secs: c.clock_secs,
