@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use ext4_engine::device_file::FileDevice;
-use ext4_testkit::e2fsprogs::{e2fsck_clean_allowing, tool};
+use ext4_testkit::e2fsprogs::{e2fsck_clean_allowing, is_guest_clock_skew_line, tool};
 use ext4_engine::fs::Ext4;
 use ext4_model::agree::agrees;
 use ext4_model::durability::{data_ranges, merge_ranges, read_range, view_tree};
@@ -198,7 +198,8 @@ fn is_extent_tree_offer(line: &str) -> bool {
 /// and every byte as the model has them.
 #[allow(clippy::result_large_err)] // once per case
 fn check_image(tools: &Tools, mount: &MountConfig, image: &Path, model: &mut Model) -> Result<(), Finding> {
-    e2fsck_clean_allowing(&tools.e2fsck, image, is_extent_tree_offer).map_err(|e| Finding::Image(format!("e2fsck -fn: {e}")))?;
+    let benign = |l: &str| is_extent_tree_offer(l) || is_guest_clock_skew_line(l);
+    e2fsck_clean_allowing(&tools.e2fsck, image, benign).map_err(|e| Finding::Image(format!("e2fsck -fn: {e}")))?;
     let dev = FileDevice::open(image, false).map_err(|e| Finding::Image(format!("open {}: {e}", image.display())))?;
     let ro = MountConfig { read_only: true, ..*mount };
     let mut engine = Ext4::mount(dev, &ro).map_err(|e| Finding::Image(format!("the engine cannot mount it: {e}")))?;
