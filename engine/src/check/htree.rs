@@ -6,10 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::dir::hash::HashPolicy;
-use crate::dir::htree::{DxIndex, Htree, LEVELS_COMPAT, LEVELS_LARGEDIR};
+use crate::dir::htree::{DxIndex, Htree};
 use crate::format::dx;
-use crate::format::features::feature;
 use crate::format::InodeNumber;
 
 use super::problem::Problem;
@@ -28,11 +26,6 @@ pub struct HtreeBlocks {
     leaves: BTreeMap<u32, Vec<(u32, Vec<u8>)>>,
 }
 
-fn policy<D: crate::device::BlockDevice>(c: &Checker<D>) -> Htree {
-    let levels = if c.sb.feature_incompat & feature::INCOMPAT_LARGEDIR != 0 { LEVELS_LARGEDIR } else { LEVELS_COMPAT };
-    Htree { hash: HashPolicy::of(&c.sb), max_levels: levels }
-}
-
 impl HtreeBlocks {
     pub fn root<D: crate::device::BlockDevice>(&mut self, c: &Checker<D>, b: &[u8]) {
         self.root = Some(b.to_vec());
@@ -49,7 +42,7 @@ impl HtreeBlocks {
     /// Files a leaf's names by hash.
     pub fn leaf<D: crate::device::BlockDevice>(&mut self, c: &Checker<D>, lblk: u64, names: impl Iterator<Item = Vec<u8>>) {
         let (Some(version), Ok(l)) = (self.version, u32::try_from(lblk)) else { return };
-        let p = policy(c).hash;
+        let p = Htree::of(&c.sb).hash;
         let hashes = names.filter_map(|n| Some((p.major(version, &n)?, n))).collect();
         self.leaves.insert(l, hashes);
     }
@@ -61,7 +54,7 @@ pub fn check<D: crate::device::BlockDevice>(c: &mut Checker<D>, dir: InodeNumber
     let Some(root) = blocks.root else { return c.report(bad(0, "no dx root".into())) };
     let Ok(n) = u32::try_from(nblocks) else { return c.report(bad(0, format!("{nblocks} blocks"))) };
     let nodes = &blocks.nodes;
-    let read = DxIndex::read(policy(c), &root, seed, n, |b| nodes.get(&b).cloned().ok_or_else(|| format!("dx entry points at block {b}, which is no dx node")));
+    let read = DxIndex::read(Htree::of(&c.sb), &root, seed, n, |b| nodes.get(&b).cloned().ok_or_else(|| format!("dx entry points at block {b}, which is no dx node")));
     let ix = match read {
         Ok(Some(ix)) => ix,
         Ok(None) => return c.report(bad(0, "the root names a hash version or a depth this filesystem cannot use".into())),

@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 
 use crate::format::dirent::{self, DirEntry, FT_DIR};
 use crate::format::dx::{self, DxEntry, DxRoot, HASH_CONTINUED, NODE_COUNT_AT, ROOT_COUNT_AT};
+use crate::format::features::feature;
+use crate::format::superblock::Superblock;
 use crate::format::InodeNumber;
 
 use super::hash::HashPolicy;
@@ -36,6 +38,14 @@ pub struct Htree {
     pub hash: HashPolicy,
     /// Index levels allowed, root included.
     pub max_levels: u8,
+}
+
+impl Htree {
+    /// The superblock's hashing, and the levels `large_dir` allows.
+    pub fn of(sb: &Superblock) -> Self {
+        let levels = if sb.feature_incompat & feature::INCOMPAT_LARGEDIR != 0 { LEVELS_LARGEDIR } else { LEVELS_COMPAT };
+        Htree { hash: HashPolicy::of(sb), max_levels: levels }
+    }
 }
 
 /// One step of a probe: the index block (None for the root) and the entry

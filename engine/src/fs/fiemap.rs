@@ -18,7 +18,7 @@ use ext4_model::{Errno, FiemapExtent, FiemapRequest};
 
 use crate::device::BlockDevice;
 use crate::error::{Corrupt, Error};
-use crate::extent_tree::{self, ExtentMap};
+use crate::extent_tree::{self, ExtentMap, Piece};
 use crate::format::inode::{Inode, FL_EXTENTS};
 use crate::format::InodeNumber;
 
@@ -102,14 +102,39 @@ fn same_runs(a: &ExtentMap, b: &ExtentMap) -> bool {
     merged(a) == merged(b)
 }
 
-/// ext4_iomap_begin_report over `blocks`: the mapped pieces and the delayed
-/// ranges, in order.
+/// ext4_iomap_begin_report over `blocks`: the mapped pieces (looked up
+/// through the extent status cache) and the delayed ranges, in order.
 fn report(node: &Node, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
+    assemble(node, blocks.clone(), bs, node.es.mapped_in(&node.map, blocks))
+}
+
+/// [`report`] with every mapped piece found by a lookup in the on-disk
+/// tree from the root (ext4_find_extent per extent), as FIEMAP went
+/// without the extent status cache.
+fn report_uncached<D: BlockDevice>(ctx: &mut super::Ctx<D>, ino: InodeNumber, node: &Node, blocks: Range<u64>, bs: u64) -> crate::error::Result<Vec<FiemapExtent>> {
+    let mut mapped = Vec::new();
+    let mut at = blocks.start;
+    while at < blocks.end {
+        let Some(e) = extent_tree::find::find_extent(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, at)? else { break };
+        let start = u64::from(e.logical).max(at);
+        if start >= blocks.end {
+            break;
+        }
+        let end = e.logical_end().min(blocks.end);
+        mapped.push(Piece { logical: start, len: end - start, physical: e.physical + (start - u64::from(e.logical)), unwritten: e.unwritten });
+        at = end;
+    }
+    Ok(assemble(node, blocks, bs, mapped))
+}
+
+/// The extents of `blocks`: the `mapped` pieces in order, the inode's
+/// delayed ranges between them, the last one LAST.
+fn assemble(node: &Node, blocks: Range<u64>, bs: u64, mapped: Vec<Piece>) -> Vec<FiemapExtent> {
     let extent = |logical: u64, len: u64, flags: u32| FiemapExtent::new(logical * bs, len * bs, flags);
     let delayed_flags = fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN;
     let mut out: Vec<FiemapExtent> = Vec::new();
-    let mut delayed = node.es.delayed_in(blocks.clone()).peekable();
-    for p in node.es.mapped_in(&node.map, blocks) {
+    let mut delayed = node.es.delayed_in(blocks).peekable();
+    for p in mapped {
         while let Some(d) = delayed.next_if(|d| d.start < p.logical) {
             out.push(extent(d.start, d.end - d.start, delayed_flags));
         }
@@ -122,37 +147,6 @@ fn report(node: &Node, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
         last.flags |= fiemap_flags::LAST;
     }
     out
-}
-
-/// [`report`] with every mapped piece found by a lookup in the on-disk
-/// tree from the root (ext4_find_extent per extent), as FIEMAP went
-/// without the extent status cache.
-fn report_uncached<D: BlockDevice>(ctx: &mut super::Ctx<D>, ino: InodeNumber, node: &Node, blocks: Range<u64>, bs: u64) -> crate::error::Result<Vec<FiemapExtent>> {
-    let extent = |logical: u64, len: u64, flags: u32| FiemapExtent::new(logical * bs, len * bs, flags);
-    let delayed_flags = fiemap_flags::DELALLOC | fiemap_flags::UNKNOWN;
-    let mut out: Vec<FiemapExtent> = Vec::new();
-    let mut delayed = node.es.delayed_in(blocks.clone()).peekable();
-    let mut at = blocks.start;
-    while at < blocks.end {
-        let Some(e) = extent_tree::find::find_extent(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, at)? else { break };
-        let start = u64::from(e.logical).max(at);
-        if start >= blocks.end {
-            break;
-        }
-        let end = e.logical_end().min(blocks.end);
-        while let Some(d) = delayed.next_if(|d| d.start < start) {
-            out.push(extent(d.start, d.end - d.start, delayed_flags));
-        }
-        out.push(extent(start, end - start, if e.unwritten { fiemap_flags::UNWRITTEN } else { 0 }));
-        at = end;
-    }
-    for d in delayed {
-        out.push(extent(d.start, d.end - d.start, delayed_flags));
-    }
-    if let Some(last) = out.last_mut() {
-        last.flags |= fiemap_flags::LAST;
-    }
-    Ok(out)
 }
 
 /// ext4_iomap_xattr_fiemap: one extent at 0 where the attributes live (in

@@ -9,8 +9,7 @@ use ext4_model::op::inode_flags;
 use ext4_model::{Errno, FileKind};
 
 use crate::device::BlockDevice;
-use crate::dir::hash::HashPolicy;
-use crate::dir::htree::{self, Htree};
+use crate::dir::htree::Htree;
 use crate::dir::Directory;
 use crate::error::{Corrupt, Error, Result, Unsupported};
 use crate::extent_status::ExtentStatusTree;
@@ -96,8 +95,7 @@ impl<D: BlockDevice> Ctx<D> {
 
     /// How directories are indexed here; None without `dir_index`.
     pub fn htree(&self) -> Option<Htree> {
-        let levels = if self.sb.feature_incompat & feature::INCOMPAT_LARGEDIR != 0 { htree::LEVELS_LARGEDIR } else { htree::LEVELS_COMPAT };
-        (self.sb.feature_compat & feature::COMPAT_DIR_INDEX != 0).then(|| Htree { hash: HashPolicy::of(&self.sb), max_levels: levels })
+        (self.sb.feature_compat & feature::COMPAT_DIR_INDEX != 0).then(|| Htree::of(&self.sb))
     }
 
     /// Table block and byte offset of inode `ino`'s slot.
