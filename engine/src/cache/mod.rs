@@ -43,13 +43,17 @@ pub struct BufferCache {
     /// kept apart so writeback and commits visit only them (the cache itself
     /// never shrinks) in ascending order.
     dirty: BTreeSet<BlockNumber>,
+    /// Blocks whose contents a reader has checked whole since they entered
+    /// the cache (the kernel's buffer_verified): a rewrite or a re-read
+    /// clears it.
+    verified: BTreeSet<BlockNumber>,
     folios: MetadataFolios,
 }
 
 impl BufferCache {
     pub fn new(geo: Geometry, blocks_count: u64) -> Self {
         let block_size = usize::try_from(geo.block_size()).unwrap_or(usize::MAX);
-        BufferCache { block_size, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new(), folios: MetadataFolios::new(geo) }
+        BufferCache { block_size, blocks_count, bufs: BTreeMap::new(), dirty: BTreeSet::new(), verified: BTreeSet::new(), folios: MetadataFolios::new(geo) }
     }
 
     pub fn folios(&self) -> &MetadataFolios {
@@ -70,6 +74,7 @@ impl BufferCache {
         }
         for b in cached {
             self.bufs.remove(&b);
+            self.verified.remove(&b);
             self.folios.block_removed(b);
         }
         true
@@ -121,6 +126,7 @@ impl BufferCache {
     pub fn get_mut<D: BlockDevice + ?Sized>(&mut self, dev: &mut D, block: BlockNumber) -> Result<&mut [u8]> {
         self.load(dev, block)?;
         self.dirty.insert(block);
+        self.verified.remove(&block);
         let buf = self.bufs.get_mut(&block).ok_or_else(|| Error::InvalidArgument(format!("block {block} vanished from the cache")))?;
         Ok(buf)
     }
@@ -141,7 +147,20 @@ impl BufferCache {
             }
         }
         self.dirty.insert(block);
+        self.verified.remove(&block);
         Ok(())
+    }
+
+    /// Whether `block` was checked whole since it was last read or rewritten.
+    pub fn is_verified(&self, block: BlockNumber) -> bool {
+        self.verified.contains(&block)
+    }
+
+    /// Records that `block`, as cached now, was checked whole.
+    pub fn set_verified(&mut self, block: BlockNumber) {
+        if self.bufs.contains_key(&block) {
+            self.verified.insert(block);
+        }
     }
 
     /// Drops cached copies of blocks `start..start + len` without writing them.
@@ -151,6 +170,7 @@ impl BufferCache {
         for b in doomed {
             self.bufs.remove(&b);
             self.dirty.remove(&b);
+            self.verified.remove(&b);
             self.folios.block_removed(b);
         }
     }
@@ -200,6 +220,7 @@ impl BufferCache {
     pub fn drop_all(&mut self) {
         self.bufs.clear();
         self.dirty.clear();
+        self.verified.clear();
         self.folios.clear();
     }
 }

@@ -3,31 +3,33 @@
 //!
 //! It keeps what nothing else knows: the **delayed extents**, ranges a
 //! buffered write under delalloc has reserved space for but not allocated
-//! (their data is dirty in the page cache). Written and unwritten come from
-//! the inode's extent map ([`ExtentMap`]), which is authoritative;
-//! [`ExtentStatusTree::status`] answers for both, as `ext4_es_lookup_extent`
-//! does, so callers ask one place. Beside them sit **mapped entries**
-//! ([`mapped`]): a cache of the map's runs that FIEMAP_FLAG_CACHE fills and
-//! FIEMAP reads through, and memory reclaim shrinks ([`lru`]). A later
-//! slice fills it on every lookup and adds hole entries.
+//! (their data is dirty in the page cache); they are never dropped.
+//! Beside them sits the **cache** ([`cache`]) of written, unwritten and
+//! hole ranges, consulted before the extent tree and filled on each miss
+//! from it ([`source`]): the on-disk tree read block by block, or the
+//! inode's mapping once loaded whole ([`ExtentMap`], authoritative while
+//! loaded). Memory reclaim shrinks the cache ([`lru`]).
 //!
 //! Invariants:
 //! - a delayed block is never mapped in the extent map (allocation removes
 //!   it from here first);
 //! - the count of delayed blocks is the inode's share of the filesystem's
 //!   reservation (i_reserved_data_blocks); the caller keeps the sum;
-//! - a mapped entry says what the map says: whoever changes the map drops
-//!   the entries there ([`ExtentStatusTree::forget_mapped`]).
+//! - a cached entry says what the tree says: whoever changes the mapping
+//!   drops the entries there ([`ExtentStatusTree::forget_mapped`]).
 
 use std::ops::Range;
 
+use crate::error::Result;
 use crate::extent_tree::{ExtentMap, Piece};
 use crate::range_set::RangeSet;
 
+pub mod cache;
 pub mod lru;
-pub mod mapped;
+pub mod source;
 
-use mapped::MappedCache;
+use cache::StatusCache;
+use source::{ExtentSource, Found};
 
 /// What a logical block is backed by (ext4's EXTENT_STATUS_* bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +47,7 @@ pub struct ExtentStatusTree {
     delayed: RangeSet,
     /// Blocks in `delayed`, kept so the reservation is O(1) to read.
     delayed_blocks: u64,
-    mapped: MappedCache,
+    cache: StatusCache,
 }
 
 impl ExtentStatusTree {
@@ -96,50 +98,79 @@ impl ExtentStatusTree {
     }
 
     /// Moves delayed extents at or after `from` by `delta` blocks
-    /// (collapse and insert range); `None` if one would leave u64. Mapped
+    /// (collapse and insert range); `None` if one would leave u64. Cached
     /// entries from `from` on are dropped, as ext4 drops its cache there.
     pub fn shift_from(&mut self, from: u64, delta: i64) -> Option<()> {
-        self.mapped.forget(from..u64::MAX);
+        self.cache.forget(from..u64::MAX);
         self.delayed.shift_from(from, delta)
     }
 
-    /// [`ExtentStatusTree::shift_from`] that leaves the mapped entries in
+    /// [`ExtentStatusTree::shift_from`] that leaves the cached entries in
     /// place: the test hook's stale-cache bug.
     pub fn shift_keeping_mapped(&mut self, from: u64, delta: i64) -> Option<()> {
         self.delayed.shift_from(from, delta)
     }
 
-    /// ext4_ext_precache: every run of `map` into the cache; returns how many.
-    pub fn precache(&mut self, map: &ExtentMap) -> usize {
-        self.mapped.load(map)
+    /// ext4_ext_precache: every run and hole into the cache; returns how
+    /// many runs.
+    pub fn precache(&mut self, runs: impl IntoIterator<Item = Piece>) -> usize {
+        self.cache.load(runs)
     }
 
-    /// The shrinker: every cached mapped entry goes (delayed extents stay);
+    /// The shrinker: every cached entry goes (delayed extents stay);
     /// returns how many went.
     pub fn drop_mapped(&mut self) -> usize {
-        let n = self.mapped.len();
-        self.mapped = MappedCache::default();
+        let n = self.cache.len();
+        self.cache.clear();
         n
     }
 
-    /// Cached mapped extents.
+    /// Cached mapped ranges.
     pub fn cached_extents(&self) -> usize {
-        self.mapped.len()
+        self.cache.mapped()
     }
 
-    /// The map is about to change in `range`: its cached entries go.
+    /// Cached entries, hole markers included: the cache's size.
+    pub fn cached_entries(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The mapping is about to change in `range`: its cached entries go.
     pub fn forget_mapped(&mut self, range: Range<u64>) {
-        self.mapped.forget(range);
+        self.cache.forget(range);
     }
 
-    /// The mapped pieces of `range`, looked up through the cache.
-    pub fn mapped_in(&self, map: &ExtentMap, range: Range<u64>) -> Vec<Piece> {
-        self.mapped.lookup(map, range)
+    /// ext4_map_blocks without create: what block `lblk` is, from the cache
+    /// or else from `tree`, cached. A mapped answer is the whole range.
+    pub fn lookup(&mut self, lblk: u64, tree: &mut impl ExtentSource) -> Result<Found> {
+        Ok(self.cache.lookup(lblk, tree)?.0)
+    }
+
+    /// The mapped pieces of `range` in order, looked up through the cache.
+    pub fn mapped_in(&mut self, range: Range<u64>, tree: &mut impl ExtentSource) -> Result<Vec<Piece>> {
+        let mut out = Vec::new();
+        let mut pos = range.start;
+        while pos < range.end {
+            let next = match self.lookup(pos, tree)? {
+                Found::Mapped(p) => {
+                    let end = (p.logical + p.len).min(range.end);
+                    out.push(Piece { logical: pos, len: end - pos, physical: p.physical + (pos - p.logical), unwritten: p.unwritten });
+                    end
+                }
+                Found::Hole { end, .. } => end,
+            };
+            debug_assert!(next > pos, "a lookup must make progress");
+            if next <= pos {
+                break;
+            }
+            pos = next;
+        }
+        Ok(out)
     }
 
     /// Whether every cached entry still says what `map` says.
     pub fn cache_agrees(&self, map: &ExtentMap) -> bool {
-        self.mapped.agrees_with(map)
+        self.cache.agrees_with(map)
     }
 
     /// Blocks of `range` neither mapped in `map` nor delayed: what a new
@@ -196,10 +227,23 @@ mod tests {
         let mut map = ExtentMap::new();
         map.insert(0, 2, 1000, false);
         map.insert(20, 2, 2000, false);
-        assert_eq!(es.precache(&map), 2);
+        assert_eq!(es.precache(map.iter()), 2);
         es.shift_from(5, -5).unwrap();
         assert_eq!(es.delayed_in(0..100).collect::<Vec<_>>(), vec![5..7]);
         assert_eq!(es.delayed_blocks(), 2);
         assert_eq!(es.cached_extents(), 1, "the entry before the shift stays");
+        assert!(es.cache_agrees(&map));
+    }
+
+    #[test]
+    fn mapped_pieces_come_through_the_cache_and_fill_it() {
+        let mut map = ExtentMap::new();
+        map.insert(0, 2, 1000, false);
+        map.insert(5, 3, 2000, true);
+        let mut es = ExtentStatusTree::new();
+        let first = es.mapped_in(1..7, &mut &map).unwrap();
+        assert_eq!(first, map.pieces(1..7));
+        assert_eq!(es.cached_extents(), 2);
+        assert_eq!(es.mapped_in(1..7, &mut &ExtentMap::new()).unwrap(), first, "a second pass needs no tree");
     }
 }

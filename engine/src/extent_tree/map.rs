@@ -74,6 +74,17 @@ impl ExtentMap {
         (lblk < l + r.len).then(|| Piece { logical: lblk, len: l + r.len - lblk, physical: r.physical + (lblk - l), unwritten: r.unwritten })
     }
 
+    /// The whole run holding `lblk`, unclipped.
+    pub fn run_at(&self, lblk: u64) -> Option<Piece> {
+        let (&l, r) = self.runs.range(..=lblk).next_back()?;
+        (lblk < l + r.len).then_some(Piece { logical: l, len: r.len, physical: r.physical, unwritten: r.unwritten })
+    }
+
+    /// First logical block of the first run starting after `lblk`.
+    pub fn next_start(&self, lblk: u64) -> Option<u64> {
+        self.runs.range(lblk.checked_add(1)?..).next().map(|(l, _)| *l)
+    }
+
     /// Mapped pieces inside `range`, clipped, in order.
     pub fn pieces(&self, range: Range<u64>) -> Vec<Piece> {
         let mut out = Vec::new();

@@ -121,29 +121,52 @@ pub fn parse_header(b: &[u8], ino: InodeNumber) -> Result<ExtentHeader> {
     Ok(h)
 }
 
+/// Entry `i` of a node whose header said it has more than `i` entries (so
+/// the bytes are there: [`parse_header`] bounds the count by the size).
+fn entry(b: &[u8], i: usize) -> &[u8] {
+    &b[HEADER_LEN + i * ENTRY_LEN..HEADER_LEN + (i + 1) * ENTRY_LEN]
+}
+
+/// First logical block of entry `i`, leaf or index alike: what a binary
+/// search of a node compares.
+pub fn entry_logical(b: &[u8], h: &ExtentHeader, i: usize) -> Option<u32> {
+    (i < usize::from(h.entries)).then(|| le32(entry(b, i), EE_BLOCK))
+}
+
+/// Leaf entry `i`, with the checks [`parse_node`] makes on one entry.
+pub fn leaf_entry(b: &[u8], h: &ExtentHeader, i: usize, ino: InodeNumber) -> Result<Extent> {
+    if h.depth != 0 || i >= usize::from(h.entries) {
+        return Err(bad(ino, format!("no leaf entry {i} in a depth-{} node of {} entries", h.depth, h.entries)));
+    }
+    let e = entry(b, i);
+    let raw_len = u32::from(le16(e, EE_LEN));
+    let (len, unwritten) = if raw_len > MAX_INIT_LEN { (raw_len - MAX_INIT_LEN, true) } else { (raw_len, false) };
+    let ext = Extent { logical: le32(e, EE_BLOCK), len, physical: join64(le32(e, EE_START_LO), u32::from(le16(e, EE_START_HI))), unwritten };
+    if ext.len == 0 {
+        return Err(bad(ino, format!("extent {i} at logical {} has length 0", ext.logical)));
+    }
+    if ext.logical_end() > u64::from(u32::MAX) + 1 {
+        return Err(bad(ino, format!("extent {i} runs past logical block 2^32")));
+    }
+    Ok(ext)
+}
+
+/// Index entry `i` of an index node.
+pub fn index_entry(b: &[u8], h: &ExtentHeader, i: usize, ino: InodeNumber) -> Result<ExtentIndex> {
+    if h.depth == 0 || i >= usize::from(h.entries) {
+        return Err(bad(ino, format!("no index entry {i} in a depth-{} node of {} entries", h.depth, h.entries)));
+    }
+    let e = entry(b, i);
+    Ok(ExtentIndex { logical: le32(e, EI_BLOCK), child: join64(le32(e, EI_LEAF_LO), u32::from(le16(e, EI_LEAF_HI))) })
+}
+
 /// Parses a node and checks that its entries are sorted and sane.
 pub fn parse_node(b: &[u8], ino: InodeNumber) -> Result<(ExtentHeader, ExtentNode)> {
     let h = parse_header(b, ino)?;
-    let entry = |i: usize| &b[HEADER_LEN + i * ENTRY_LEN..HEADER_LEN + (i + 1) * ENTRY_LEN];
     if h.depth == 0 {
         let mut out: Vec<Extent> = Vec::with_capacity(usize::from(h.entries));
         for i in 0..usize::from(h.entries) {
-            let e = entry(i);
-            let raw_len = u32::from(le16(e, EE_LEN));
-            let (len, unwritten) =
-                if raw_len > MAX_INIT_LEN { (raw_len - MAX_INIT_LEN, true) } else { (raw_len, false) };
-            let ext = Extent {
-                logical: le32(e, EE_BLOCK),
-                len,
-                physical: join64(le32(e, EE_START_LO), u32::from(le16(e, EE_START_HI))),
-                unwritten,
-            };
-            if ext.len == 0 {
-                return Err(bad(ino, format!("extent {i} at logical {} has length 0", ext.logical)));
-            }
-            if ext.logical_end() > u64::from(u32::MAX) + 1 {
-                return Err(bad(ino, format!("extent {i} runs past logical block 2^32")));
-            }
+            let ext = leaf_entry(b, &h, i, ino)?;
             if let Some(prev) = out.last() {
                 if u64::from(ext.logical) < prev.logical_end() {
                     return Err(bad(ino, format!("extent {i} at logical {} overlaps the one before", ext.logical)));
@@ -155,11 +178,7 @@ pub fn parse_node(b: &[u8], ino: InodeNumber) -> Result<(ExtentHeader, ExtentNod
     } else {
         let mut out: Vec<ExtentIndex> = Vec::with_capacity(usize::from(h.entries));
         for i in 0..usize::from(h.entries) {
-            let e = entry(i);
-            let idx = ExtentIndex {
-                logical: le32(e, EI_BLOCK),
-                child: join64(le32(e, EI_LEAF_LO), u32::from(le16(e, EI_LEAF_HI))),
-            };
+            let idx = index_entry(b, &h, i, ino)?;
             if let Some(prev) = out.last() {
                 if idx.logical <= prev.logical {
                     return Err(bad(ino, format!("index {i} at logical {} is not after the one before", idx.logical)));

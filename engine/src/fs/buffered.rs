@@ -81,7 +81,7 @@ impl<D: BlockDevice> Ctx<D> {
         // Written blocks come from the device; the rest (holes, unwritten
         // extents) are zeroed below, as a folio's bytes are undefined until
         // a block is uptodate.
-        let written: Vec<_> = node.map.pieces(blocks.clone()).into_iter().filter(|p| !p.unwritten).collect();
+        let written: Vec<_> = node.map().pieces(blocks.clone()).into_iter().filter(|p| !p.unwritten).collect();
         for p in &written {
             let mut l = p.logical;
             while l < p.logical + p.len {
@@ -217,7 +217,7 @@ impl<D: BlockDevice> Ctx<D> {
             // What is not read below is a hole or unwritten: zeros.
             let (lo, hi) = ((run.start * bs).max(offset), (run.end * bs).min(end));
             out[(lo - offset) as usize..(hi - offset) as usize].fill(0);
-            for p in node.map.pieces(run).into_iter().filter(|p| !p.unwritten) {
+            for p in node.map().pieces(run).into_iter().filter(|p| !p.unwritten) {
                 let mut l = p.logical;
                 while l < p.logical + p.len {
                     let n = per_io.min(p.logical + p.len - l);
@@ -271,7 +271,7 @@ impl<D: BlockDevice> Ctx<D> {
             if !partial || self.stale_runs(ino, b..b + 1).is_empty() {
                 continue;
             }
-            let on_disk = node.es.status(&node.map, b) == ExtentStatus::Written && !fresh.iter().any(|r| r.contains(&b));
+            let on_disk = node.es.status(node.map(), b) == ExtentStatus::Written && !fresh.iter().any(|r| r.contains(&b));
             if on_disk {
                 self.fill_blocks(ino, node, b..b + 1, old_size)?;
             } else {
@@ -300,7 +300,7 @@ impl<D: BlockDevice> Ctx<D> {
     pub fn cache_zero_ranges(&mut self, ino: InodeNumber, node: &Node, ranges: &[Range<u64>]) -> Result<(), Errno> {
         let bs = self.bs();
         let orders = self.folio_orders(node);
-        let written = |r: &Range<u64>| (r.start / bs..r.end.div_ceil(bs)).filter(|&b| node.es.status(&node.map, b) == ExtentStatus::Written);
+        let written = |r: &Range<u64>| (r.start / bs..r.end.div_ceil(bs)).filter(|&b| node.es.status(node.map(), b) == ExtentStatus::Written);
         let needed: Vec<u64> = ranges.iter().filter(|r| r.start < r.end).flat_map(written).collect();
         for &b in &needed {
             let page = self.pages.page_of_block(b);
@@ -329,7 +329,7 @@ impl<D: BlockDevice> Ctx<D> {
             let within = (pos % bs) as usize;
             let take = (bs - pos % bs).min(to - pos) as usize;
             pos += take as u64;
-            if node.es.status(&node.map, b) != ExtentStatus::Written {
+            if node.es.status(node.map(), b) != ExtentStatus::Written {
                 self.pages.zero_cached(ino, b, within, within + take);
                 continue;
             }

@@ -72,14 +72,14 @@ impl<D: BlockDevice> Ctx<D> {
     pub fn room_needed(&self, node: &Node, range: Range<u64>) -> u64 {
         let bits = self.cluster_bits();
         if bits == 0 {
-            return node.es.holes_in(&node.map, range);
+            return node.es.holes_in(node.map(), range);
         }
         if range.start >= range.end {
             return 0;
         }
         let wide = widen(&range, bits);
-        let mut need = cluster_set(node.map.holes(range).into_iter(), bits);
-        for p in node.map.pieces(wide.clone()) {
+        let mut need = cluster_set(node.map().holes(range).into_iter(), bits);
+        for p in node.map().pieces(wide.clone()) {
             need.remove(clusters_of(p.logical..p.logical + p.len, bits));
         }
         for d in node.es.delayed_in(wide) {
@@ -98,7 +98,7 @@ impl<D: BlockDevice> Ctx<D> {
         }
         let wide = widen(&range, bits);
         let mut reserved = cluster_set(node.es.delayed_in(wide.clone()), bits);
-        for p in node.map.pieces(wide) {
+        for p in node.map().pieces(wide) {
             reserved.remove(clusters_of(p.logical..p.logical + p.len, bits));
         }
         reserved.len() << bits
@@ -118,7 +118,7 @@ impl<D: BlockDevice> Ctx<D> {
             return None;
         }
         let first = l >> bits << bits;
-        let p = node.map.pieces(first..first + (1 << bits)).into_iter().next()?;
+        let p = node.map().pieces(first..first + (1 << bits)).into_iter().next()?;
         Some(self.geo.cluster_start(p.physical) + (l - first))
     }
 
@@ -129,7 +129,7 @@ impl<D: BlockDevice> Ctx<D> {
     pub fn place_blocks(&mut self, ino: InodeNumber, node: &Node, l: u64, end: u64, regular: bool) -> Result<Option<(BlockNumber, u64)>> {
         debug_assert!(l < end);
         let bits = self.cluster_bits();
-        let goal = node.map.goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
+        let goal = node.map().goal_for(l).unwrap_or_else(|| self.alloc.goal_for_inode(ino, regular));
         if bits == 0 {
             let req = self.alloc_request(ino, node, l..end, goal, regular);
             return self.alloc.allocate(&mut self.dev, &req);
@@ -163,8 +163,8 @@ impl<D: BlockDevice> Ctx<D> {
             open_for_write: self.writers.contains(&ino),
             no_normalize: self.no_normalize,
             isize_blocks: node.disk.size.div_ceil(self.bs()),
-            left: node.map.left_of(range.start),
-            right: node.map.right_of(range.end),
+            left: node.map().left_of(range.start),
+            right: node.map().right_of(range.end),
         }
     }
 
@@ -173,8 +173,8 @@ impl<D: BlockDevice> Ctx<D> {
     /// unmapped.
     pub fn unmap_and_free(&mut self, node: &mut Node, range: Range<u64>) -> Result<u64> {
         let bits = self.cluster_bits();
-        let removed = node.map.pieces(range.clone());
-        node.map.remove(range);
+        let removed = node.map().pieces(range.clone());
+        node.map_remove(range);
         let mut unmapped = 0;
         let mut freed: BTreeSet<BlockNumber> = BTreeSet::new();
         for p in &removed {
@@ -186,7 +186,7 @@ impl<D: BlockDevice> Ctx<D> {
             }
             let mut lc = p.logical >> bits << bits;
             while lc < p.logical + p.len {
-                let still_mapped = !node.map.pieces(lc..lc + (1 << bits)).is_empty();
+                let still_mapped = !node.map().pieces(lc..lc + (1 << bits)).is_empty();
                 let at = lc.max(p.logical);
                 if !still_mapped || self.bug_frees_partly_used_cluster {
                     freed.insert(self.geo.cluster_start(p.physical + (at - p.logical)));

@@ -49,7 +49,7 @@ impl<D: BlockDevice> Ctx<D> {
     pub fn reserve_delayed(&mut self, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
         self.check_room(node, range.clone())?;
         let before = self.reserved_in(node, range.clone());
-        for hole in node.map.holes(range.clone()) {
+        for hole in node.map().holes(range.clone()) {
             node.es.insert_delayed(hole);
         }
         self.settle_reservation(node, range, before);
@@ -61,7 +61,7 @@ impl<D: BlockDevice> Ctx<D> {
     /// reservation becomes the allocation; their pages stay dirty).
     pub fn map_range(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>, unwritten: bool) -> Result<(), Errno> {
         self.check_room(node, range.clone())?;
-        let holes = node.map.holes(range.clone());
+        let holes = node.map().holes(range.clone());
         if holes.is_empty() {
             return Ok(());
         }
@@ -81,8 +81,7 @@ impl<D: BlockDevice> Ctx<D> {
                 };
                 debug_assert!(got > 0 && got <= hole.end - l);
                 self.cache.forget(p, got);
-                node.es.forget_mapped(l..l + got);
-                node.map.insert(l, got, p, unwritten);
+                node.map_insert(l, got, p, unwritten);
                 mapped.push((l, got));
                 l += got;
             }
@@ -98,7 +97,6 @@ impl<D: BlockDevice> Ctx<D> {
     /// Unmaps every mapped block of `range`, freeing what no longer holds
     /// any (whole clusters under bigalloc); returns how many were unmapped.
     pub fn unmap_range(&mut self, node: &mut Node, range: Range<u64>) -> Result<u64, Errno> {
-        node.es.forget_mapped(range.clone());
         let n = self.unmap_and_free(node, range)?;
         if n > 0 {
             node.map_dirty = true;
@@ -113,7 +111,7 @@ impl<D: BlockDevice> Ctx<D> {
         self.pages.invalidate(ino, range.clone());
         let reserved_before = self.reserved_in(node, range.clone());
         node.es.remove_delayed(range.clone());
-        let end = range.end.min(node.map.end().max(range.start));
+        let end = range.end.min(node.map().end().max(range.start));
         self.unmap_range(node, range.start..end)?;
         self.settle_reservation(node, range, reserved_before);
         Ok(())
@@ -130,7 +128,7 @@ impl<D: BlockDevice> Ctx<D> {
         }
         let journaled = self.data_mode(node) == InodeJournalMode::Journal;
         let unwritten = self.mount.dioread_nolock && !journaled;
-        let fresh = node.map.holes(span.clone());
+        let fresh = node.map().holes(span.clone());
         self.map_range(ino, node, span, unwritten)?;
         if !fresh.is_empty() && !unwritten && self.orders_data(node) {
             self.pages.order_data(ino);
@@ -184,7 +182,7 @@ impl<D: BlockDevice> Ext4<D> {
         // ext4_da_should_update_i_disksize: only a delayed write whose last
         // byte lands in a written block moves i_disksize at once. Asked of
         // the map as the write found it, at each place the write may stop.
-        let chunks: Vec<(Range<u64>, bool)> = write_chunks(offset, end, ctx.write_chunk_bytes(), bs).map(|c| (c.clone(), node.map.lookup((c.end - 1) / bs).is_some_and(|p| !p.unwritten))).collect();
+        let chunks: Vec<(Range<u64>, bool)> = write_chunks(offset, end, ctx.write_chunk_bytes(), bs).map(|c| (c.clone(), node.map().lookup((c.end - 1) / bs).is_some_and(|p| !p.unwritten))).collect();
         let disksize_after = |last_written: bool, lag: Option<u64>| if delays && !last_written { Some(lag.unwrap_or(old_size)) } else { None };
         if end > old_size {
             node.disksize = disksize_after(chunks.last().is_some_and(|c| c.1), node.disksize);

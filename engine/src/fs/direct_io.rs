@@ -73,7 +73,7 @@ impl<D: BlockDevice> Ctx<D> {
         let per_io = (self.max_io_bytes() / bs).max(1);
         let mut staged = std::mem::take(&mut self.scratch);
         let mut result = Ok(());
-        'pieces: for p in node.map.pieces(block_span(offset, data.len() as u64, bs)) {
+        'pieces: for p in node.map().pieces(block_span(offset, data.len() as u64, bs)) {
             let mut l = p.logical;
             while l < p.logical + p.len {
                 let n = per_io.min(p.logical + p.len - l);
@@ -111,7 +111,7 @@ impl<D: BlockDevice> Ctx<D> {
         let bs = self.bs();
         let end = offset + data.len() as u64;
         let span = block_span(offset, data.len() as u64, bs);
-        let state = |b: u64| node.map.lookup(b).map(|p| p.unwritten);
+        let state = |b: u64| node.map().lookup(b).map(|p| p.unwritten);
         let at = if offset % DIO_ALIGN != 0 { span.start } else { span.end - 1 };
         let (mut first, mut last) = (at, at + 1);
         while first > span.start && state(first - 1) == state(at) {
@@ -122,7 +122,7 @@ impl<D: BlockDevice> Ctx<D> {
         }
         let reached = if offset % DIO_ALIGN != 0 { span.start } else { first };
         let eof_block = node.disk.size.div_ceil(bs);
-        let mut holes: Vec<Range<u64>> = node.map.holes(span.start..last.min(eof_block)).into_iter().filter(|h| h.start < h.end).collect();
+        let mut holes: Vec<Range<u64>> = node.map().holes(span.start..last.min(eof_block)).into_iter().filter(|h| h.start < h.end).collect();
         if offset % DIO_ALIGN != 0 {
             holes.truncate(1);
             if let Some(h) = holes.first_mut() {
@@ -134,7 +134,7 @@ impl<D: BlockDevice> Ctx<D> {
         for h in holes {
             self.map_range(ino, node, h, true)?;
         }
-        let written: Vec<Range<u64>> = node.map.pieces(span.start..reached).into_iter().filter(|p| !p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        let written: Vec<Range<u64>> = node.map().pieces(span.start..reached).into_iter().filter(|p| !p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
         for r in written {
             let (lo, hi) = ((r.start * bs).max(offset), (r.end * bs).min(end));
             self.write_direct(node, lo, &data[(lo - offset) as usize..(hi - offset) as usize])?;
@@ -196,10 +196,9 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(e);
         }
         let (ctx, node) = self.split(ino)?;
-        let converting: Vec<Range<u64>> = node.map.pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        let converting: Vec<Range<u64>> = node.map().pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
         for r in converting {
-            node.es.forget_mapped(r.clone());
-            node.map.set_state(r, false);
+            node.map_set_state(r, false);
             node.map_dirty = true;
         }
         node.disk.size = node.disk.size.max(end);
@@ -265,7 +264,7 @@ impl<D: BlockDevice> Ext4<D> {
         // sector in the buffer (after a hole) is read.
         let edge = if offset % DIO_ALIGN != 0 { span.start } else { span.end - 1 };
         let looked_at = if (offset | u64::from(len)) % DIO_ALIGN != 0 { edge..edge + 1 } else { 0..0 };
-        if node.map.pieces(looked_at).iter().any(|p| !p.unwritten) {
+        if node.map().pieces(looked_at).iter().any(|p| !p.unwritten) {
             ctx.dio_stats.misaligned += 1;
             return Err(Errno::EINVAL);
         }

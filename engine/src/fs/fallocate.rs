@@ -169,8 +169,7 @@ impl<D: BlockDevice> Ext4<D> {
             // Whole blocks become unwritten whatever they held: written
             // extents convert, cached data (dirty or not) is dropped.
             ctx.map_range(ino, node, first_full..last_full, true)?;
-            node.es.forget_mapped(first_full..last_full);
-            node.map.set_state(first_full..last_full, true);
+            node.map_set_state(first_full..last_full, true);
             node.map_dirty = true;
             ctx.pages.invalidate(ino, first_full..last_full);
         }
@@ -213,12 +212,7 @@ impl<D: BlockDevice> Ext4<D> {
         let (first, count) = (offset / bs, len / bs);
         ctx.discard_blocks(ino, node, first..first + count)?;
         let delta = i64::try_from(count).map_err(|_| Errno::EFBIG)?;
-        node.map.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
-        if ctx.bug_keeps_stale_extents {
-            node.es.shift_keeping_mapped(first + count, -delta).ok_or(Errno::EIO)?;
-        } else {
-            node.es.shift_from(first + count, -delta).ok_or(Errno::EIO)?;
-        }
+        node.map_shift_from(first + count, -delta, ctx.bug_keeps_stale_extents).ok_or(Errno::EIO)?;
         node.map_dirty = true;
         node.disk.size = size - len;
         node.disksize = None;
@@ -239,14 +233,13 @@ impl<D: BlockDevice> Ext4<D> {
         let bs = ctx.bs();
         // ext4_insert_range grows the size before ext4_ext_shift_extents
         // refuses to move the last extent past EXT_MAX_BLOCKS; the size stays.
-        if node.map.end() > offset / bs && node.map.end() + len / bs > EXT_MAX_BLOCKS {
+        if node.map().end() > offset / bs && node.map().end() + len / bs > EXT_MAX_BLOCKS {
             node.disk.size = size + len;
             node.disksize = None;
             return Err(Errno::EINVAL);
         }
         let delta = i64::try_from(len / bs).map_err(|_| Errno::EFBIG)?;
-        node.map.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
-        node.es.shift_from(offset / bs, delta).ok_or(Errno::EFBIG)?;
+        node.map_shift_from(offset / bs, delta, false).ok_or(Errno::EFBIG)?;
         node.map_dirty = true;
         node.disk.size = size + len;
         node.disksize = None;
@@ -307,7 +300,7 @@ mod tests {
         let ino = fs.stat("/f").unwrap().ino as crate::format::InodeNumber;
         let (ctx, node) = fs.split(ino).unwrap();
         assert_eq!(ctx.map_range(ino, node, 0..want, true), Err(Errno::ENOSPC));
-        assert_eq!(node.map.blocks(), 0);
+        assert_eq!(node.map().blocks(), 0);
         // What it took went back, held until the commit as ext4's freed
         // data blocks are in data=ordered; none went missing.
         assert_eq!(fs.ctx.alloc.totals().free_blocks, free);

@@ -18,6 +18,7 @@ use ext4_model::{Errno, FiemapExtent, FiemapRequest};
 
 use crate::device::BlockDevice;
 use crate::error::{Corrupt, Error};
+use crate::extent_tree::find::Check;
 use crate::extent_tree::{self, ExtentMap, Piece};
 use crate::format::inode::{Inode, FL_EXTENTS};
 use crate::format::InodeNumber;
@@ -47,7 +48,7 @@ impl<D: BlockDevice> Ext4<D> {
             self.write_back_data(ino, 0).map_err(Errno::from)?;
         }
         if self.ctx.uncached_fiemap && !plan.xattr {
-            let (ctx, node) = self.split(ino)?;
+            let (ctx, node) = self.split_for_lookup(ino)?;
             // The on-disk tree is what gets looked up: bring it up to date.
             ctx.write_tree(ino, node)?;
             return Ok(report_uncached(ctx, ino, node, plan.blocks, bs)?);
@@ -55,14 +56,14 @@ impl<D: BlockDevice> Ext4<D> {
         // The injected stale-cache bug must reach the lockstep comparison,
         // as it would in a release build, not stop at this self-check.
         let check_cache = !self.ctx.bug_keeps_stale_extents;
-        let node = self.node(ino)?;
+        let (ctx, node) = self.split_for_lookup(ino)?;
         if plan.xattr {
             return Ok(xattr_map(&node.disk, bs, plan.bytes.start));
         }
-        debug_assert!(!check_cache || node.es.cache_agrees(&node.map), "the extent status cache says other than the map");
-        let used_cache = node.es.cached_extents() > 0;
-        let out = report(node, plan.blocks, bs);
-        if used_cache {
+        debug_assert!(!check_cache || node.cache_agrees(), "the extent status cache says other than the map");
+        let mapped = ctx.mapped_pieces(ino, node, plan.blocks.clone())?;
+        let out = assemble(node, plan.blocks, bs, mapped);
+        if node.es.cached_entries() > 0 {
             self.ctx.es_lru.touch(ino);
         }
         Ok(out)
@@ -72,20 +73,21 @@ impl<D: BlockDevice> Ext4<D> {
     /// checked against the mapping they were written from, and every run
     /// loaded into the extent status cache. Returns how many it holds.
     pub(crate) fn precache_extents(&mut self, ino: InodeNumber) -> Result<usize, Errno> {
-        let (ctx, node) = self.split(ino)?;
+        let (ctx, node) = self.split_for_lookup(ino)?;
         if !node.disk.has_flag(FL_EXTENTS) {
             return Ok(0);
         }
         // A mapping changed since its tree was last written has no tree
         // on disk yet to read: it is all in memory.
-        if !node.map_dirty && !node.tree_blocks.is_empty() {
-            let seed = ctx.ino_seed(ino, node.disk.generation);
-            let tree = extent_tree::load(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, seed, ctx.geo.blocks_count)?;
-            if !same_runs(&tree.map, &node.map) {
-                return Err(Error::Corrupt(Corrupt::Inode { ino, what: "the extent tree reads back other than the mapping it was written from".into() }).into());
-            }
+        if node.tree_loaded() && (node.map_dirty || node.tree_blocks.is_empty()) {
+            return Ok(node.precache(None));
         }
-        Ok(node.es.precache(&node.map))
+        let seed = ctx.ino_seed(ino, node.disk.generation);
+        let tree = extent_tree::load(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, seed, ctx.geo.blocks_count)?;
+        if node.tree_loaded() && !same_runs(&tree.map, node.map()) {
+            return Err(Error::Corrupt(Corrupt::Inode { ino, what: "the extent tree reads back other than the mapping it was written from".into() }).into());
+        }
+        Ok(node.precache(Some(&tree.map)))
     }
 }
 
@@ -102,12 +104,6 @@ fn same_runs(a: &ExtentMap, b: &ExtentMap) -> bool {
     merged(a) == merged(b)
 }
 
-/// ext4_iomap_begin_report over `blocks`: the mapped pieces (looked up
-/// through the extent status cache) and the delayed ranges, in order.
-fn report(node: &Node, blocks: Range<u64>, bs: u64) -> Vec<FiemapExtent> {
-    assemble(node, blocks.clone(), bs, node.es.mapped_in(&node.map, blocks))
-}
-
 /// [`report`] with every mapped piece found by a lookup in the on-disk
 /// tree from the root (ext4_find_extent per extent), as FIEMAP went
 /// without the extent status cache.
@@ -115,7 +111,7 @@ fn report_uncached<D: BlockDevice>(ctx: &mut super::Ctx<D>, ino: InodeNumber, no
     let mut mapped = Vec::new();
     let mut at = blocks.start;
     while at < blocks.end {
-        let Some(e) = extent_tree::find::find_extent(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, at)? else { break };
+        let Some(e) = extent_tree::find::find_extent(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, at, Check::Every)?.extent else { break };
         let start = u64::from(e.logical).max(at);
         if start >= blocks.end {
             break;
@@ -192,11 +188,15 @@ mod tests {
     }
 
     #[test]
-    fn cache_loads_the_tree_into_the_extent_status_cache_and_changes_no_answer() {
+    fn lookups_and_cache_fill_the_extent_status_cache_and_change_no_answer() {
         let mut fs = fresh_mounted(64 << 20);
         let ino = fragmented(&mut fs);
         let before = map(&mut fs, "/f", 0, u64::MAX, 0);
-        assert_eq!(fs.node(ino).unwrap().es.cached_extents(), 0);
+        assert_eq!(before.len(), 8);
+        let node = fs.node(ino).unwrap();
+        assert_eq!(node.es.cached_extents(), 8, "each miss cached its extent");
+        assert_eq!(node.es.cached_entries(), 9, "the holes ride on the extents after them; the last one has a marker");
+        assert_eq!(fs.shrink_extent_status(u64::MAX), 9);
         assert_eq!(map(&mut fs, "/f", 0, u64::MAX, FiemapRequest::CACHE), before);
         assert_eq!(fs.node(ino).unwrap().es.cached_extents(), 8);
         // Even a request refused afterwards has loaded it, as ext4 does.
@@ -208,8 +208,42 @@ mod tests {
         fs.fallocate("/f", ext4_model::FallocFlags(0x3), 0, 3 * BS).unwrap();
         let node = fs.node(ino).unwrap();
         assert_eq!(node.es.cached_extents(), 6);
-        assert!(node.es.cache_agrees(&node.map));
+        assert!(node.cache_agrees());
         assert_eq!(map(&mut fs, "/f", 0, 6 * BS, 0), vec![(4, 1, fiemap_flags::LAST)]);
+    }
+
+    /// After a mount, FIEMAP looks a file up through the extent status
+    /// cache into the on-disk tree, reading only the leaves it reaches;
+    /// the first change to the file reads the tree whole.
+    #[test]
+    fn a_fresh_mount_maps_through_the_cache_reading_only_the_leaves_it_needs() {
+        let mut fs = fresh_mounted(64 << 20);
+        fs.create("/p", 0o644).unwrap();
+        fs.fallocate("/p", ext4_model::FallocFlags(0), 0, 4000 * BS).unwrap();
+        for b in (1..4000).step_by(2) {
+            fs.fallocate("/p", ext4_model::FallocFlags(0x3), b * BS, BS).unwrap();
+        }
+        let whole = map(&mut fs, "/p", 0, u64::MAX, 0);
+        assert_eq!(whole.len(), 2000);
+        let mut fs = Ext4::mount(fs.unmount().unwrap(), &ext4_model::MountConfig::default()).unwrap();
+        let ino = fs.open_path("/p").unwrap();
+        let head: Vec<(u64, u64, u32)> = (0..5).map(|i| (2 * i, 1, fiemap_flags::UNWRITTEN | if i == 4 { fiemap_flags::LAST } else { 0 })).collect();
+        assert_eq!(whole[..4], head[..4]);
+        assert_eq!(map(&mut fs, "/p", 0, 10 * BS, 0), head);
+        assert!(!fs.nodes[&ino].tree_loaded(), "a lookup needs no whole tree");
+        let (ctx, node) = fs.split_for_lookup(ino).unwrap();
+        let seed = ctx.ino_seed(ino, node.disk.generation);
+        let tree = extent_tree::load(&mut ctx.cache, &mut ctx.dev, ino, &node.disk, seed, ctx.geo.blocks_count).unwrap().tree_blocks;
+        assert_eq!(tree.len(), 7, "2000 extents: an index block over six leaves");
+        let checked: Vec<bool> = tree.iter().map(|&b| ctx.cache.is_verified(b)).collect();
+        assert_eq!(checked, [true, true, false, false, false, false, false], "a lookup read the index block and the first leaf only");
+        // Cold, whole: the same answer; then a change loads the tree.
+        assert_eq!(map(&mut fs, "/p", 0, u64::MAX, 0), whole);
+        assert_eq!(fs.nodes[&ino].es.cached_extents(), 2000);
+        fs.fallocate("/p", ext4_model::FallocFlags(0x3), 0, BS).unwrap();
+        assert!(fs.nodes[&ino].tree_loaded());
+        assert!(fs.nodes[&ino].cache_agrees());
+        assert_eq!(map(&mut fs, "/p", 0, u64::MAX, 0), whole[1..]);
     }
 
     /// The shrinker takes the least recently used inode's cached entries
@@ -230,15 +264,17 @@ mod tests {
         map(&mut fs, "/g", 0, u64::MAX, 0);
         fs.write("/f", 100 * BS, &[4u8; 4096]).unwrap();
         assert_eq!((fs.node(f).unwrap().es.cached_extents(), fs.node(g).unwrap().es.cached_extents()), (8, 5));
-        assert_eq!(fs.shrink_extent_status(1), 8, "the oldest inode's entries go, all of them");
-        assert_eq!((fs.node(f).unwrap().es.cached_extents(), fs.node(g).unwrap().es.cached_extents()), (0, 5));
+        let (f_entries, g_entries) = (fs.node(f).unwrap().es.cached_entries(), fs.node(g).unwrap().es.cached_entries());
+        assert_eq!(fs.shrink_extent_status(1), f_entries as u64, "the oldest inode's entries go, all of them");
+        assert_eq!((fs.node(f).unwrap().es.cached_entries(), fs.node(g).unwrap().es.cached_entries()), (0, g_entries));
         assert_eq!(fs.node(f).unwrap().es.delayed_blocks(), 1, "a delayed extent is never shrunk");
         // The delayed block added since moved LAST off the eighth extent.
         let mapped = |v: Vec<(u64, u64, u32)>| v.into_iter().take(8).map(|(l, n, fl)| (l, n, fl & !fiemap_flags::LAST)).collect::<Vec<_>>();
         let f_after = map(&mut fs, "/f", 0, u64::MAX, 0);
         assert_eq!(f_after.len(), 9);
         assert_eq!(mapped(f_after), mapped(f_before), "a smaller cache gives the same answers");
-        assert_eq!(fs.shrink_extent_status(u64::MAX), 5);
+        let refilled = fs.node(f).unwrap().es.cached_entries() as u64;
+        assert_eq!(fs.shrink_extent_status(u64::MAX), refilled + g_entries as u64);
         assert_eq!(fs.shrink_extent_status(u64::MAX), 0, "nothing cached is left");
     }
 

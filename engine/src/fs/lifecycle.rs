@@ -50,7 +50,8 @@ impl<D: BlockDevice> Ext4<D> {
             disk.flags = FL_EXTENTS | (parent_flags & inode_flags::JOURNAL_DATA);
             extent::write_node(&mut disk.block, &ExtentNode::Leaf(Vec::new()), 0)?;
         }
-        let mut node = Node { disk, map: Default::default(), tree_blocks: Vec::new(), dir: None, map_dirty: true, es: Default::default(), da_alloc_close: false, disksize: None };
+        let mut node = Node::new(disk);
+        node.map_dirty = true;
         if is_dir {
             let goal = ctx.alloc.goal_for_inode(ino, false);
             let got = ctx.alloc.alloc_blocks(&mut ctx.dev, goal, 1)?;
@@ -61,7 +62,7 @@ impl<D: BlockDevice> Ext4<D> {
             let seed = ctx.ino_seed(ino, node.disk.generation);
             let htree = ctx.htree();
             node.dir = Some(Directory::create(&mut ctx.cache, ino, dir, seed, block, htree)?);
-            node.map.insert(0, 1, block, false);
+            node.map_insert(0, 1, block, false);
             node.disk.size = ctx.bs();
             node.disk.links_count = Node::dir_links(0);
         }
@@ -90,7 +91,6 @@ impl<D: BlockDevice> Ext4<D> {
                 if spares > 0 {
                     let end = d.blocks().len() as u64;
                     ctx.unmap_and_free(node, end..end + spares)?;
-                    node.es.forget_mapped(end..end + spares);
                     node.map_dirty = true;
                     node.disk.size = end * ctx.bs();
                 }
@@ -99,8 +99,7 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.cache.forget(block, 1);
             let d = node.dir.as_mut().ok_or(Errno::EIO)?;
             d.add_spare(block);
-            node.es.forget_mapped(lblk..lblk + 1);
-            node.map.insert(lblk, 1, block, false);
+            node.map_insert(lblk, 1, block, false);
             node.map_dirty = true;
             node.disk.size = (lblk + 1) * ctx.bs();
         }

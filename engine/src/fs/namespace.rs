@@ -114,7 +114,7 @@ impl<D: BlockDevice> Ext4<D> {
         node.disk.flags |= FL_EXTENTS;
         crate::format::extent::write_node(&mut node.disk.block, &crate::format::extent::ExtentNode::Leaf(Vec::new()), 0)?;
         ctx.map_range(ino, node, 0..1, false)?;
-        let p = node.map.lookup(0).ok_or(Errno::EIO)?;
+        let p = node.map().lookup(0).ok_or(Errno::EIO)?;
         let bs = ctx.bs();
         let mut b = vec![0u8; bs as usize];
         b[..target.len()].copy_from_slice(target.as_bytes());
@@ -380,7 +380,7 @@ impl<D: BlockDevice> Ext4<D> {
             nlink: u32::from(node.disk.links_count),
             size: node.disk.size,
             // Delayed blocks count, as ext4_getattr adds i_reserved_data_blocks.
-            blocks: super::clusters::data_blocks(&node.map, &node.es, bits, true) * sectors,
+            blocks: super::clusters::data_blocks(node.map(), &node.es, bits, true) * sectors,
             flags: node.visible_flags(),
             blocks_slack: 0,
         })

@@ -4,6 +4,7 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use ext4_model::op::inode_flags;
 use ext4_model::{Errno, FileKind};
@@ -12,10 +13,13 @@ use crate::device::BlockDevice;
 use crate::dir::htree::Htree;
 use crate::dir::Directory;
 use crate::error::{Corrupt, Error, Result, Unsupported};
+use crate::extent_status::source::OnDiskTree;
 use crate::extent_status::ExtentStatusTree;
-use crate::extent_tree::{self, ExtentMap};
+use crate::extent_tree::find::Check;
+use crate::extent_tree::{self, ExtentMap, Piece};
 use crate::format::checksum::inode_seed;
 use crate::format::features::feature;
+use crate::format::extent;
 use crate::format::inode::{Inode, FL_EXTENTS, FL_INDEX, FL_INLINE_DATA, I_BLOCK_LEN};
 use crate::format::{BlockNumber, InodeNumber};
 
@@ -28,8 +32,15 @@ pub const DIR_NLINK_MAX: u32 = 65000;
 #[derive(Debug, Clone)]
 pub struct Node {
     pub disk: Inode,
-    /// Data blocks (directory blocks, the slow-symlink block); empty for fast symlinks.
-    pub map: ExtentMap,
+    /// Data blocks (directory blocks, the slow-symlink block); empty for
+    /// fast symlinks. Read through [`Node::map`], changed through the
+    /// `map_*` methods, which drop the extent status entries they touch.
+    map: ExtentMap,
+    /// Whether `map` holds the whole tree. A regular file whose tree has
+    /// blocks below the root is first opened without it: lookups go
+    /// through the extent status cache to the on-disk tree, block by block,
+    /// until something needs the mapping whole ([`Ctx::load_tree`]).
+    tree_loaded: bool,
     /// Blocks the on-disk extent tree occupies below the root.
     pub tree_blocks: Vec<BlockNumber>,
     pub dir: Option<Directory>,
@@ -47,6 +58,69 @@ pub struct Node {
 }
 
 impl Node {
+    /// A new inode with nothing mapped.
+    pub fn new(disk: Inode) -> Node {
+        Node { disk, map: ExtentMap::new(), tree_loaded: true, tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false, disksize: None }
+    }
+
+    /// The whole mapping; only once loaded (every accessor but the
+    /// lookup-only one loads it).
+    pub fn map(&self) -> &ExtentMap {
+        debug_assert!(self.tree_loaded, "the mapping of an inode whose tree was not loaded");
+        &self.map
+    }
+
+    pub fn tree_loaded(&self) -> bool {
+        self.tree_loaded
+    }
+
+    /// Maps `logical..logical + len` (unmapped) to `physical..`.
+    pub fn map_insert(&mut self, logical: u64, len: u64, physical: BlockNumber, unwritten: bool) {
+        debug_assert!(self.tree_loaded);
+        self.es.forget_mapped(logical..logical.saturating_add(len));
+        self.map.insert(logical, len, physical, unwritten);
+    }
+
+    /// Unmaps `range`; returns the physical runs that were mapped there.
+    pub fn map_remove(&mut self, range: Range<u64>) -> Vec<(BlockNumber, u64)> {
+        debug_assert!(self.tree_loaded);
+        self.es.forget_mapped(range.clone());
+        self.map.remove(range)
+    }
+
+    /// Sets every mapped block of `range` written or unwritten.
+    pub fn map_set_state(&mut self, range: Range<u64>, unwritten: bool) {
+        debug_assert!(self.tree_loaded);
+        self.es.forget_mapped(range.clone());
+        self.map.set_state(range, unwritten);
+    }
+
+    /// Moves the mapping and the delayed extents at or after `from` by
+    /// `delta` blocks. `keep_cached` is the test hook's stale-cache bug.
+    pub fn map_shift_from(&mut self, from: u64, delta: i64, keep_cached: bool) -> Option<()> {
+        debug_assert!(self.tree_loaded);
+        self.map.shift_from(from, delta)?;
+        if keep_cached {
+            self.es.shift_keeping_mapped(from, delta)
+        } else {
+            self.es.shift_from(from, delta)
+        }
+    }
+
+    /// ext4_ext_precache: every extent and hole into the extent status
+    /// cache, from `tree` (the on-disk tree read whole) or else the loaded
+    /// mapping; returns how many extents it holds.
+    pub fn precache(&mut self, tree: Option<&ExtentMap>) -> usize {
+        debug_assert!(tree.is_some() || self.tree_loaded);
+        self.es.precache(tree.unwrap_or(&self.map).iter())
+    }
+
+    /// Whether the extent status cache says what the mapping does (true
+    /// while the mapping is not loaded: the cache is all there is).
+    pub fn cache_agrees(&self) -> bool {
+        !self.tree_loaded || self.es.cache_agrees(&self.map)
+    }
+
     pub fn kind(&self) -> Option<FileKind> {
         if self.disk.is_dir() {
             Some(FileKind::Directory)
@@ -115,6 +189,25 @@ impl<D: BlockDevice> Ctx<D> {
     /// Reads inode `ino`; with `linked` false an inode with no links (an
     /// orphan the orphan list names) is read too.
     pub fn read_node_linked(&mut self, ino: InodeNumber, linked: bool) -> Result<Node> {
+        let mut node = self.read_node_shallow(ino, linked)?;
+        self.load_tree(ino, &mut node)?;
+        Ok(node)
+    }
+
+    /// Inode `ino` for lookups only: a regular file's extent tree is left
+    /// on disk (its root is checked); other inodes are read whole.
+    pub fn read_node_for_lookup(&mut self, ino: InodeNumber) -> Result<Node> {
+        let mut node = self.read_node_shallow(ino, true)?;
+        if node.disk.is_reg() && !node.tree_loaded {
+            extent::parse_node(&node.disk.block, ino)?;
+            return Ok(node);
+        }
+        self.load_tree(ino, &mut node)?;
+        Ok(node)
+    }
+
+    /// The inode from its table slot, its extent tree not read.
+    fn read_node_shallow(&mut self, ino: InodeNumber, linked: bool) -> Result<Node> {
         let (g, idx) = self.geo.inode_location(ino).ok_or_else(|| Error::InvalidArgument(format!("inode {ino} out of range")))?;
         let isz = usize::from(self.geo.inode_size);
         let disk = if self.alloc.slot_initialised(g, idx) {
@@ -131,17 +224,39 @@ impl<D: BlockDevice> Ctx<D> {
         if disk.has_flag(FL_INLINE_DATA) {
             return Err(Unsupported::Construct(format!("inode {ino} has inline data")).into());
         }
-        let mut node = Node { disk, map: ExtentMap::new(), tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false, disksize: None };
-        let fast_link = node.is_fast_symlink();
+        let mut node = Node::new(disk);
         if node.disk.has_flag(FL_EXTENTS) {
-            let seed = self.ino_seed(ino, node.disk.generation);
-            let t = extent_tree::load(&mut self.cache, &mut self.dev, ino, &node.disk, seed, self.geo.blocks_count)?;
-            node.map = t.map;
-            node.tree_blocks = t.tree_blocks;
-        } else if !fast_link && node.disk.blocks != 0 {
+            node.tree_loaded = false;
+        } else if !node.is_fast_symlink() && node.disk.blocks != 0 {
             return Err(Unsupported::Construct(format!("inode {ino} is block-mapped")).into());
         }
         Ok(node)
+    }
+
+    /// The mapped pieces of `range` through `node`'s extent status cache
+    /// (ext4_map_blocks without create, repeated): a miss asks the mapping
+    /// when loaded, else the on-disk tree from its root.
+    pub fn mapped_pieces(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) -> Result<Vec<Piece>> {
+        if node.tree_loaded {
+            return node.es.mapped_in(range, &mut &node.map);
+        }
+        let check = Check::Once { seed: self.ino_seed(ino, node.disk.generation) };
+        let mut tree = OnDiskTree { cache: &mut self.cache, dev: &mut self.dev, ino, inode: &node.disk, check };
+        node.es.mapped_in(range, &mut tree)
+    }
+
+    /// Reads `node`'s whole extent tree into its mapping, if not yet.
+    pub fn load_tree(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
+        if node.tree_loaded {
+            return Ok(());
+        }
+        let seed = self.ino_seed(ino, node.disk.generation);
+        let t = extent_tree::load(&mut self.cache, &mut self.dev, ino, &node.disk, seed, self.geo.blocks_count)?;
+        debug_assert!(!node.map_dirty);
+        node.map = t.map;
+        node.tree_blocks = t.tree_blocks;
+        node.tree_loaded = true;
+        Ok(())
     }
 
     /// Writes `node`'s inode into its table slot (in the cache).
@@ -177,11 +292,11 @@ impl<D: BlockDevice> Ctx<D> {
         }
         let bs = self.bs();
         let nblocks = node.disk.size / bs;
-        if node.disk.size % bs != 0 || nblocks != node.map.blocks() || node.map.end() != nblocks {
+        if node.disk.size % bs != 0 || nblocks != node.map().blocks() || node.map().end() != nblocks {
             return Err(Error::Corrupt(Corrupt::Inode { ino, what: format!("directory size {} does not match its blocks", node.disk.size) }));
         }
         let mut blocks = Vec::with_capacity(nblocks as usize);
-        for p in node.map.iter() {
+        for p in node.map().iter() {
             blocks.extend(p.physical..p.physical + p.len);
         }
         let seed = self.ino_seed(ino, node.disk.generation);
@@ -223,6 +338,16 @@ impl<D: BlockDevice> Ext4<D> {
         load_node(&mut self.nodes, &mut self.ctx, ino)
     }
 
+    /// The shared context and inode `ino` for a lookup that goes through
+    /// the extent status cache: the tree is not read whole for it.
+    pub(crate) fn split_for_lookup(&mut self, ino: InodeNumber) -> std::result::Result<(&mut Ctx<D>, &mut Node), Errno> {
+        let node = match self.nodes.entry(ino) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(self.ctx.read_node_for_lookup(ino)?),
+        };
+        Ok((&mut self.ctx, node))
+    }
+
     /// The shared context and inode `ino` at once, for edits that need both.
     pub(crate) fn split(&mut self, ino: InodeNumber) -> std::result::Result<(&mut Ctx<D>, &mut Node), Errno> {
         let node = load_node(&mut self.nodes, &mut self.ctx, ino)?;
@@ -242,7 +367,13 @@ impl<D: BlockDevice> Ext4<D> {
 /// is already loaded, which is nearly every call.
 fn load_node<'a, D: BlockDevice>(nodes: &'a mut BTreeMap<InodeNumber, Node>, ctx: &mut Ctx<D>, ino: InodeNumber) -> std::result::Result<&'a mut Node, Errno> {
     match nodes.entry(ino) {
-        Entry::Occupied(e) => Ok(e.into_mut()),
+        Entry::Occupied(e) => {
+            let node = e.into_mut();
+            if !node.tree_loaded {
+                ctx.load_tree(ino, node)?;
+            }
+            Ok(node)
+        }
         Entry::Vacant(e) => Ok(e.insert(ctx.read_node(ino)?)),
     }
 }

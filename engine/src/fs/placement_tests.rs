@@ -20,7 +20,7 @@ fn mounted(options: &str, bytes: u64) -> Ext4<MemDevice> {
 /// (logical, physical, length) of each run of `path`.
 fn runs(fs: &mut Ext4<MemDevice>, path: &str) -> Vec<(u64, u64, u64)> {
     let ino = fs.open_path(path).unwrap();
-    fs.nodes[&ino].map.iter().map(|p| (p.logical, p.physical, p.len)).collect()
+    fs.nodes[&ino].map().iter().map(|p| (p.logical, p.physical, p.len)).collect()
 }
 
 #[test]

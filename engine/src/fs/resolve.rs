@@ -57,7 +57,7 @@ impl<D: BlockDevice> Ext4<D> {
         let bytes = if node.is_fast_symlink() {
             node.disk.block.get(..size).ok_or(Errno::EIO)?.to_vec()
         } else {
-            let p = node.map.lookup(0).ok_or(Errno::EIO)?;
+            let p = node.map().lookup(0).ok_or(Errno::EIO)?;
             let bs = self.ctx.bs();
             if size as u64 >= bs {
                 return Err(Errno::EIO);

@@ -30,7 +30,7 @@ fn looks(pages: Option<&PageCache>, ino: InodeNumber, node: &Node, b: u64) -> Lo
     if node.es.is_delayed(b) {
         return Looks::Data;
     }
-    match node.map.lookup(b) {
+    match node.map().lookup(b) {
         None => Looks::Hole,
         Some(p) if !p.unwritten => Looks::Data,
         Some(_) => {
@@ -48,10 +48,10 @@ fn looks(pages: Option<&PageCache>, ino: InodeNumber, node: &Node, b: u64) -> Lo
 /// long extent or hole is crossed in one step unless it is unwritten.
 fn next_boundary(node: &Node, b: u64, end: u64) -> u64 {
     let delayed_end = node.es.delayed_in(b..end).next().map(|d| if d.start <= b { d.end } else { d.start });
-    let extent_end = match node.map.lookup(b) {
+    let extent_end = match node.map().lookup(b) {
         Some(p) if p.unwritten => b + 1,
         Some(p) => p.logical + p.len,
-        None => node.map.pieces(b..end).first().map_or(end, |p| p.logical),
+        None => node.map().pieces(b..end).first().map_or(end, |p| p.logical),
     };
     delayed_end.map_or(extent_end, |d| d.min(extent_end)).clamp(b + 1, end)
 }

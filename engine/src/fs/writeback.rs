@@ -34,7 +34,7 @@ impl<D: BlockDevice> Ctx<D> {
             node.map_dirty = false;
             return Ok(());
         }
-        let extents = disk_extents(&node.map)?;
+        let extents = disk_extents(node.map())?;
         let need = blocks_needed(extents.len(), self.geo.block_size);
         while node.tree_blocks.len() > need {
             if let Some(b) = node.tree_blocks.pop() {
@@ -46,7 +46,7 @@ impl<D: BlockDevice> Ctx<D> {
                 .tree_blocks
                 .last()
                 .map(|b| b + 1)
-                .or_else(|| node.map.iter().next().map(|p| p.physical))
+                .or_else(|| node.map().iter().next().map(|p| p.physical))
                 .unwrap_or_else(|| self.alloc.goal_for_inode(ino, node.disk.is_reg()));
             // A cluster per tree block under bigalloc.
             let ratio = self.geo.cluster_ratio();
@@ -72,7 +72,7 @@ impl<D: BlockDevice> Ctx<D> {
     fn write_node(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
         self.write_tree(ino, node)?;
         let bits = self.cluster_bits();
-        let blocks = super::clusters::data_blocks(&node.map, &node.es, bits, false) + ((node.tree_blocks.len() as u64) << bits);
+        let blocks = super::clusters::data_blocks(node.map(), &node.es, bits, false) + ((node.tree_blocks.len() as u64) << bits);
         let units = blocks.saturating_mul(self.bs() / 512);
         if units > MAX_I_BLOCKS {
             node.disk.flags |= FL_HUGE_FILE;

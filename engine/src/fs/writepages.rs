@@ -98,8 +98,7 @@ impl<D: BlockDevice> Ctx<D> {
             self.cache.forget(p, got);
             let released = node.es.remove_delayed(l..l + got);
             debug_assert_eq!(released, got, "allocating blocks that were not delayed");
-            node.es.forget_mapped(l..l + got);
-            node.map.insert(l, got, p, false);
+            node.map_insert(l, got, p, false);
             node.map_dirty = true;
             self.wb_stats.delalloc_blocks += got;
             l += got;
@@ -130,7 +129,7 @@ impl<D: BlockDevice> Ctx<D> {
         let journaled = self.journal.is_some() && self.data_mode(node) == InodeJournalMode::Journal;
         let mut result = Ok(());
         'runs: for run in runs {
-            for p in node.map.pieces(run) {
+            for p in node.map().pieces(run) {
                 let mut l = p.logical;
                 while l < p.logical + p.len {
                     let n = per_io.min(p.logical + p.len - l);
@@ -148,8 +147,7 @@ impl<D: BlockDevice> Ctx<D> {
                     l += n;
                 }
                 if p.unwritten {
-                    node.es.forget_mapped(p.logical..p.logical + p.len);
-                    node.map.set_state(p.logical..p.logical + p.len, false);
+                    node.map_set_state(p.logical..p.logical + p.len, false);
                     node.map_dirty = true;
                     self.wb_stats.converted_blocks += p.len;
                     changed = true;
