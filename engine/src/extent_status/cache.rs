@@ -124,12 +124,44 @@ impl StatusCache {
         if let Some(f) = self.hit(lblk) {
             return Ok((f, true));
         }
+        Ok((self.fill(lblk, source)?, false))
+    }
+
+    /// Answers `pos..end` from the cache alone, in one pass over its
+    /// entries, as far as it knows every block: pushes the mapped pieces
+    /// (clipped) and returns where its knowledge stopped.
+    pub fn walk(&self, mut pos: u64, end: u64, out: &mut Vec<Piece>) -> u64 {
+        let Some(k) = key(pos).filter(|&k| k < u32::MAX) else { return pos };
+        let from = self.entries.range(..=k).next_back().map_or(0, |(&pk, _)| pk);
+        for (&ek, e) in self.entries.range(from..) {
+            let start = u64::from(ek);
+            if start > pos {
+                if !e.hole_before() {
+                    break;
+                }
+                pos = start;
+            }
+            if pos >= end {
+                break;
+            }
+            let e_end = start + u64::from(e.len);
+            if e_end > pos {
+                let stop = e_end.min(end);
+                out.push(Piece { logical: pos, len: stop - pos, physical: e.pblk() + (pos - start), unwritten: e.unwritten() });
+                pos = stop;
+            }
+        }
+        pos.min(end)
+    }
+
+    /// A miss at `lblk`: asks `source` and caches what it found.
+    pub fn fill(&mut self, lblk: u64, source: &mut impl ExtentSource) -> Result<Found> {
         let found = source.find(lblk)?;
         match found {
             Found::Mapped(p) => self.insert_mapped(p),
             Found::Hole { start, end } => self.insert_hole(start.min(lblk), end),
         }
-        Ok((found, false))
+        Ok(found)
     }
 
     /// Caches mapped range `p`, merged with touching neighbours that
@@ -296,6 +328,24 @@ mod tests {
         assert_eq!(look(&mut c, &m, 16), (Found::Hole { start: 16, end: 30 }, true));
         assert_eq!(look(&mut c, &m, 35), (Found::Hole { start: 32, end: EXT_MAX_BLOCKS }, true), "the trailing hole's marker went when 30..32 was cached");
         assert_eq!(c.len(), 4, "three extents and the end-of-file marker");
+    }
+
+    #[test]
+    fn a_walk_answers_what_lookups_would_and_stops_where_knowledge_does() {
+        let m = map();
+        let mut c = StatusCache::default();
+        let mut out = Vec::new();
+        assert_eq!(c.walk(0, 40, &mut out), 0, "an empty cache knows nothing");
+        c.load(m.iter());
+        assert_eq!(c.walk(2, 31, &mut out), 31);
+        assert_eq!(out, m.pieces(2..31));
+        out.clear();
+        assert_eq!(c.walk(20, 1 << 40, &mut out), EXT_MAX_BLOCKS, "known up to the last cacheable block");
+        assert_eq!(out, m.pieces(20..40));
+        c.forget(17..18);
+        out.clear();
+        assert_eq!(c.walk(1, 100, &mut out), 16, "the hole 16..30 is no longer known");
+        assert_eq!(out, m.pieces(1..16));
     }
 
     #[test]

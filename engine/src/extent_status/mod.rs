@@ -150,8 +150,12 @@ impl ExtentStatusTree {
     pub fn mapped_in(&mut self, range: Range<u64>, tree: &mut impl ExtentSource) -> Result<Vec<Piece>> {
         let mut out = Vec::new();
         let mut pos = range.start;
-        while pos < range.end {
-            let next = match self.lookup(pos, tree)? {
+        loop {
+            pos = self.cache.walk(pos, range.end, &mut out);
+            if pos >= range.end {
+                break;
+            }
+            let next = match self.cache.fill(pos, tree)? {
                 Found::Mapped(p) => {
                     let end = (p.logical + p.len).min(range.end);
                     out.push(Piece { logical: pos, len: end - pos, physical: p.physical + (pos - p.logical), unwritten: p.unwritten });
