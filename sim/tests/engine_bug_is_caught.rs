@@ -31,6 +31,7 @@ impl TargetFactory for Buggy {
             InjectedBug::TruncateIgnoresFlusherFolios => |fs| fs.inject_bug(InjectedBug::TruncateIgnoresFlusherFolios),
             InjectedBug::FreesPartlyUsedCluster => |fs| fs.inject_bug(InjectedBug::FreesPartlyUsedCluster),
             InjectedBug::CollapseKeepsCachedExtents => |fs| fs.inject_bug(InjectedBug::CollapseKeepsCachedExtents),
+            InjectedBug::WriteBackKeepsCachedHoles => |fs| fs.inject_bug(InjectedBug::WriteBackKeepsCachedHoles),
         });
         Ok(t)
     }
@@ -325,6 +326,15 @@ op fiemap path=\"/f\" sync=false\n",
     let back = Trace::parse(&shrunk.trace.to_text()).unwrap();
     let again = run_steps(&bug, &back.spec, &back.steps).unwrap();
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
+}
+
+/// A hole cached by a FIEMAP's lookup and kept when write-back maps blocks
+/// there hides them from the next FIEMAP. Every FIEMAP fills the cache, so
+/// generated runs reach it: caught, shrunk, replayed; the real engine
+/// passes the shrunk steps.
+#[test]
+fn a_hole_the_cache_keeps_over_written_back_blocks_is_caught() {
+    caught_in_generated_runs(InjectedBug::WriteBackKeepsCachedHoles, |op| matches!(op, ext4_model::Op::Fiemap { .. }), "some seed maps a file, writes it back and maps it again");
 }
 
 /// SEEK_DATA must see dirty pages over an unwritten extent (the kernel asks

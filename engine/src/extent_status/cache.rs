@@ -158,10 +158,21 @@ impl StatusCache {
     pub fn fill(&mut self, lblk: u64, source: &mut impl ExtentSource) -> Result<Found> {
         let found = source.find(lblk)?;
         match found {
-            Found::Mapped(p) => self.insert_mapped(p),
+            Found::Mapped(p) => self.insert_mapped(self.clip_to_gap(p, lblk)),
             Found::Hole { start, end } => self.insert_hole(start.min(lblk), end),
         }
         Ok(found)
+    }
+
+    /// `p` (holding `lblk`, a miss) cut to the blocks around `lblk` no
+    /// entry holds: a run that grew since part of it was cached overlaps
+    /// that part, which still says the truth.
+    fn clip_to_gap(&self, p: Piece, lblk: u64) -> Piece {
+        let Some(k) = key(lblk).filter(|&k| k < u32::MAX) else { return p };
+        let before = self.entries.range(..=k).next_back().map_or(0, |(&pk, e)| u64::from(pk) + u64::from(e.len));
+        let after = self.entries.range(k + 1..).next().map_or(u64::MAX, |(&nk, _)| u64::from(nk));
+        let (start, end) = (p.logical.max(before), (p.logical + p.len).min(after));
+        Piece { logical: start, len: end - start, physical: p.physical + (start - p.logical), unwritten: p.unwritten }
     }
 
     /// Caches mapped range `p`, merged with touching neighbours that
@@ -256,7 +267,7 @@ impl StatusCache {
     }
 
     /// Drops every entry that overlaps `range`, and the hole the first one
-    /// after it records.
+    /// after it records (the hole before it then overlaps the range).
     pub fn forget(&mut self, range: Range<u64>) {
         let end = range.end.min(EXT_MAX_BLOCKS);
         let Some(s) = key(range.start).filter(|_| range.start < end) else { return };
@@ -266,12 +277,10 @@ impl StatusCache {
         for k in doomed {
             self.entries.remove(&k);
         }
+        // Its hole now reaches back over the range. A marker stays: it may
+        // be where the hole recorded by the entry after it starts.
         if let Some((&nk, &next)) = self.entries.range(e..).next() {
-            if next.len == 0 {
-                self.entries.remove(&nk);
-            } else {
-                self.entries.insert(nk, next.with_hole_before(false));
-            }
+            self.entries.insert(nk, next.with_hole_before(false));
         }
     }
 
@@ -307,6 +316,20 @@ mod tests {
     /// Looks `lblk` up through the cache: (what, whether it was a hit).
     fn look(c: &mut StatusCache, m: &ExtentMap, lblk: u64) -> (Found, bool) {
         c.lookup(lblk, &mut &*m).unwrap()
+    }
+
+    #[test]
+    fn a_run_that_grew_past_a_cached_part_is_cached_around_it() {
+        let mut m = ExtentMap::new();
+        m.insert(10, 10, 110, false);
+        let mut c = StatusCache::default();
+        look(&mut c, &m, 15);
+        m.insert(0, 10, 100, false);
+        assert_eq!(m.run_count(), 1, "one run 0..20 now");
+        assert_eq!(look(&mut c, &m, 5).0, Found::Mapped(m.run_at(0).unwrap()));
+        assert_eq!(c.len(), 1, "the new part merged with the cached one");
+        assert_eq!(c.hit(19), Some(Found::Mapped(m.run_at(0).unwrap())));
+        assert!(c.agrees_with(&m));
     }
 
     #[test]
@@ -381,7 +404,26 @@ mod tests {
         assert_eq!(look(&mut c, &m2, 20), (Found::Mapped(m2.run_at(20).unwrap()), false));
         assert!(c.agrees_with(&m2));
         c.forget(0..u64::MAX);
-        assert!(c.is_empty());
+        assert_eq!(c.hit(5), None);
+        assert!(c.entries.values().all(|e| e.len == 0 && !e.hole_before()), "only a marker that records nothing is left");
+    }
+
+    #[test]
+    fn forgetting_before_a_hole_s_start_marker_keeps_that_hole_its_own() {
+        let mut m = ExtentMap::new();
+        m.insert(0, 4, 100, false);
+        m.insert(10, 2, 200, false);
+        let mut c = StatusCache::default();
+        look(&mut c, &m, 0);
+        look(&mut c, &m, 10);
+        // The marker at 6 starts the hole 6..10 the entry at 10 records.
+        c.insert_hole(6, 10);
+        assert_eq!(c.hit(7), Some(Found::Hole { start: 6, end: 10 }));
+        c.forget(4..5);
+        assert_eq!(c.hit(4), None, "4..6 was never known");
+        assert_eq!(c.hit(7), Some(Found::Hole { start: 6, end: 10 }), "the change at 4 says nothing about 6..10");
+        m.insert(4, 1, 900, false);
+        assert!(c.agrees_with(&m));
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         // The injected stale-cache bug must reach the lockstep comparison,
         // as it would in a release build, not stop at this self-check.
-        let check_cache = !self.ctx.bug_keeps_stale_extents;
+        let check_cache = !self.ctx.bug_keeps_stale_extents && !self.ctx.bug_keeps_cached_holes;
         let (ctx, node) = self.split_for_lookup(ino)?;
         if plan.xattr {
             return Ok(xattr_map(&node.disk, bs, plan.bytes.start));

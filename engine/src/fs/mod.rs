@@ -168,6 +168,8 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub(crate) uncached_fiemap: bool,
     /// Test hook: a collapse keeps the extent status cache's mapped entries.
     pub(crate) bug_keeps_stale_extents: bool,
+    /// Test hook: write-back maps delayed blocks under cached hole entries.
+    pub(crate) bug_keeps_cached_holes: bool,
     clock_secs: i64,
     clock_ticks: u32,
     next_generation: u32,
@@ -354,6 +356,7 @@ impl<D: BlockDevice> Ext4<D> {
             es_lru: Default::default(),
             uncached_fiemap: false,
             bug_keeps_stale_extents: false,
+            bug_keeps_cached_holes: false,
             clock_secs,
             clock_ticks: 0,
             next_generation: 0,
@@ -500,6 +503,7 @@ impl<D: BlockDevice> Ext4<D> {
             es_lru: c.es_lru.clone(),
             uncached_fiemap: c.uncached_fiemap,
             bug_keeps_stale_extents: c.bug_keeps_stale_extents,
+            bug_keeps_cached_holes: c.bug_keeps_cached_holes,
             clock_secs: c.clock_secs,
             clock_ticks: c.clock_ticks,
             next_generation: c.next_generation,

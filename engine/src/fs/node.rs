@@ -81,6 +81,12 @@ impl Node {
         self.map.insert(logical, len, physical, unwritten);
     }
 
+    /// [`Node::map_insert`] that leaves the cached entries: the test hook's
+    /// stale-hole bug.
+    pub fn map_insert_keeping_cache(&mut self, logical: u64, len: u64, physical: BlockNumber, unwritten: bool) {
+        self.map.insert(logical, len, physical, unwritten);
+    }
+
     /// Unmaps `range`; returns the physical runs that were mapped there.
     pub fn map_remove(&mut self, range: Range<u64>) -> Vec<(BlockNumber, u64)> {
         debug_assert!(self.tree_loaded);

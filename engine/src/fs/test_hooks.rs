@@ -58,6 +58,10 @@ pub enum InjectedBug {
     /// reports the old states at the new positions (an entry not
     /// invalidated, the stale-cache bug class).
     CollapseKeepsCachedExtents,
+    /// Write-back allocates delayed blocks but leaves the hole entries a
+    /// lookup cached over them, so the next FIEMAP misses the data (an
+    /// entry not invalidated at allocation).
+    WriteBackKeepsCachedHoles,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -74,6 +78,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.ctx.bug_unlogged_data = bug == InjectedBug::JournaledDataNeverLogged;
         self.ctx.bug_frees_partly_used_cluster = bug == InjectedBug::FreesPartlyUsedCluster;
         self.ctx.bug_keeps_stale_extents = bug == InjectedBug::CollapseKeepsCachedExtents;
+        self.ctx.bug_keeps_cached_holes = bug == InjectedBug::WriteBackKeepsCachedHoles;
     }
 
     pub(crate) fn bug_saw_truncate(&mut self) {

@@ -98,7 +98,11 @@ impl<D: BlockDevice> Ctx<D> {
             self.cache.forget(p, got);
             let released = node.es.remove_delayed(l..l + got);
             debug_assert_eq!(released, got, "allocating blocks that were not delayed");
-            node.map_insert(l, got, p, false);
+            if self.bug_keeps_cached_holes {
+                node.map_insert_keeping_cache(l, got, p, false);
+            } else {
+                node.map_insert(l, got, p, false);
+            }
             node.map_dirty = true;
             self.wb_stats.delalloc_blocks += got;
             l += got;
