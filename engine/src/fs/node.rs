@@ -13,7 +13,7 @@ use crate::device::BlockDevice;
 use crate::dir::htree::Htree;
 use crate::dir::Directory;
 use crate::error::{Corrupt, Error, Result, Unsupported};
-use crate::extent_status::source::OnDiskTree;
+use crate::extent_status::source::{Found, OnDiskTree};
 use crate::extent_status::ExtentStatusTree;
 use crate::extent_tree::find::Check;
 use crate::extent_tree::{self, ExtentMap, Piece};
@@ -251,6 +251,16 @@ impl<D: BlockDevice> Ctx<D> {
         node.es.mapped_in(range, &mut tree)
     }
 
+    /// What block `lblk` of `node` is, through its extent status cache.
+    pub fn lookup_block(&mut self, ino: InodeNumber, node: &mut Node, lblk: u64) -> Result<Found> {
+        if node.tree_loaded {
+            return node.es.lookup(lblk, &mut &node.map);
+        }
+        let check = Check::Once { seed: self.ino_seed(ino, node.disk.generation) };
+        let mut tree = OnDiskTree { cache: &mut self.cache, dev: &mut self.dev, ino, inode: &node.disk, check };
+        node.es.lookup(lblk, &mut tree)
+    }
+
     /// Reads `node`'s whole extent tree into its mapping, if not yet.
     pub fn load_tree(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
         if node.tree_loaded {
@@ -365,7 +375,7 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     pub(crate) fn kind_of(&mut self, ino: InodeNumber) -> std::result::Result<FileKind, Errno> {
-        self.node(ino)?.kind().ok_or(Errno::EIO)
+        self.split_for_lookup(ino)?.1.kind().ok_or(Errno::EIO)
     }
 }
 

@@ -1,5 +1,7 @@
 //! lseek SEEK_DATA / SEEK_HOLE as ext4_llseek answers them: a walk over
-//! the extents from the offset to EOF, where delayed extents are data and,
+//! the extents from the offset to EOF, each looked up through the extent
+//! status cache as ext4's report ops do (so a file only looked up since it
+//! was read keeps its tree on disk), where delayed extents are data and,
 //! inside an unwritten extent, a block is data while an uptodate folio
 //! covers it (iomap's `mapping_seek_hole_data`). Directories go through
 //! ext4_dir_llseek.
@@ -9,6 +11,7 @@ use ext4_model::vfs::LOFF_MAX;
 use ext4_model::Errno;
 
 use crate::device::BlockDevice;
+use crate::extent_status::source::Found;
 use crate::format::inode::FL_INDEX;
 use crate::format::superblock::feature;
 use crate::format::InodeNumber;
@@ -25,15 +28,16 @@ enum Looks {
     Data,
 }
 
-/// Block `b` of `node`, asked the way iomap asks ext4's report ops.
-fn looks(pages: Option<&PageCache>, ino: InodeNumber, node: &Node, b: u64) -> Looks {
+/// Block `b` of `node`, which the tree says is `found`, asked the way
+/// iomap asks ext4's report ops.
+fn looks(pages: Option<&PageCache>, ino: InodeNumber, node: &Node, b: u64, found: Found) -> Looks {
     if node.es.is_delayed(b) {
         return Looks::Data;
     }
-    match node.map().lookup(b) {
-        None => Looks::Hole,
-        Some(p) if !p.unwritten => Looks::Data,
-        Some(_) => {
+    match found {
+        Found::Hole { .. } => Looks::Hole,
+        Found::Mapped(p) if !p.unwritten => Looks::Data,
+        Found::Mapped(_) => {
             let cached = pages.and_then(|pages| pages.locate(ino, b).and_then(|(index, i)| pages.folio(ino, index).map(|f| f.is_uptodate(i))));
             if cached == Some(true) {
                 Looks::Data
@@ -46,12 +50,12 @@ fn looks(pages: Option<&PageCache>, ino: InodeNumber, node: &Node, b: u64) -> Lo
 
 /// The first block at or after `b` whose kind may differ from `b`'s, so a
 /// long extent or hole is crossed in one step unless it is unwritten.
-fn next_boundary(node: &Node, b: u64, end: u64) -> u64 {
+fn next_boundary(node: &Node, b: u64, end: u64, found: Found) -> u64 {
     let delayed_end = node.es.delayed_in(b..end).next().map(|d| if d.start <= b { d.end } else { d.start });
-    let extent_end = match node.map().lookup(b) {
-        Some(p) if p.unwritten => b + 1,
-        Some(p) => p.logical + p.len,
-        None => node.map().pieces(b..end).first().map_or(end, |p| p.logical),
+    let extent_end = match found {
+        Found::Mapped(p) if p.unwritten => b + 1,
+        Found::Mapped(p) => p.logical + p.len,
+        Found::Hole { end: next, .. } => next.min(end),
     };
     delayed_end.map_or(extent_end, |d| d.min(extent_end)).clamp(b + 1, end)
 }
@@ -80,7 +84,7 @@ impl<D: BlockDevice> Ext4<D> {
         let ask_cache = true;
         let bs = self.ctx.bs();
         let dir_index = self.ctx.sb.feature_compat & feature::COMPAT_DIR_INDEX != 0;
-        let (ctx, node) = self.split(ino)?;
+        let (ctx, node) = self.split_for_lookup(ino)?;
         // A negative loff_t: nothing before or after it.
         if offset > LOFF_MAX {
             return Err(Errno::ENXIO);
@@ -109,10 +113,11 @@ impl<D: BlockDevice> Ext4<D> {
         let (first, end) = (offset / bs, size.div_ceil(bs));
         let mut b = first;
         while b < end {
-            if looks(ask_cache.then_some(&ctx.pages), ino, node, b) == wanted {
+            let found = ctx.lookup_block(ino, node, b)?;
+            if looks(ask_cache.then_some(&ctx.pages), ino, node, b, found) == wanted {
                 return Ok(if b == first { offset } else { b * bs });
             }
-            b = next_boundary(node, b, end);
+            b = next_boundary(node, b, end, found);
         }
         match whence {
             SeekWhence::Data => Err(Errno::ENXIO),
@@ -163,6 +168,28 @@ mod tests {
         assert_eq!(seek(&mut fs, BS, Hole), Ok(2 * BS));
         fs.read("/f", 3 * BS, 1).unwrap(); // zeros read in: uptodate, clean
         assert_eq!(seek(&mut fs, 2 * BS, Data), Ok(3 * BS));
+    }
+
+    /// After a mount, seeking walks the extent status cache into the
+    /// on-disk tree; the file's tree is not read whole for it.
+    #[test]
+    fn a_fresh_mount_seeks_through_the_extent_status_cache() {
+        let mut fs = mounted("");
+        fs.create("/f", 0o644).unwrap();
+        for b in [0, 2, 3, 10, 11, 12, 30] {
+            fs.write("/f", b * BS, &[5; 4096]).unwrap();
+        }
+        fs.sync().unwrap();
+        let mut fs = Ext4::mount(fs.unmount().unwrap(), &"".parse().unwrap()).unwrap();
+        let ino = fs.open_path("/f").unwrap();
+        assert_eq!(seek(&mut fs, 0, Hole), Ok(BS));
+        assert_eq!(seek(&mut fs, BS, Data), Ok(2 * BS));
+        assert_eq!(seek(&mut fs, 2 * BS, Hole), Ok(4 * BS));
+        assert_eq!(seek(&mut fs, 13 * BS, Data), Ok(30 * BS));
+        assert_eq!(seek(&mut fs, 30 * BS + 7, Hole), Ok(31 * BS), "EOF");
+        let node = &fs.nodes[&ino];
+        assert!(!node.tree_loaded(), "seeking needs no whole tree");
+        assert!(node.es.cached_extents() >= 3);
     }
 
     #[test]

@@ -71,15 +71,18 @@ impl<D: BlockDevice> Ctx<D> {
     /// Writes one inode (and its tree) into the cache.
     fn write_node(&mut self, ino: InodeNumber, node: &mut Node) -> Result<()> {
         self.write_tree(ino, node)?;
-        let bits = self.cluster_bits();
-        let blocks = super::clusters::data_blocks(node.map(), &node.es, bits, false) + ((node.tree_blocks.len() as u64) << bits);
-        let units = blocks.saturating_mul(self.bs() / 512);
-        if units > MAX_I_BLOCKS {
-            node.disk.flags |= FL_HUGE_FILE;
-            node.disk.blocks = blocks;
-        } else {
-            node.disk.flags &= !FL_HUGE_FILE;
-            node.disk.blocks = units;
+        // A tree never loaded never changed: i_blocks as read still holds.
+        if node.tree_loaded() {
+            let bits = self.cluster_bits();
+            let blocks = super::clusters::data_blocks(node.map(), &node.es, bits, false) + ((node.tree_blocks.len() as u64) << bits);
+            let units = blocks.saturating_mul(self.bs() / 512);
+            if units > MAX_I_BLOCKS {
+                node.disk.flags |= FL_HUGE_FILE;
+                node.disk.blocks = blocks;
+            } else {
+                node.disk.flags &= !FL_HUGE_FILE;
+                node.disk.blocks = units;
+            }
         }
         self.store_inode(ino, &node.disk)
     }
