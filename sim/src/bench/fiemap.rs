@@ -10,8 +10,9 @@
 //!   simulated I/O time beside the host time. "Cold" is a fresh mount of
 //!   the same disk, which is what dropping every cache leaves.
 //! - Memory per extent is the engine's heap growth over a cold FIEMAP
-//!   (the extent map and extent status entries it keeps, and the tree
-//!   blocks left in its buffer cache), from glibc's allocator statistics.
+//!   (the extent status entries its lookups cached and the tree blocks
+//!   left in its buffer cache; no whole mapping is loaded for lookups),
+//!   from glibc's allocator statistics.
 //! - The engine also maps the file warm without its extent status cache,
 //!   every extent looked up from the root of the on-disk tree
 //!   ([`Ext4::set_uncached_fiemap`]): the regression's uncached path.
