@@ -157,7 +157,9 @@ fn mount_image_corpus_replays() {
     let mut regions = std::collections::BTreeSet::new();
     let (mut mounted, mut refused) = (0, 0);
     let regressions = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/mount_image");
-    let extra: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&regressions).map(|d| d.map(|e| e.unwrap().path()).map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect()).unwrap_or_default();
+    let extra: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&regressions)
+        .map(|d| d.map(|e| e.unwrap().path()).filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))).map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect())
+        .unwrap_or_default();
     for (path, data) in corpus("mount_image").into_iter().chain(extra) {
         let run = ext4_sim::fuzz_body::mount_image(&data).unwrap_or_else(|| panic!("{} decodes to nothing", path.display()));
         regions.extend(run.regions.iter().map(|r| format!("{r:?}")));
