@@ -145,7 +145,7 @@ fn mount_image_templates_mount_and_read_whole() {
     for t in 0..3u8 {
         let run = ext4_sim::fuzz_body::mount_image(&[t, 1, 0]).expect("a template with no mutation");
         assert!(run.mounted && run.refused.is_none(), "{run:?}");
-        assert!(run.files_read >= 160, "{} read {} files", run.template, run.files_read);
+        assert!(run.files_read > ext4_sim::fuzz_body::TEMPLATE_NAMES, "{} read {} files", run.template, run.files_read);
     }
 }
 
@@ -171,7 +171,7 @@ fn mount_image_corpus_replays() {
         }
     }
     assert!(regions.len() >= 6, "regions mutated: {regions:?}");
-    assert!(mounted >= 5 && refused >= 3, "{mounted} mutated images mounted, {refused} refused");
+    assert!(mounted >= 20 && refused >= 8, "{mounted} mutated images mounted, {refused} refused");
     eprintln!("mount_image corpus: regions {regions:?}, {mounted} mutated images mounted, {refused} refused");
 }
 

@@ -7,7 +7,7 @@ mod mount_image;
 
 pub use folio_nofail::{folio_nofail, seed_corpus as folio_nofail_seed_corpus, NoFailRun};
 pub use group_spread::{group_spread, seed_corpus as group_spread_seed_corpus, SpreadRun};
-pub use mount_image::{mount_image, seed_corpus as mount_image_seed_corpus, ImageRun, Region};
+pub use mount_image::{mount_image, seed_corpus as mount_image_seed_corpus, ImageRun, Region, TEMPLATE_NAMES};
 
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_model::{DataMode, FileSystem, Model, MountConfig, Op};

@@ -30,6 +30,8 @@ const MAX_MUTATIONS: usize = 8;
 const MAX_ENTRIES: usize = 400;
 const MAX_READ: u64 = 256 << 10;
 const BG_CHECKSUM: usize = 0x1E;
+/// Files a template's directory holds.
+pub const TEMPLATE_NAMES: usize = 60;
 
 /// Where a mutation lands.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,12 +139,14 @@ fn build(name: &'static str, block_size: u32, metadata_csum: bool, crash: bool) 
     let mut fs = Ext4::mount(dev, &MountConfig { block_size, ..MountConfig::default() }).expect("a template mounts");
     let bs = u64::from(block_size);
     fs.mkdir("/d", 0o755).expect("mkdir");
-    for i in 0..160 {
+    // Enough names for an htree at 1 KiB blocks, few enough to walk fast.
+    for i in 0..TEMPLATE_NAMES {
         fs.create(&format!("/d/name-{i:04}"), 0o644).expect("create");
     }
     fs.create("/f", 0o644).expect("create");
-    fs.fallocate("/f", FallocFlags(0), 0, 400 * bs).expect("fallocate");
-    for b in (1..400).step_by(2) {
+    // Sixty extents: a tree with a leaf block below the inode.
+    fs.fallocate("/f", FallocFlags(0), 0, 120 * bs).expect("fallocate");
+    for b in (1..120).step_by(2) {
         fs.fallocate("/f", FallocFlags(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), b * bs, bs).expect("punch");
     }
     fs.write("/d/name-0007", 0, &[0x5a; 5000]).expect("write");
@@ -356,17 +360,30 @@ pub fn mount_image(data: &[u8]) -> Option<ImageRun> {
     Some(run)
 }
 
-/// Seed inputs: each template unchanged and with a mutation or two in each
-/// region, made from a fixed ChaCha stream.
+/// Seed inputs: each template unchanged, then mutations from a fixed
+/// ChaCha stream, kept so a quarter of them are images the engine refuses
+/// and the rest images it mounts and walks.
 pub fn seed_corpus(n: usize) -> Vec<Vec<u8>> {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x1a6e_5eed);
-    (0..n)
-        .map(|i| {
-            let mut input: Vec<u8> = vec![(i % 3) as u8, u8::from(i % 4 != 0), u8::from(i % 7 == 0)];
-            let muts = if i < 3 { 0 } else { 1 + i % 3 };
-            input.extend((0..muts * 14).map(|_| rng.random::<u8>()));
-            input
-        })
-        .collect()
+    let mut kept: Vec<Vec<u8>> = (0..3u8).map(|t| vec![t, 1, 0]).collect();
+    let (mut refused, mut mounted) = (0, 0);
+    for i in 0..n * 40 {
+        if kept.len() >= n {
+            break;
+        }
+        let mut input: Vec<u8> = vec![(i % 3) as u8, u8::from(i % 4 != 0), u8::from(i % 7 == 0)];
+        input.extend((0..(1 + i % 3) * 14).map(|_| rng.random::<u8>()));
+        let Some(run) = mount_image(&input) else { continue };
+        let keep = if run.refused.is_some() { refused < n / 4 } else { mounted < n - n / 4 - 3 };
+        if keep && !run.regions.is_empty() {
+            if run.refused.is_some() {
+                refused += 1;
+            } else {
+                mounted += 1;
+            }
+            kept.push(input);
+        }
+    }
+    kept
 }
