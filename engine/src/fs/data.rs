@@ -258,10 +258,11 @@ impl<D: BlockDevice> Ext4<D> {
         if offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
+        // The whole tree, read now: a damaged one is EIO, never a short read.
+        let size = self.node(ino)?.disk.size;
         if !self.read_takes_invalidate_lock(ino, offset, len) {
             return Ok(Vec::new());
         }
-        let size = self.node(ino)?.disk.size;
         let end = size.min(offset.saturating_add(u64::from(len)));
         let mut out = vec![0u8; (end - offset) as usize];
         // ext4 takes it shared where a read misses the cache (readahead,

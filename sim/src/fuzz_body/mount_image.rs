@@ -2,10 +2,12 @@
 //! picks a valid image the engine made (a template) and mutates it where
 //! ext4's structures are: the superblock, the group descriptor table, the
 //! inode table, extent tree blocks, directory blocks, the journal (its
-//! superblock, descriptors and logged blocks), or anywhere. Superblock and
-//! descriptor checksums are resealed when the input asks, so a mutation
-//! reaches past them; the templates without metadata_csum have no other
-//! checksums, so there mutations reach every parser.
+//! superblock, descriptors and logged blocks), or anywhere. When the input
+//! asks, checksums are resealed so a mutation reaches past them: the
+//! superblock's, every descriptor's, and (with metadata_csum) those of the
+//! mutated inodes, extent blocks and directory leaf blocks, each seeded
+//! with its owner inode. The templates without metadata_csum have only
+//! descriptor checksums.
 //!
 //! The image is then mounted (journal recovery of a hostile log included),
 //! every file and directory reachable from the root is listed, read,
@@ -13,12 +15,16 @@
 //! fsck reads what is left. Any error is fine; a panic is a crash, and
 //! libFuzzer's own limits make a hang or a memory blow-up one too.
 
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_engine::device::{BlockDevice, IoClass, WriteFlags};
 use ext4_engine::device_mem::MemDevice;
+use ext4_engine::format::checksum::inode_seed;
 use ext4_engine::format::group_desc::{desc_checksum, DescChecksum, GroupDesc};
+use ext4_engine::format::inode::inode_checksum;
+use ext4_engine::format::{dirent, extent};
 use ext4_engine::format::superblock::{superblock_checksum, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ext4_engine::fs::Ext4;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
@@ -112,8 +118,21 @@ struct Template {
     name: &'static str,
     dev: MemDevice,
     block_size: u64,
+    survey: Survey,
+}
+
+/// Where a template's structures are, and what resealing them needs.
+struct Survey {
     /// Blocks of each region but the superblock (which is bytes, not a block).
     regions: Vec<(Region, Vec<u64>)>,
+    /// Each group's inode table start.
+    itables: Vec<u64>,
+    inodes_per_group: u64,
+    inode_size: u64,
+    /// The filesystem's checksum seed, with metadata_csum.
+    fs_seed: Option<u32>,
+    /// Extent and directory blocks: the owner inode and its generation.
+    owners: BTreeMap<u64, (u32, u32)>,
 }
 
 /// What one input did, for the corpus replay's checks.
@@ -160,8 +179,8 @@ fn build(name: &'static str, block_size: u32, metadata_csum: bool, crash: bool) 
     } else {
         fs.unmount().expect("unmount")
     };
-    let regions = regions_of(&mut dev, bs);
-    Template { name, dev, block_size: bs, regions }
+    let survey = survey(&mut dev, bs);
+    Template { name, dev, block_size: bs, survey }
 }
 
 fn read_block(dev: &mut MemDevice, bs: u64, b: u64) -> Vec<u8> {
@@ -192,8 +211,10 @@ fn patch(dev: &mut MemDevice, at: u64, bytes: &[u8]) -> Option<()> {
 }
 
 /// Finds each region's blocks: the descriptor table and inode tables from
-/// the superblock and descriptors, the rest by their magic numbers.
-fn regions_of(dev: &mut MemDevice, bs: u64) -> Vec<(Region, Vec<u64>)> {
+/// the superblock and descriptors, the rest by their magic numbers; and
+/// who owns each extent and directory block (an index in an inode's root,
+/// a directory's "." entry).
+fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
     let mut raw = [0u8; SUPERBLOCK_SIZE];
     let _ = dev.read(SUPERBLOCK_OFFSET, &mut raw, IoClass::Metadata);
     let sb = Superblock::parse(&raw).expect("a template's superblock");
@@ -203,13 +224,36 @@ fn regions_of(dev: &mut MemDevice, bs: u64) -> Vec<(Region, Vec<u64>)> {
     let gdt_start = u64::from(sb.first_data_block) + 1;
     let gdt: Vec<u64> = (gdt_start..gdt_start + (groups * desc_size).div_ceil(bs)).collect();
     let mut itable = Vec::new();
+    let mut itables = Vec::new();
     for g in 0..groups {
         let at = gdt_start * bs + g * desc_size;
         let d = peek(dev, at, desc_size as usize).unwrap_or_default();
         let desc = GroupDesc::parse(&d);
         let per_group = (u64::from(sb.inodes_per_group) * u64::from(sb.inode_size())).div_ceil(bs);
         // The slots in use sit at the table's start.
-        itable.extend(desc.inode_table..desc.inode_table + per_group.min(4));
+        itable.extend(desc.inode_table..desc.inode_table + per_group.min(24));
+        itables.push(desc.inode_table);
+    }
+    let (ipg, isz) = (u64::from(sb.inodes_per_group), u64::from(sb.inode_size()));
+    let mut owners = BTreeMap::new();
+    let mut generations = BTreeMap::new();
+    for (g, &table) in itables.iter().enumerate() {
+        for slot in 0..(24 * bs / isz).min(ipg) {
+            let ino = (g as u64 * ipg + slot + 1) as u32;
+            let b = peek(dev, table * bs + slot * isz, isz as usize).unwrap_or_default();
+            if b.len() < 0x68 || b[..2] == [0, 0] {
+                continue;
+            }
+            let generation = u32::from_le_bytes([b[0x64], b[0x65], b[0x66], b[0x67]]);
+            generations.insert(ino, generation);
+            let root = &b[0x28..0x28 + 60];
+            let Ok(h) = extent::parse_header(root, ino) else { continue };
+            for i in 0..usize::from(h.entries) {
+                if let Ok(e) = extent::index_entry(root, &h, i, ino) {
+                    owners.insert(e.child, (ino, generation));
+                }
+            }
+        }
     }
     let (mut extent, mut dir, mut journal) = (Vec::new(), Vec::new(), Vec::new());
     for b in 1..blocks {
@@ -222,24 +266,30 @@ fn regions_of(dev: &mut MemDevice, bs: u64) -> Vec<(Region, Vec<u64>)> {
         } else if block[..4] == [0xc0, 0x3b, 0x39, 0x98] {
             journal.push(b);
         } else if block[4..6] == [12, 0] && block[6] == 1 && block[8] == b'.' {
+            let ino = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+            if let Some(&generation) = generations.get(&ino) {
+                owners.insert(b, (ino, generation));
+            }
             dir.push(b);
         }
     }
     let anywhere: Vec<u64> = (0..blocks).collect();
-    vec![(Region::GroupDescs, gdt), (Region::InodeTable, itable), (Region::ExtentBlock, extent), (Region::DirBlock, dir), (Region::Journal, journal), (Region::Anywhere, anywhere)]
+    let regions = vec![(Region::GroupDescs, gdt), (Region::InodeTable, itable), (Region::ExtentBlock, extent), (Region::DirBlock, dir), (Region::Journal, journal), (Region::Anywhere, anywhere)];
+    let fs_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
+    Survey { regions, itables, inodes_per_group: ipg, inode_size: isz, fs_seed, owners }
 }
 
 fn templates() -> &'static [Template] {
     static T: OnceLock<Vec<Template>> = OnceLock::new();
-    T.get_or_init(|| vec![build("1k-csum-crashed", 1024, true, true), build("4k-uninit_bg", 4096, false, false), build("1k-uninit_bg-crashed", 1024, false, true)])
+    T.get_or_init(|| vec![build("1k-csum", 1024, true, false), build("4k-uninit_bg", 4096, false, false), build("1k-uninit_bg-crashed", 1024, false, true), build("4k-csum-crashed", 4096, true, true)])
 }
 
-/// Applies `m` to `dev`; returns the region it landed in, if any.
-fn mutate(dev: &mut MemDevice, t: &Template, m: Mutation) -> Option<Region> {
+/// Applies `m` to `dev`; returns the region it landed in and its block.
+fn mutate(dev: &mut MemDevice, t: &Template, m: Mutation) -> Option<(Region, u64)> {
     let (base, len) = if m.region == Region::Superblock {
         (SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE as u64)
     } else {
-        let blocks = &t.regions.iter().find(|(r, _)| *r == m.region)?.1;
+        let blocks = &t.survey.regions.iter().find(|(r, _)| *r == m.region)?.1;
         let b = *blocks.get(usize::from(m.pick) % blocks.len().max(1))?;
         (b * t.block_size, t.block_size)
     };
@@ -257,7 +307,51 @@ fn mutate(dev: &mut MemDevice, t: &Template, m: Mutation) -> Option<Region> {
         Change::Word32(v) => field.copy_from_slice(&v.value(u32::MAX).to_le_bytes()),
     }
     patch(dev, at, &field)?;
-    Some(m.region)
+    Some((m.region, base / t.block_size))
+}
+
+/// Recomputes the checksums of the mutated inodes, extent blocks and
+/// directory leaf blocks (with metadata_csum), seeded as the template's
+/// owners were.
+fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
+    let (s, bs) = (&t.survey, t.block_size);
+    let Some(fs_seed) = s.fs_seed else { return };
+    for &(region, b) in touched {
+        let Some(mut block) = peek(dev, b * bs, bs as usize) else { continue };
+        match region {
+            Region::InodeTable => {
+                let Some((g, &table)) = s.itables.iter().enumerate().rev().find(|(_, &table)| table <= b) else { continue };
+                for (i, slot) in block.chunks_mut(s.inode_size as usize).enumerate() {
+                    let ino = g as u64 * s.inodes_per_group + ((b - table) * bs) / s.inode_size + i as u64 + 1;
+                    let c = inode_checksum(slot, ino as u32, fs_seed);
+                    slot[0x7C..0x7E].copy_from_slice(&(c as u16).to_le_bytes());
+                    let extra = if slot.len() > 0x82 { u16::from_le_bytes([slot[0x80], slot[0x81]]) } else { 0 };
+                    if slot.len() >= 0x84 && extra >= 4 {
+                        slot[0x82..0x84].copy_from_slice(&((c >> 16) as u16).to_le_bytes());
+                    }
+                }
+            }
+            Region::ExtentBlock => {
+                let Some(&(ino, generation)) = s.owners.get(&b) else { continue };
+                let max = usize::from(u16::from_le_bytes([block[4], block[5]]));
+                if 12 + 12 * max + 4 > block.len() {
+                    continue;
+                }
+                extent::set_block_checksum(&mut block, inode_seed(fs_seed, ino, generation));
+            }
+            Region::DirBlock => {
+                let Some(&(ino, generation)) = s.owners.get(&b) else { continue };
+                // Only a leaf with a checksum tail (a dx root has its own).
+                let tail = &block[block.len() - 12..];
+                if tail[..4] != [0; 4] || tail[4..6] != [12, 0] || tail[6] != 0 || tail[7] != 0xde {
+                    continue;
+                }
+                dirent::set_tail_checksum(&mut block, inode_seed(fs_seed, ino, generation));
+            }
+            _ => continue,
+        }
+        let _ = patch(dev, b * bs, &block);
+    }
 }
 
 /// Recomputes the superblock's and every descriptor's checksum, so a
@@ -311,7 +405,8 @@ fn walk(fs: &mut Ext4<MemDevice>) -> usize {
                     let _ = fs.fiemap(&path, FiemapRequest::whole(0));
                     let _ = fs.lseek(&path, 0, SeekWhence::Data);
                     let _ = fs.lseek(&path, 0, SeekWhence::Hole);
-                    let size = fs.stat(&path).map_or(0, |st| st.size);
+                    // Past EOF on purpose when stat failed: the read must say why.
+                    let size = fs.stat(&path).map_or(MAX_READ, |st| st.size);
                     if fs.read(&path, 0, size.min(MAX_READ) as u32).is_ok() {
                         read += 1;
                     }
@@ -327,15 +422,18 @@ fn walk(fs: &mut Ext4<MemDevice>) -> usize {
 
 /// Runs one input; `None` when the bytes decode to nothing.
 pub fn mount_image(data: &[u8]) -> Option<ImageRun> {
-    let input = Input::decode(data).ok()?;
+    Some(run_input(Input::decode(data).ok()?))
+}
+
+fn run_input(input: Input) -> ImageRun {
     let all = templates();
     let t = &all[usize::from(input.template) % all.len()];
     let mut dev = t.dev.clone();
     let mut run = ImageRun { template: t.name, ..ImageRun::default() };
-    for m in input.mutations {
-        run.regions.extend(mutate(&mut dev, t, m));
-    }
+    let touched: Vec<(Region, u64)> = input.mutations.into_iter().filter_map(|m| mutate(&mut dev, t, m)).collect();
+    run.regions = touched.iter().map(|(r, _)| *r).collect();
     if input.reseal {
+        reseal_blocks(&mut dev, t, &touched);
         reseal(&mut dev, t.block_size);
     }
     let config = MountConfig { block_size: t.block_size as u32, read_only: input.read_only, ..MountConfig::default() };
@@ -347,17 +445,17 @@ pub fn mount_image(data: &[u8]) -> Option<ImageRun> {
                 Ok(dev) => dev,
                 Err(e) => {
                     run.refused = Some(format!("unmount: {e}"));
-                    return Some(run);
+                    return run;
                 }
             }
         }
         Err(e) => {
             run.refused = Some(e.to_string());
-            return Some(run);
+            return run;
         }
     };
     let _ = ext4_engine::check::check(dev);
-    Some(run)
+    run
 }
 
 /// Seed inputs: each template unchanged, then mutations from a fixed
@@ -386,4 +484,53 @@ pub fn seed_corpus(n: usize) -> Vec<Vec<u8>> {
         }
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Template 0 (1 KiB, metadata_csum, clean) with a mutation of a field
+    /// nothing but the checksum reads, in the `pick`th block of `region`:
+    /// past the checksum only when resealed.
+    fn touch(region: Region, pick: u16, offset: u16, reseal: bool) -> ImageRun {
+        let m = Mutation { region, pick, offset, change: Change::Xor(0x40) };
+        run_input(Input { template: 0, reseal, read_only: false, mutations: vec![m] })
+    }
+
+    #[test]
+    fn a_resealed_inode_mutation_reaches_past_its_checksum() {
+        // The root's (inode 2, slot 1 of 256 bytes) i_mtime.
+        let sealed = touch(Region::InodeTable, 0, 256 + 0x10, true);
+        assert!(sealed.mounted && sealed.files_read > TEMPLATE_NAMES, "{sealed:?}");
+        let broken = touch(Region::InodeTable, 0, 256 + 0x10, false);
+        assert!(broken.refused.is_some() || broken.files_read == 0, "a bad inode checksum went unseen: {broken:?}");
+    }
+
+    #[test]
+    fn a_resealed_extent_block_mutation_reaches_past_its_checksum() {
+        // eh_generation of a file's leaf, which nothing but the checksum reads.
+        let s = &templates()[0].survey;
+        let leaves = &s.regions.iter().find(|(r, _)| *r == Region::ExtentBlock).unwrap().1;
+        let pick = leaves.iter().position(|b| s.owners.get(b).is_some_and(|&(ino, _)| ino > 11)).expect("a file's extent leaf") as u16;
+        let sealed = touch(Region::ExtentBlock, pick, 8, true);
+        let broken = touch(Region::ExtentBlock, pick, 8, false);
+        assert!(sealed.mounted && sealed.files_read > TEMPLATE_NAMES, "{sealed:?}");
+        assert_eq!(broken.files_read + 1, sealed.files_read, "the leaf's bad checksum fails /f's read: {broken:?}");
+    }
+
+    /// A file whose extent tree is damaged reads as EIO, not as empty
+    /// (the read path once took a failed tree load for "nothing to read").
+    #[test]
+    fn a_damaged_tree_reads_as_eio() {
+        let t = &templates()[0];
+        let s = &t.survey;
+        let leaves = &s.regions.iter().find(|(r, _)| *r == Region::ExtentBlock).unwrap().1;
+        let pick = leaves.iter().position(|b| s.owners.get(b).is_some_and(|&(ino, _)| ino > 11)).unwrap() as u16;
+        let mut dev = t.dev.clone();
+        mutate(&mut dev, t, Mutation { region: Region::ExtentBlock, pick, offset: 8, change: Change::Xor(0x40) }).unwrap();
+        let mut fs = Ext4::mount(dev, &MountConfig { block_size: 1024, ..MountConfig::default() }).unwrap();
+        assert_eq!(fs.read("/f", 0, 4096), Err(ext4_model::Errno::EIO));
+        assert_eq!(fs.read("/d/name-0007", 0, 10).map(|v| v.len()), Ok(10), "other files still read");
+    }
 }
