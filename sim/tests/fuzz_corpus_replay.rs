@@ -142,7 +142,7 @@ fn write_group_spread_seed_corpus() {
 /// images that are right, so what breaks is the mutation's doing.
 #[test]
 fn mount_image_templates_mount_and_read_whole() {
-    for t in 0..3u8 {
+    for t in 0..4u8 {
         let run = ext4_sim::fuzz_body::mount_image(&[t, 1, 0]).expect("a template with no mutation");
         assert!(run.mounted && run.refused.is_none(), "{run:?}");
         assert!(run.files_read > ext4_sim::fuzz_body::TEMPLATE_NAMES, "{} read {} files", run.template, run.files_read);
