@@ -328,13 +328,17 @@ op fiemap path=\"/f\" sync=false\n",
     assert!(again.failure.as_ref().is_some_and(|f| f.same_kind(failing.failure.as_ref().unwrap())));
 }
 
-/// A hole cached by a FIEMAP's lookup and kept when write-back maps blocks
-/// there hides them from the next FIEMAP. Every FIEMAP fills the cache, so
-/// generated runs reach it: caught, shrunk, replayed; the real engine
-/// passes the shrunk steps.
+/// A hole cached by a lookup (FIEMAP, SEEK_DATA/SEEK_HOLE) and kept when
+/// write-back maps blocks there hides them from the next lookup. Every
+/// lookup fills the cache, so generated runs reach it: caught, shrunk,
+/// replayed; the real engine passes the shrunk steps.
 #[test]
 fn a_hole_the_cache_keeps_over_written_back_blocks_is_caught() {
-    caught_in_generated_runs(InjectedBug::WriteBackKeepsCachedHoles, |op| matches!(op, ext4_model::Op::Fiemap { .. }), "some seed maps a file, writes it back and maps it again");
+    caught_in_generated_runs(
+        InjectedBug::WriteBackKeepsCachedHoles,
+        |op| matches!(op, ext4_model::Op::Fiemap { .. } | ext4_model::Op::Lseek { .. }),
+        "some seed looks a file up, writes it back and looks again",
+    );
 }
 
 /// SEEK_DATA must see dirty pages over an unwritten extent (the kernel asks
