@@ -120,7 +120,7 @@ impl StatusCache {
 
     /// What block `lblk` is: from the cache, else from `source`, cached.
     /// A mapped answer is the whole cached range holding `lblk`.
-    pub fn lookup(&mut self, lblk: u64, source: &mut impl ExtentSource) -> Result<(Found, bool)> {
+    pub fn lookup(&mut self, lblk: u64, source: &mut (impl ExtentSource + ?Sized)) -> Result<(Found, bool)> {
         if let Some(f) = self.hit(lblk) {
             return Ok((f, true));
         }
@@ -155,7 +155,7 @@ impl StatusCache {
     }
 
     /// A miss at `lblk`: asks `source` and caches what it found.
-    pub fn fill(&mut self, lblk: u64, source: &mut impl ExtentSource) -> Result<Found> {
+    pub fn fill(&mut self, lblk: u64, source: &mut (impl ExtentSource + ?Sized)) -> Result<Found> {
         let found = source.find(lblk)?;
         match found {
             Found::Mapped(p) => self.insert_mapped(self.clip_to_gap(p, lblk)),

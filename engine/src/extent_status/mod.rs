@@ -142,12 +142,12 @@ impl ExtentStatusTree {
 
     /// ext4_map_blocks without create: what block `lblk` is, from the cache
     /// or else from `tree`, cached. A mapped answer is the whole range.
-    pub fn lookup(&mut self, lblk: u64, tree: &mut impl ExtentSource) -> Result<Found> {
+    pub fn lookup(&mut self, lblk: u64, tree: &mut (impl ExtentSource + ?Sized)) -> Result<Found> {
         Ok(self.cache.lookup(lblk, tree)?.0)
     }
 
     /// The mapped pieces of `range` in order, looked up through the cache.
-    pub fn mapped_in(&mut self, range: Range<u64>, tree: &mut impl ExtentSource) -> Result<Vec<Piece>> {
+    pub fn mapped_in(&mut self, range: Range<u64>, tree: &mut (impl ExtentSource + ?Sized)) -> Result<Vec<Piece>> {
         let mut out = Vec::new();
         let mut pos = range.start;
         loop {

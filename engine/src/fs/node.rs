@@ -13,7 +13,7 @@ use crate::device::BlockDevice;
 use crate::dir::htree::Htree;
 use crate::dir::Directory;
 use crate::error::{Corrupt, Error, Result, Unsupported};
-use crate::extent_status::source::{Found, OnDiskTree};
+use crate::extent_status::source::{ExtentSource, Found, OnDiskTree};
 use crate::extent_status::ExtentStatusTree;
 use crate::extent_tree::find::Check;
 use crate::extent_tree::{self, ExtentMap, Piece};
@@ -243,22 +243,23 @@ impl<D: BlockDevice> Ctx<D> {
     /// (ext4_map_blocks without create, repeated): a miss asks the mapping
     /// when loaded, else the on-disk tree from its root.
     pub fn mapped_pieces(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) -> Result<Vec<Piece>> {
-        if node.tree_loaded {
-            return node.es.mapped_in(range, &mut &node.map);
-        }
-        let check = Check::Once { seed: self.ino_seed(ino, node.disk.generation) };
-        let mut tree = OnDiskTree { cache: &mut self.cache, dev: &mut self.dev, ino, inode: &node.disk, check };
-        node.es.mapped_in(range, &mut tree)
+        self.through_cache(ino, node, |es, tree| es.mapped_in(range, tree))
     }
 
     /// What block `lblk` of `node` is, through its extent status cache.
     pub fn lookup_block(&mut self, ino: InodeNumber, node: &mut Node, lblk: u64) -> Result<Found> {
+        self.through_cache(ino, node, |es, tree| es.lookup(lblk, tree))
+    }
+
+    /// `f` with `node`'s extent status cache and the tree behind it: the
+    /// mapping when loaded, else the on-disk tree.
+    fn through_cache<R>(&mut self, ino: InodeNumber, node: &mut Node, f: impl FnOnce(&mut ExtentStatusTree, &mut dyn ExtentSource) -> Result<R>) -> Result<R> {
         if node.tree_loaded {
-            return node.es.lookup(lblk, &mut &node.map);
+            return f(&mut node.es, &mut &node.map);
         }
         let check = Check::Once { seed: self.ino_seed(ino, node.disk.generation) };
         let mut tree = OnDiskTree { cache: &mut self.cache, dev: &mut self.dev, ino, inode: &node.disk, check };
-        node.es.lookup(lblk, &mut tree)
+        f(&mut node.es, &mut tree)
     }
 
     /// Reads `node`'s whole extent tree into its mapping, if not yet.
