@@ -64,13 +64,7 @@ impl<D: BlockDevice> Image<D> {
             ))));
         }
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
-        let desc_csum = if let Some(fs_seed) = csum_seed {
-            DescChecksum::Crc32c { fs_seed }
-        } else if sb.has_gdt_csum() {
-            DescChecksum::Crc16 { uuid: sb.uuid }
-        } else {
-            DescChecksum::None
-        };
+        let desc_csum = DescChecksum::of(&sb);
         let bs = u64::from(geo.block_size);
         let gdt_start = u64::from(geo.first_data_block) + 1;
         let gdt_len = usize_from_u32(geo.gdt_blocks).checked_mul(usize_from_u32(geo.block_size)).ok_or_else(|| {

@@ -92,13 +92,7 @@ pub fn open<D: BlockDevice>(mut dev: D) -> Result<Checker<D>, (D, Problem)> {
         group_inodes: vec![Default::default(); groups],
     };
     check_superblock(&mut c);
-    let kind = if let Some(fs_seed) = csum_seed {
-        DescChecksum::Crc32c { fs_seed }
-    } else if c.sb.has_gdt_csum() {
-        DescChecksum::Crc16 { uuid: c.sb.uuid }
-    } else {
-        DescChecksum::None
-    };
+    let kind = DescChecksum::of(&c.sb);
     for g in 0..c.geo.group_count {
         let bytes = gdt.get(g as usize * ds..(g as usize + 1) * ds).unwrap_or(&[]);
         check_desc_checksum(&mut c, g, bytes, kind);

@@ -100,11 +100,13 @@ pub fn find_extent<D: BlockDevice + ?Sized>(cache: &mut BufferCache, dev: &mut D
                 };
                 let i = entries_up_to(b, &h, at);
                 if h.depth == 0 {
-                    let holding = i.checked_sub(1).map(|j| extent::leaf_entry(b, &h, j, ino)).transpose()?.filter(|e| e.logical_end() > at);
+                    // The last extent starting at or before `at`: it holds
+                    // `at`, or else the hole `at` is in starts where it ends.
+                    let last = i.checked_sub(1).map(|j| extent::leaf_entry(b, &h, j, ino)).transpose()?;
+                    let holding = last.filter(|e| e.logical_end() > at);
                     let after = if holding.is_none() && i < usize::from(h.entries) { Some(extent::leaf_entry(b, &h, i, ino)?) } else { None };
                     if before_end.is_none() {
-                        let before = if holding.is_none() { i.checked_sub(1).map(|j| extent::leaf_entry(b, &h, j, ino)).transpose()?.map(|e| e.logical_end()) } else { None };
-                        before_end = Some(before);
+                        before_end = Some(last.filter(|_| holding.is_none()).map(|e| e.logical_end()));
                     }
                     Some(holding.or(after))
                 } else {

@@ -129,7 +129,7 @@ pub fn parse_block(b: &[u8], has_tail: bool) -> Result<DirBlock, DirBlockError> 
 }
 
 /// The checksum stored in the block's last 12 bytes, if they are a checksum tail.
-fn read_tail(b: &[u8]) -> Option<u32> {
+pub fn read_tail(b: &[u8]) -> Option<u32> {
     let t = &b[b.len().checked_sub(TAIL_LEN)?..];
     let ok = le32(t, DE_INODE) == 0
         && usize::from(le16(t, DE_REC_LEN)) == TAIL_LEN

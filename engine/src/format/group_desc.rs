@@ -8,6 +8,7 @@
 use crate::error::{ChecksumObject, Corrupt, Error, Result};
 use crate::format::bytes::*;
 use crate::format::checksum::{crc16, crc32c_raw};
+use crate::format::superblock::Superblock;
 use crate::format::GroupIndex;
 
 /// The inode table and bitmap are not initialised; the bitmap reads as all free.
@@ -52,6 +53,19 @@ pub enum DescChecksum {
     Crc16 { uuid: [u8; 16] },
     /// `metadata_csum`: low 16 bits of crc32c seeded with the fs seed.
     Crc32c { fs_seed: u32 },
+}
+
+impl DescChecksum {
+    /// The kind the superblock's features call for.
+    pub fn of(sb: &Superblock) -> DescChecksum {
+        if sb.has_metadata_csum() {
+            DescChecksum::Crc32c { fs_seed: sb.csum_seed() }
+        } else if sb.has_gdt_csum() {
+            DescChecksum::Crc16 { uuid: sb.uuid }
+        } else {
+            DescChecksum::None
+        }
+    }
 }
 
 /// One group descriptor, with lo/hi halves joined.

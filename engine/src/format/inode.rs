@@ -368,9 +368,7 @@ impl Inode {
 pub fn inode_checksum(b: &[u8], ino: InodeNumber, fs_seed: u32) -> u32 {
     let generation = le32(b, I_GENERATION);
     let seed = inode_seed(fs_seed, ino, generation);
-    let extra_isize = if b.len() > usize::from(GOOD_OLD_INODE_SIZE) { le16(b, I_EXTRA_ISIZE) } else { 0 };
-    let has_hi = b.len() > usize::from(GOOD_OLD_INODE_SIZE)
-        && usize::from(GOOD_OLD_INODE_SIZE) + usize::from(extra_isize) >= I_CHECKSUM_HI + 2;
+    let has_hi = slot_has_checksum_hi(b);
     let c = crc32c_raw(seed, &b[..I_CHECKSUM_LO]);
     let c = crc32c_raw(c, &[0, 0]);
     if has_hi {
@@ -379,6 +377,22 @@ pub fn inode_checksum(b: &[u8], ino: InodeNumber, fs_seed: u32) -> u32 {
         crc32c_raw(c, &b[I_CHECKSUM_HI + 2..])
     } else {
         crc32c_raw(c, &b[I_CHECKSUM_LO + 2..])
+    }
+}
+
+/// Whether slot `b` stores the checksum's high half (its extra fields reach it).
+fn slot_has_checksum_hi(b: &[u8]) -> bool {
+    let extra_isize = if b.len() > usize::from(GOOD_OLD_INODE_SIZE) { le16(b, I_EXTRA_ISIZE) } else { 0 };
+    b.len() > usize::from(GOOD_OLD_INODE_SIZE) && usize::from(GOOD_OLD_INODE_SIZE) + usize::from(extra_isize) >= I_CHECKSUM_HI + 2
+}
+
+/// Stores in slot `b` the checksum its bytes call for, whatever they hold
+/// (a tool's reseal of a slot it edited in place).
+pub fn seal_inode_checksum(b: &mut [u8], ino: InodeNumber, fs_seed: u32) {
+    let c = inode_checksum(b, ino, fs_seed);
+    put_le16(b, I_CHECKSUM_LO, lo16(c));
+    if slot_has_checksum_hi(b) {
+        put_le16(b, I_CHECKSUM_HI, hi16(c));
     }
 }
 

@@ -104,9 +104,9 @@ fn same_runs(a: &ExtentMap, b: &ExtentMap) -> bool {
     merged(a) == merged(b)
 }
 
-/// [`report`] with every mapped piece found by a lookup in the on-disk
-/// tree from the root (ext4_find_extent per extent), as FIEMAP went
-/// without the extent status cache.
+/// FIEMAP's report with every mapped piece found by a lookup in the
+/// on-disk tree from the root (ext4_find_extent per extent), as FIEMAP
+/// went without the extent status cache.
 fn report_uncached<D: BlockDevice>(ctx: &mut super::Ctx<D>, ino: InodeNumber, node: &Node, blocks: Range<u64>, bs: u64) -> crate::error::Result<Vec<FiemapExtent>> {
     let mut mapped = Vec::new();
     let mut at = blocks.start;

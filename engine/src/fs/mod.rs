@@ -308,11 +308,7 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(Unsupported::Construct("needs_recovery without an internal journal".into()).into());
         }
         let csum_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
-        let desc_csum = match csum_seed {
-            Some(fs_seed) => DescChecksum::Crc32c { fs_seed },
-            None if sb.has_gdt_csum() => DescChecksum::Crc16 { uuid: sb.uuid },
-            None => DescChecksum::None,
-        };
+        let desc_csum = DescChecksum::of(&sb);
         let mut alloc = Allocator::new(geo.clone(), descs, desc_csum, csum_seed, sb.first_ino(), sb.hash_seed, mount.alloc);
         let mut dev = dev;
         let journal = if Self::internal_journal(&sb) && !mount.read_only {

@@ -22,8 +22,9 @@ use arbitrary::{Arbitrary, Unstructured};
 use ext4_engine::device::{BlockDevice, IoClass, WriteFlags};
 use ext4_engine::device_mem::MemDevice;
 use ext4_engine::format::checksum::inode_seed;
-use ext4_engine::format::group_desc::{desc_checksum, DescChecksum, GroupDesc};
-use ext4_engine::format::inode::inode_checksum;
+use ext4_engine::format::geometry::Geometry;
+use ext4_engine::format::group_desc::{desc_checksum, DescChecksum, GroupDesc, BG_CHECKSUM};
+use ext4_engine::format::inode::seal_inode_checksum;
 use ext4_engine::format::{dirent, extent};
 use ext4_engine::format::superblock::{superblock_checksum, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ext4_engine::fs::Ext4;
@@ -35,7 +36,6 @@ const MAX_MUTATIONS: usize = 8;
 /// Bounds the walk of a hostile tree: entries listed, bytes read per file.
 const MAX_ENTRIES: usize = 400;
 const MAX_READ: u64 = 256 << 10;
-const BG_CHECKSUM: usize = 0x1E;
 /// Files a template's directory holds.
 pub const TEMPLATE_NAMES: usize = 60;
 
@@ -189,25 +189,41 @@ fn read_block(dev: &mut MemDevice, bs: u64, b: u64) -> Vec<u8> {
 
 const SECTOR: u64 = 512;
 
-/// `len` bytes at `at`, read through the sectors holding them.
-fn peek(dev: &mut MemDevice, at: u64, len: usize) -> Option<Vec<u8>> {
+/// The whole sectors holding `len` bytes at `at` (the device reads and
+/// writes whole sectors): their first byte, their bytes, and where `at`
+/// sits in them.
+fn sectors_around(dev: &mut MemDevice, at: u64, len: usize) -> Option<(u64, Vec<u8>, usize)> {
     let start = at / SECTOR * SECTOR;
     let end = (at + len as u64).div_ceil(SECTOR) * SECTOR;
     let mut buf = vec![0u8; (end - start) as usize];
     dev.read(start, &mut buf, IoClass::Metadata).ok()?;
-    let from = (at - start) as usize;
+    Some((start, buf, (at - start) as usize))
+}
+
+/// `len` bytes at `at`.
+fn peek(dev: &mut MemDevice, at: u64, len: usize) -> Option<Vec<u8>> {
+    let (_, buf, from) = sectors_around(dev, at, len)?;
     Some(buf[from..from + len].to_vec())
 }
 
 /// Writes `bytes` at `at`, a read-modify-write of the sectors holding them.
 fn patch(dev: &mut MemDevice, at: u64, bytes: &[u8]) -> Option<()> {
-    let start = at / SECTOR * SECTOR;
-    let end = (at + bytes.len() as u64).div_ceil(SECTOR) * SECTOR;
-    let mut buf = vec![0u8; (end - start) as usize];
-    dev.read(start, &mut buf, IoClass::Metadata).ok()?;
-    let from = (at - start) as usize;
+    let (start, mut buf, from) = sectors_around(dev, at, bytes.len())?;
     buf[from..from + bytes.len()].copy_from_slice(bytes);
     dev.write(start, &buf, WriteFlags::METADATA).ok()
+}
+
+/// A template's superblock and the geometry it gives.
+fn geometry_of(dev: &mut MemDevice) -> Option<(Superblock, Geometry)> {
+    let raw: [u8; SUPERBLOCK_SIZE] = peek(dev, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE)?.try_into().ok()?;
+    let sb = Superblock::parse(&raw).ok()?;
+    let geo = Geometry::from_superblock(&sb).ok()?;
+    Some((sb, geo))
+}
+
+/// Where group `g`'s descriptor sits, in bytes.
+fn desc_at(geo: &Geometry, g: u64) -> u64 {
+    (u64::from(geo.first_data_block) + 1) * u64::from(geo.block_size) + g * u64::from(geo.desc_size)
 }
 
 /// Finds each region's blocks: the descriptor table and inode tables from
@@ -215,26 +231,20 @@ fn patch(dev: &mut MemDevice, at: u64, bytes: &[u8]) -> Option<()> {
 /// who owns each extent and directory block (an index in an inode's root,
 /// a directory's "." entry).
 fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
-    let mut raw = [0u8; SUPERBLOCK_SIZE];
-    let _ = dev.read(SUPERBLOCK_OFFSET, &mut raw, IoClass::Metadata);
-    let sb = Superblock::parse(&raw).expect("a template's superblock");
-    let blocks = sb.blocks_count;
-    let groups = (blocks - u64::from(sb.first_data_block)).div_ceil(u64::from(sb.blocks_per_group));
-    let desc_size = u64::from(sb.desc_size());
-    let gdt_start = u64::from(sb.first_data_block) + 1;
-    let gdt: Vec<u64> = (gdt_start..gdt_start + (groups * desc_size).div_ceil(bs)).collect();
+    let (sb, geo) = geometry_of(dev).expect("a template's superblock");
+    let blocks = geo.blocks_count;
+    let gdt_start = u64::from(geo.first_data_block) + 1;
+    let gdt: Vec<u64> = (gdt_start..gdt_start + u64::from(geo.gdt_blocks)).collect();
     let mut itable = Vec::new();
     let mut itables = Vec::new();
-    for g in 0..groups {
-        let at = gdt_start * bs + g * desc_size;
-        let d = peek(dev, at, desc_size as usize).unwrap_or_default();
+    for g in 0..u64::from(geo.group_count) {
+        let d = peek(dev, desc_at(&geo, g), usize::from(geo.desc_size)).unwrap_or_default();
         let desc = GroupDesc::parse(&d);
-        let per_group = (u64::from(sb.inodes_per_group) * u64::from(sb.inode_size())).div_ceil(bs);
         // The slots in use sit at the table's start.
-        itable.extend(desc.inode_table..desc.inode_table + per_group.min(24));
+        itable.extend(desc.inode_table..desc.inode_table + u64::from(geo.inode_table_blocks).min(24));
         itables.push(desc.inode_table);
     }
-    let (ipg, isz) = (u64::from(sb.inodes_per_group), u64::from(sb.inode_size()));
+    let (ipg, isz) = (u64::from(geo.inodes_per_group), u64::from(geo.inode_size));
     let mut owners = BTreeMap::new();
     let mut generations = BTreeMap::new();
     for (g, &table) in itables.iter().enumerate() {
@@ -323,18 +333,13 @@ fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
                 let Some((g, &table)) = s.itables.iter().enumerate().rev().find(|(_, &table)| table <= b) else { continue };
                 for (i, slot) in block.chunks_mut(s.inode_size as usize).enumerate() {
                     let ino = g as u64 * s.inodes_per_group + ((b - table) * bs) / s.inode_size + i as u64 + 1;
-                    let c = inode_checksum(slot, ino as u32, fs_seed);
-                    slot[0x7C..0x7E].copy_from_slice(&(c as u16).to_le_bytes());
-                    let extra = if slot.len() > 0x82 { u16::from_le_bytes([slot[0x80], slot[0x81]]) } else { 0 };
-                    if slot.len() >= 0x84 && extra >= 4 {
-                        slot[0x82..0x84].copy_from_slice(&((c >> 16) as u16).to_le_bytes());
-                    }
+                    seal_inode_checksum(slot, ino as u32, fs_seed);
                 }
             }
             Region::ExtentBlock => {
                 let Some(&(ino, generation)) = s.owners.get(&b) else { continue };
-                let max = usize::from(u16::from_le_bytes([block[4], block[5]]));
-                if 12 + 12 * max + 4 > block.len() {
+                let max = u16::from_le_bytes([block[4], block[5]]);
+                if extent::tail_offset(max) + 4 > block.len() {
                     continue;
                 }
                 extent::set_block_checksum(&mut block, inode_seed(fs_seed, ino, generation));
@@ -342,8 +347,7 @@ fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
             Region::DirBlock => {
                 let Some(&(ino, generation)) = s.owners.get(&b) else { continue };
                 // Only a leaf with a checksum tail (a dx root has its own).
-                let tail = &block[block.len() - 12..];
-                if tail[..4] != [0; 4] || tail[4..6] != [12, 0] || tail[6] != 0 || tail[7] != 0xde {
+                if dirent::read_tail(&block).is_none() {
                     continue;
                 }
                 dirent::set_tail_checksum(&mut block, inode_seed(fs_seed, ino, generation));
@@ -356,31 +360,22 @@ fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
 
 /// Recomputes the superblock's and every descriptor's checksum, so a
 /// mutation behind them reaches the parsers.
-fn reseal(dev: &mut MemDevice, bs: u64) {
-    let mut raw = [0u8; SUPERBLOCK_SIZE];
-    if dev.read(SUPERBLOCK_OFFSET, &mut raw, IoClass::Metadata).is_err() {
-        return;
-    }
+fn reseal(dev: &mut MemDevice) {
+    let Some(raw) = peek(dev, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE).and_then(|r| <[u8; SUPERBLOCK_SIZE]>::try_from(r).ok()) else { return };
     let Ok(sb) = Superblock::parse(&raw) else { return };
-    let kind = if sb.has_metadata_csum() {
-        DescChecksum::Crc32c { fs_seed: sb.csum_seed() }
-    } else if sb.has_gdt_csum() {
-        DescChecksum::Crc16 { uuid: sb.uuid }
-    } else {
-        DescChecksum::None
-    };
-    let groups = sb.blocks_count.saturating_sub(u64::from(sb.first_data_block)).div_ceil(u64::from(sb.blocks_per_group.max(1))).min(1 << 12);
-    let desc_size = u64::from(sb.desc_size());
-    let gdt = (u64::from(sb.first_data_block) + 1) * bs;
-    for g in 0..groups {
-        let at = gdt + g * desc_size;
-        let Some(d) = peek(dev, at, desc_size as usize).filter(|d| d.len() >= BG_CHECKSUM + 2) else { break };
-        let c = desc_checksum(&d, g as u32, kind);
-        let _ = patch(dev, at + BG_CHECKSUM as u64, &c.to_le_bytes());
+    // Descriptors where the superblock still gives a geometry; its own
+    // checksum whatever it says.
+    if let Ok(geo) = Geometry::from_superblock(&sb) {
+        let kind = DescChecksum::of(&sb);
+        for g in 0..u64::from(geo.group_count) {
+            let at = desc_at(&geo, g);
+            let Some(d) = peek(dev, at, usize::from(geo.desc_size)).filter(|d| d.len() >= BG_CHECKSUM + 2) else { break };
+            let c = desc_checksum(&d, g as u32, kind);
+            let _ = patch(dev, at + BG_CHECKSUM as u64, &c.to_le_bytes());
+        }
     }
     if sb.has_metadata_csum() {
-        let c = superblock_checksum(&raw);
-        let _ = patch(dev, SUPERBLOCK_OFFSET + 0x3FC, &c.to_le_bytes());
+        let _ = patch(dev, SUPERBLOCK_OFFSET + 0x3FC, &superblock_checksum(&raw).to_le_bytes());
     }
 }
 
@@ -434,7 +429,7 @@ fn run_input(input: Input) -> ImageRun {
     run.regions = touched.iter().map(|(r, _)| *r).collect();
     if input.reseal {
         reseal_blocks(&mut dev, t, &touched);
-        reseal(&mut dev, t.block_size);
+        reseal(&mut dev);
     }
     let config = MountConfig { block_size: t.block_size as u32, read_only: input.read_only, ..MountConfig::default() };
     let dev = match Ext4::mount(dev, &config) {
