@@ -14,6 +14,7 @@ pub mod bench;
 pub mod cli;
 pub mod cpu_cost;
 pub mod disk;
+pub mod draws;
 pub mod engine_target;
 pub mod failure;
 pub mod figure;

@@ -18,9 +18,9 @@
 //! between a handle's start and stop) need the engine to yield there.
 
 use ext4_model::{Op, OpKind, Outcome};
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::RngExt;
 
+use crate::draws::{Draws, InputDraws};
 use crate::workload::{Workload, WorkloadConfig};
 
 /// Chance in 4 that the scheduler lets the running task go on.
@@ -28,7 +28,7 @@ const STAY_IN_4: u32 = 3;
 
 pub struct Tasks {
     workloads: Vec<Workload>,
-    rng: ChaCha8Rng,
+    rng: Draws,
     current: u32,
 }
 
@@ -38,9 +38,14 @@ impl Tasks {
     pub fn new(seed: u64, count: u32, cfg: WorkloadConfig) -> Tasks {
         let count = count.max(1);
         let workloads = (0..count).map(|t| Workload::for_task(seed, t, cfg)).collect();
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(0x73_6368_6564); // "sched"
+        let rng = Draws::seeded(seed, 0x73_6368_6564); // "sched"
         Tasks { workloads, rng, current: 0 }
+    }
+
+    /// `count` tasks whose ops and interleaving a fuzzer's input draws.
+    pub fn from_input(input: &InputDraws, count: u32, cfg: WorkloadConfig) -> Tasks {
+        let workloads = (0..count.max(1)).map(|_| Workload::from_input(input, cfg)).collect();
+        Tasks { workloads, rng: Draws::Input(input.clone()), current: 0 }
     }
 
     pub fn count(&self) -> u32 {

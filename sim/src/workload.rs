@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use ext4_model::op::FD_SLOTS;
 use ext4_model::{ChattrFlag, Errno, FallocFlags, FiemapRequest, Op, OpKind, Outcome, RenameFlags, SeekWhence};
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::RngExt;
+
+use crate::draws::{Draws, InputDraws};
 
 /// Names the generator draws from; few, so ops collide.
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "data", "log", "tmp", "x.1"];
@@ -86,10 +87,10 @@ impl WorkloadConfig {
 }
 
 pub struct Workload {
-    rng: ChaCha8Rng,
+    rng: Draws,
     /// FIEMAP's range, flags and count-only: a stream of their own, so
     /// shaping FIEMAP requests moved no other op of any seed.
-    fiemap_rng: ChaCha8Rng,
+    fiemap_rng: Draws,
     cfg: WorkloadConfig,
     weights: [u32; 33],
     total_weight: u32,
@@ -112,8 +113,17 @@ impl Workload {
     /// Task `task`'s workload: its own stream (task 0's is [`Workload::new`]'s),
     /// its own swarm weights and its own view of the namespace.
     pub fn for_task(seed: u64, task: u32, cfg: WorkloadConfig) -> Workload {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        rng.set_stream(0x776f_726b + (u64::from(task) << 32)); // "work": apart from the disk's streams
+        let rng = Draws::seeded(seed, 0x776f_726b + (u64::from(task) << 32)); // "work": apart from the disk's streams
+        let fiemap_rng = Draws::seeded(seed, 0x6669_656d + (u64::from(task) << 32)); // "fiem"
+        Workload::drawing(rng, fiemap_rng, cfg)
+    }
+
+    /// A task's workload drawing every choice from a fuzzer's input.
+    pub fn from_input(input: &InputDraws, cfg: WorkloadConfig) -> Workload {
+        Workload::drawing(Draws::Input(input.clone()), Draws::Input(input.clone()), cfg)
+    }
+
+    fn drawing(mut rng: Draws, fiemap_rng: Draws, cfg: WorkloadConfig) -> Workload {
         let mut weights = BASE_WEIGHTS;
         let mut crowded = false;
         if cfg.swarm {
@@ -128,8 +138,6 @@ impl Workload {
             }
         }
         let total_weight = weights.iter().sum();
-        let mut fiemap_rng = ChaCha8Rng::seed_from_u64(seed);
-        fiemap_rng.set_stream(0x6669_656d + (u64::from(task) << 32)); // "fiem"
         Workload { rng, fiemap_rng, cfg, weights, total_weight, dirs: vec!["/".into()], files: Vec::new(), sizes: BTreeMap::new(), crowded, slot_paths: Default::default() }
     }
 

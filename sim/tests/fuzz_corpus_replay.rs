@@ -25,10 +25,48 @@ fn model_ops_corpus_replays() {
     }
 }
 
+/// Files under fuzz/regressions/TARGET (crashes a campaign found, kept
+/// after the fix), dot files left out.
+fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions").join(target);
+    std::fs::read_dir(&dir)
+        .map(|d| d.map(|e| e.unwrap().path()).filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))).map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect())
+        .unwrap_or_default()
+}
+
+/// Replays the lockstep corpus and its regressions: every input runs in
+/// lockstep to a clean end (the body panics on a divergence, a crash state
+/// the model forbids, a lock held past its op or an unclean fsck), and
+/// together they reach what the target is for: more than half their ops
+/// succeed, writes, reads, truncates and fallocates among them, under every
+/// mount of the header's set, with tasks interleaved and crashes.
 #[test]
-fn lockstep_ops_corpus_replays() {
-    for (_, data) in corpus("lockstep_ops") {
-        ext4_sim::fuzz_body::lockstep_ops(&data);
+fn lockstep_corpus_replays() {
+    let mut reach = ext4_sim::fuzz_body::Reach::default();
+    let (mut mounts, mut tasks, mut crashes) = (std::collections::BTreeSet::new(), 0, 0);
+    for (path, data) in corpus("lockstep").into_iter().chain(regressions("lockstep")) {
+        let run = ext4_sim::fuzz_body::lockstep(&data).unwrap_or_else(|| panic!("{} is shorter than a header", path.display()));
+        reach.add(&run);
+        mounts.insert(run.spec.mount.to_string());
+        tasks += u64::from(run.spec.tasks > 1);
+        crashes += run.stats.crashes;
+    }
+    let n = ext4_sim::fuzz_body::LOCKSTEP_MOUNTS.len();
+    assert!(reach.ok_percent() >= 50.0, "{reach}");
+    assert!(reach.writes > 0 && reach.reads > 0 && reach.truncates > 0 && reach.fallocates > 0, "{reach}");
+    assert!(mounts.len() == n && tasks >= 8 && crashes >= 8, "{} of {n} mounts, {tasks} inputs with tasks, {crashes} crashes", mounts.len());
+    eprintln!("lockstep corpus: {reach}; {} mounts, {tasks} inputs with tasks, {crashes} crashes", mounts.len());
+}
+
+/// Writes lockstep's seed corpus (run by hand, then commit):
+/// `cargo test -p ext4-sim --release --test fuzz_corpus_replay -- --ignored write_lockstep`.
+#[test]
+#[ignore = "writes fuzz/corpus/lockstep; run by hand"]
+fn write_lockstep_seed_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/lockstep");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, input) in ext4_sim::fuzz_body::lockstep_seed_corpus().iter().enumerate() {
+        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
     }
 }
 
@@ -156,11 +194,7 @@ fn mount_image_templates_mount_and_read_whole() {
 fn mount_image_corpus_replays() {
     let mut regions = std::collections::BTreeSet::new();
     let (mut mounted, mut refused) = (0, 0);
-    let regressions = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions/mount_image");
-    let extra: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&regressions)
-        .map(|d| d.map(|e| e.unwrap().path()).filter(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))).map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect())
-        .unwrap_or_default();
-    for (path, data) in corpus("mount_image").into_iter().chain(extra) {
+    for (path, data) in corpus("mount_image").into_iter().chain(regressions("mount_image")) {
         let run = ext4_sim::fuzz_body::mount_image(&data).unwrap_or_else(|| panic!("{} decodes to nothing", path.display()));
         regions.extend(run.regions.iter().map(|r| format!("{r:?}")));
         if run.mounted && !run.regions.is_empty() {

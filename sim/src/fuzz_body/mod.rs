@@ -3,10 +3,12 @@
 
 mod folio_nofail;
 mod group_spread;
+mod lockstep;
 mod mount_image;
 
 pub use folio_nofail::{folio_nofail, seed_corpus as folio_nofail_seed_corpus, NoFailRun};
 pub use group_spread::{group_spread, seed_corpus as group_spread_seed_corpus, SpreadRun};
+pub use lockstep::{lockstep, lockstep_on, lockstep_spec, seed_corpus as lockstep_seed_corpus, Reach, HEADER_BYTES, LOCKSTEP_MOUNTS, MAX_LOCKSTEP_OPS};
 pub use mount_image::{mount_image, seed_corpus as mount_image_seed_corpus, ImageRun, Region, TEMPLATE_NAMES};
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -89,47 +91,8 @@ pub fn model_ops(data: &[u8]) {
     }
 }
 
-/// Disk size for the lockstep target: small, so mkfs per input stays cheap.
+/// Disk size for the `journal_switch` target: small, so mkfs per input stays cheap.
 pub const FUZZ_DISK_BYTES: u64 = 64 << 20;
-
-/// Model and engine in lockstep on arbitrary ops: every answer agrees, the
-/// engine's fsck is clean after unmount, and a remount shows the same tree.
-pub fn lockstep_ops(data: &[u8]) {
-    use ext4_engine::device::BlockDevice;
-    let mut u = Unstructured::new(data);
-    let Ok(mut config) = mount_config(&mut u) else { return };
-    if config.validate().is_err() {
-        return;
-    }
-    config.read_only = false;
-    let mut dev = ext4_engine::device_mem::MemDevice::new(FUZZ_DISK_BYTES);
-    let opts = ext4_engine::mkfs::MkfsOptions::for_mount(&config, FUZZ_DISK_BYTES, [0x5a; 16], [0x3c; 16], crate::run::spec::SIM_EPOCH_SECS);
-    match ext4_engine::mkfs::mkfs(&mut dev, &opts) {
-        Ok(_) => {}
-        // A cluster too big for the fuzz disk: mkfs says so, typed.
-        Err(ext4_engine::error::Error::InvalidMkfs(_)) if config.cluster_size.is_some() => return,
-        Err(e) => panic!("mkfs of a valid config: {e}"),
-    }
-    dev.flush().expect("memory device flush");
-    let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("mount of a fresh image");
-    let mut model = Model::new(&config).expect("validated config");
-    for _ in 0..MAX_FUZZ_OPS {
-        let Ok(mut op) = Op::arbitrary(&mut u) else { break };
-        tame(&mut op);
-        let expected = model.apply(&op);
-        let actual = engine.apply(&op);
-        if let Err(d) = ext4_model::agree::agrees(&expected, &actual) {
-            panic!("engine disagrees with the model on {op:?}: {d}");
-        }
-    }
-    let dev = engine.unmount().expect("unmount");
-    let (dev, report) = ext4_engine::check::check(dev);
-    assert!(report.is_clean(), "engine fsck after unmount: {report}");
-    let mut engine = ext4_engine::fs::Ext4::mount(dev, &config).expect("remount");
-    let a = model.looking(|m| ext4_model::durability::view_tree(m)).expect("model tree");
-    let b = ext4_model::durability::view_tree(&mut engine).expect("engine tree after remount");
-    assert_eq!(a.nodes, b.nodes, "tree changed across unmount and mount");
-}
 
 /// Mounts the `journal_switch` target draws from: the three data modes,
 /// nodelalloc (where +j journals data), and a block larger than the page.

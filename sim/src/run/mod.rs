@@ -57,22 +57,33 @@ pub struct RunResult {
 /// Told how many ops a run has done, now and then.
 pub type Progress<'a> = &'a dyn Fn(u64);
 
-fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, replay: Option<Vec<Step>>, progress: Progress) -> Result<(RunResult, F::Target), String> {
+/// Where a run's steps come from.
+enum Plan {
+    /// Drawn from the spec's seed.
+    Seeded,
+    /// Drawn from a fuzzer's input.
+    Input(crate::draws::InputDraws),
+    /// A fixed list.
+    Replay(Vec<Step>),
+}
+
+fn execute<F: TargetFactory>(factory: &F, spec: &RunSpec, plan: Plan, progress: Progress) -> Result<(RunResult, F::Target), String> {
     spec.validate()?;
     let target = factory.make(spec)?;
     // The model's ENOSPC limits are the target's free space after mkfs.
     let mut model = Model::with_limits(&spec.mount, target.space_limits()).map_err(|e| format!("mount config refused: {e}"))?;
     // Crash checks replay a log holding every write's data; keep it only when crashing.
-    let replays_crashes = replay.as_ref().is_some_and(|steps| steps.iter().any(|s| matches!(s, Step::Crash { .. })));
+    let replays_crashes = matches!(&plan, Plan::Replay(steps) if steps.iter().any(|s| matches!(s, Step::Crash { .. })));
     model.set_crash_log(spec.crash_every > 0 || replays_crashes || spec.faults != FaultConfig::NONE);
     let mut ls = Lockstep::new(spec.mount, model, target);
-    let mut source = match replay {
-        Some(steps) => {
+    let mut source = match plan {
+        Plan::Replay(steps) => {
             // A replay fires exactly the trace's faults, each with its op.
             ls.script_faults();
             StepSource::replay(steps)
         }
-        None => StepSource::generated(spec),
+        Plan::Seeded => StepSource::generated(spec),
+        Plan::Input(input) => StepSource::from_input(spec, input),
     };
     let generated = matches!(source, StepSource::Generated(_));
     let mut st = RunState::new(ls, spec.tasks, spec.fsck_every, generated);
@@ -135,22 +146,29 @@ fn no_progress(_: u64) {}
 
 /// Runs a spec with generated ops.
 pub fn run_seed<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<RunResult, String> {
-    execute(factory, spec, None, &no_progress).map(|(r, _)| r)
+    execute(factory, spec, Plan::Seeded, &no_progress).map(|(r, _)| r)
 }
 
 /// Runs a spec with generated ops, telling `progress` how far it got.
 pub fn run_seed_with_progress<F: TargetFactory>(factory: &F, spec: &RunSpec, progress: Progress) -> Result<RunResult, String> {
-    execute(factory, spec, None, progress).map(|(r, _)| r)
+    execute(factory, spec, Plan::Seeded, progress).map(|(r, _)| r)
 }
 
 /// Runs a spec and hands back the target too (to export its image).
 pub fn run_seed_keeping_target<F: TargetFactory>(factory: &F, spec: &RunSpec) -> Result<(RunResult, F::Target), String> {
-    execute(factory, spec, None, &no_progress)
+    execute(factory, spec, Plan::Seeded, &no_progress)
 }
 
 /// Runs a fixed list of steps (a replayed trace, a shrink candidate).
 pub fn run_steps<F: TargetFactory>(factory: &F, spec: &RunSpec, steps: &[Step]) -> Result<RunResult, String> {
-    execute(factory, spec, Some(steps.to_vec()), &no_progress).map(|(r, _)| r)
+    execute(factory, spec, Plan::Replay(steps.to_vec()), &no_progress).map(|(r, _)| r)
+}
+
+/// Runs a spec whose ops, interleaving, crash points and pauses a fuzzer's
+/// input draws (the `lockstep` fuzz target): what ran is in the result's
+/// steps, a trace that replays like any other.
+pub fn run_input<F: TargetFactory>(factory: &F, spec: &RunSpec, input: &[u8]) -> Result<RunResult, String> {
+    execute(factory, spec, Plan::Input(crate::draws::InputDraws::new(input)), &no_progress).map(|(r, _)| r)
 }
 
 /// Runs a fixed op list with no crashes.
@@ -238,7 +256,7 @@ mod tests {
     fn the_check_at_the_end_reads_back_every_name() {
         let names = crate::lockstep::READ_BACK_PER_CHECK.names + 90;
         let ops: Vec<Step> = (0..names).map(|i| Step::Op(create(&format!("/f{i}")))).collect();
-        let (result, target) = execute(&Knobs::default(), &spec(names), Some(ops), &no_progress).unwrap();
+        let (result, target) = execute(&Knobs::default(), &spec(names), Plan::Replay(ops), &no_progress).unwrap();
         assert_eq!((result.failure, result.stats.fscks), (None, 1));
         let seen = &target.read_back[0];
         // Every file, the root and lost+found: more than a periodic check reads.

@@ -18,11 +18,11 @@
 //! halves too. Asleep before a write-back it holds nothing, and its second
 //! half never sleeps: when every task sleeps, it runs.
 
-use rand::{RngExt, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use rand::RngExt;
 
 use super::spec::RunSpec;
 use super::state::{Ran, RunState};
+use crate::draws::{Draws, InputDraws};
 use crate::failure::Failure;
 use crate::scheduler::Tasks;
 use crate::target::Target;
@@ -36,13 +36,15 @@ pub enum StepSource {
 
 pub struct Generated {
     tasks: Tasks,
-    crash_rng: ChaCha8Rng,
+    crash_rng: Draws,
     /// Draws pauses between ops; None with think time off.
-    think_rng: Option<ChaCha8Rng>,
+    think_rng: Option<Draws>,
     /// Draws whether the reclaimer task runs while memory is low.
-    kswapd_rng: ChaCha8Rng,
+    kswapd_rng: Draws,
     /// Draws whether the flusher task runs when it has work.
-    flusher_rng: ChaCha8Rng,
+    flusher_rng: Draws,
+    /// A fuzzer's input every choice is drawn from; the run ends with it.
+    input: Option<InputDraws>,
     ops: u64,
     crash_every: u64,
 }
@@ -55,19 +57,36 @@ pub struct Replay {
 
 impl StepSource {
     pub fn generated(spec: &RunSpec) -> StepSource {
-        let mut crash_rng = ChaCha8Rng::seed_from_u64(spec.seed);
-        crash_rng.set_stream(0x0063_7261_7368); // "crash"
-        let tasks = Tasks::new(spec.seed, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
-        let think_rng = spec.think.then(|| {
-            let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-            rng.set_stream(0x0074_6869_6e6b); // "think"
-            rng
-        });
-        let mut kswapd_rng = ChaCha8Rng::seed_from_u64(spec.seed);
-        kswapd_rng.set_stream(0x006b_7377_6170); // "kswap"
-        let mut flusher_rng = ChaCha8Rng::seed_from_u64(spec.seed);
-        flusher_rng.set_stream(0x0066_6c75_7368); // "flush"
-        StepSource::Generated(Box::new(Generated { tasks, crash_rng, think_rng, kswapd_rng, flusher_rng, ops: spec.ops, crash_every: spec.crash_every }))
+        let seed = spec.seed;
+        let tasks = Tasks::new(seed, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+        StepSource::Generated(Box::new(Generated {
+            tasks,
+            crash_rng: Draws::seeded(seed, 0x0063_7261_7368), // "crash"
+            think_rng: spec.think.then(|| Draws::seeded(seed, 0x0074_6869_6e6b)), // "think"
+            kswapd_rng: Draws::seeded(seed, 0x006b_7377_6170), // "kswap"
+            flusher_rng: Draws::seeded(seed, 0x0066_6c75_7368), // "flush"
+            input: None,
+            ops: spec.ops,
+            crash_every: spec.crash_every,
+        }))
+    }
+
+    /// Generated as [`StepSource::generated`] makes them, every choice
+    /// drawn from a fuzzer's input instead of the seed's streams; the run
+    /// ends when the input does (or at `spec.ops`).
+    pub fn from_input(spec: &RunSpec, input: InputDraws) -> StepSource {
+        let tasks = Tasks::from_input(&input, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+        let draws = || Draws::Input(input.clone());
+        StepSource::Generated(Box::new(Generated {
+            tasks,
+            crash_rng: draws(),
+            think_rng: spec.think.then(draws),
+            kswapd_rng: draws(),
+            flusher_rng: draws(),
+            input: Some(input.clone()),
+            ops: spec.ops,
+            crash_every: spec.crash_every,
+        }))
     }
 
     pub fn replay(steps: Vec<Step>) -> StepSource {
@@ -138,7 +157,7 @@ const SEC_NS: u64 = 1_000_000_000;
 /// Whether a program pauses after an op, and for how long: one op in 40,
 /// mostly under the 5 s commit interval, sometimes past it, and now and
 /// then past the 30 s a dirty inode waits for the flusher.
-fn pause(rng: &mut ChaCha8Rng) -> Option<u64> {
+fn pause(rng: &mut Draws) -> Option<u64> {
     if !rng.random_ratio(1, 40) {
         return None;
     }
@@ -189,7 +208,7 @@ fn never_ends<T: Target>(st: &mut RunState<T>) -> Failure {
 impl Generated {
     fn next<T: Target>(&mut self, st: &mut RunState<T>) -> Result<Option<Step>, Failure> {
         loop {
-            if st.ops_run >= self.ops {
+            if st.ops_run >= self.ops || self.input.as_ref().is_some_and(InputDraws::exhausted) {
                 return wind_down(st);
             }
             let mut next = self.tasks.pick(|t| st.flights.has_flight(t));
