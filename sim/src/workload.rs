@@ -78,11 +78,13 @@ pub struct WorkloadConfig {
     pub swarm: bool,
     /// Largest file offset the generator aims at, in bytes. Default: 4 MiB.
     pub max_offset: u64,
+    /// Largest read or write it makes, in bytes. Default: [`MAX_GEN_IO`].
+    pub max_io: u32,
 }
 
 impl WorkloadConfig {
     pub fn new(block_size: u32) -> Self {
-        WorkloadConfig { block_size, swarm: true, max_offset: 4 << 20 }
+        WorkloadConfig { block_size, swarm: true, max_offset: 4 << 20, max_io: MAX_GEN_IO }
     }
 }
 
@@ -278,8 +280,8 @@ impl Workload {
         match self.rng.random_range(0..10) {
             0..=3 => self.rng.random_range(1..=512),
             4..=6 => bs * self.rng.random_range(1..=8),
-            7..=8 => self.rng.random_range(1..=64 * 1024),
-            _ => self.rng.random_range(1..=MAX_GEN_IO),
+            7..=8 => self.rng.random_range(1..=self.cfg.max_io.min(64 * 1024)),
+            _ => self.rng.random_range(1..=self.cfg.max_io),
         }
     }
 

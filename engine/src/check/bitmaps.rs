@@ -27,6 +27,10 @@ fn diff(want: &Bitmap, have: &Bitmap, n: usize, base: u64) -> (Runs, Runs) {
     let (mut unmarked, mut unclaimed) = (Runs::default(), Runs::default());
     let (w, h) = (want.as_bytes(), have.as_bytes());
     let bytes = n.div_ceil(8).min(w.len()).min(h.len());
+    // Mostly they agree: one memcmp says so.
+    if w[..bytes] == h[..bytes] {
+        return (unmarked, unclaimed);
+    }
     for byte in 0..bytes {
         if w[byte] == h[byte] {
             continue;

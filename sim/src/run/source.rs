@@ -34,6 +34,12 @@ pub enum StepSource {
     Replay(Replay),
 }
 
+/// Largest read or write an input's op makes. A fuzzer's executions per
+/// second fall with every byte an op moves (each is generated, copied and
+/// compared in loops traced for coverage); 64 KiB still spans blocks and
+/// folios up to order 4 at 4 KiB pages.
+const INPUT_MAX_IO: u32 = 64 << 10;
+
 pub struct Generated {
     tasks: Tasks,
     crash_rng: Draws,
@@ -75,7 +81,8 @@ impl StepSource {
     /// drawn from a fuzzer's input instead of the seed's streams; the run
     /// ends when the input does (or at `spec.ops`).
     pub fn from_input(spec: &RunSpec, input: InputDraws) -> StepSource {
-        let tasks = Tasks::from_input(&input, spec.tasks, WorkloadConfig { swarm: spec.swarm, ..WorkloadConfig::new(spec.mount.block_size) });
+        let cfg = WorkloadConfig { swarm: spec.swarm, max_io: INPUT_MAX_IO, ..WorkloadConfig::new(spec.mount.block_size) };
+        let tasks = Tasks::from_input(&input, spec.tasks, cfg);
         let draws = || Draws::Input(input.clone());
         StepSource::Generated(Box::new(Generated {
             tasks,
