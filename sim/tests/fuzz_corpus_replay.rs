@@ -58,6 +58,23 @@ fn lockstep_corpus_replays() {
     eprintln!("lockstep corpus: {reach}; {} mounts, {tasks} inputs with tasks, {crashes} crashes", mounts.len());
 }
 
+/// What a campaign's grown lockstep corpus reaches, for its report (run
+/// by hand): `EXT4SIM_FUZZ_CORPUS=DIR cargo test -p ext4-sim --release
+/// --test fuzz_corpus_replay -- --ignored --nocapture lockstep_reach`.
+#[test]
+#[ignore = "reads a campaign's corpus named by EXT4SIM_FUZZ_CORPUS"]
+fn lockstep_reach_of_a_campaign_corpus() {
+    let dir = std::env::var("EXT4SIM_FUZZ_CORPUS").expect("EXT4SIM_FUZZ_CORPUS names a corpus directory");
+    let mut reach = ext4_sim::fuzz_body::Reach::default();
+    for entry in std::fs::read_dir(&dir).expect("a corpus directory") {
+        let data = std::fs::read(entry.unwrap().path()).unwrap();
+        if let Some(run) = ext4_sim::fuzz_body::lockstep(&data) {
+            reach.add(&run);
+        }
+    }
+    eprintln!("lockstep reach of {dir}: {reach}");
+}
+
 /// Writes lockstep's seed corpus (run by hand, then commit):
 /// `cargo test -p ext4-sim --release --test fuzz_corpus_replay -- --ignored write_lockstep`.
 #[test]
@@ -189,13 +206,14 @@ fn mount_image_templates_mount_and_read_whole() {
 
 /// Replays the mount_image corpus and its regressions: no input panics,
 /// and together they mutate every region, some images still mount and
-/// some are refused with a typed error.
+/// some are refused with a typed error, and raw images mount and read.
 #[test]
 fn mount_image_corpus_replays() {
     let mut regions = std::collections::BTreeSet::new();
-    let (mut mounted, mut refused) = (0, 0);
+    let (mut mounted, mut refused, mut raw) = (0, 0, 0);
     for (path, data) in corpus("mount_image").into_iter().chain(regressions("mount_image")) {
         let run = ext4_sim::fuzz_body::mount_image(&data).unwrap_or_else(|| panic!("{} decodes to nothing", path.display()));
+        raw += usize::from(run.template == "raw" && run.mounted && run.files_read > 0);
         regions.extend(run.regions.iter().map(|r| format!("{r:?}")));
         if run.mounted && !run.regions.is_empty() {
             mounted += 1;
@@ -205,8 +223,8 @@ fn mount_image_corpus_replays() {
         }
     }
     assert!(regions.len() >= 6, "regions mutated: {regions:?}");
-    assert!(mounted >= 20 && refused >= 8, "{mounted} mutated images mounted, {refused} refused");
-    eprintln!("mount_image corpus: regions {regions:?}, {mounted} mutated images mounted, {refused} refused");
+    assert!(mounted >= 20 && refused >= 8 && raw >= 2, "{mounted} mutated images mounted, {refused} refused, {raw} raw images mounted and read");
+    eprintln!("mount_image corpus: regions {regions:?}, {mounted} mutated images mounted, {refused} refused, {raw} raw images read");
 }
 
 /// Writes mount_image's seed corpus (run by hand, then commit):

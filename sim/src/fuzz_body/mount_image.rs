@@ -417,7 +417,39 @@ fn walk(fs: &mut Ext4<MemDevice>) -> usize {
 
 /// Runs one input; `None` when the bytes decode to nothing.
 pub fn mount_image(data: &[u8]) -> Option<ImageRun> {
+    if let Some((&RAW_IMAGE, image)) = data.split_first() {
+        return Some(run_raw(image));
+    }
     Some(run_input(Input::decode(data).ok()?))
+}
+
+/// First byte of an input whose rest is a raw image, not mutations.
+pub const RAW_IMAGE: u8 = 0xFF;
+/// Largest raw image: room for the superblock, descriptors, bitmaps and
+/// a few inode-table and data blocks at 1 KiB blocks.
+const MAX_RAW_BYTES: usize = 256 << 10;
+/// Largest device a raw image's superblock may ask for (sparse: only what
+/// is written costs memory).
+const MAX_RAW_DEVICE: u64 = 64 << 20;
+
+/// Raw bytes at the start of a sparse device as large as the superblock
+/// says (at most [`MAX_RAW_DEVICE`]; zeros after the bytes), mounted at the
+/// block size it claims if it claims one ext4 has.
+fn run_raw(image: &[u8]) -> ImageRun {
+    let image = &image[..image.len().min(MAX_RAW_BYTES)];
+    let sb = |at: usize| image.get(SUPERBLOCK_OFFSET as usize + at).copied().unwrap_or(0);
+    // s_log_block_size at byte 24 (1024 << n), s_blocks_count_lo at byte 4.
+    let block_size = if sb(24) <= 6 { 1024u64 << sb(24) } else { 1024 };
+    let blocks = u64::from(u32::from_le_bytes([sb(4), sb(5), sb(6), sb(7)]));
+    let size = blocks.saturating_mul(block_size).clamp(image.len().div_ceil(4096) as u64 * 4096, MAX_RAW_DEVICE).max(64 << 10);
+    let mut dev = MemDevice::new(size);
+    let mut padded = image.to_vec();
+    padded.resize(padded.len().div_ceil(512) * 512, 0);
+    if !padded.is_empty() && dev.write(0, &padded, WriteFlags::METADATA).is_err() {
+        return ImageRun { template: "raw", refused: Some("raw image does not fit".into()), ..ImageRun::default() };
+    }
+    let run = ImageRun { template: "raw", ..ImageRun::default() };
+    mount_walk_check(dev, MountConfig { block_size: block_size as u32, ..MountConfig::default() }, run)
 }
 
 fn run_input(input: Input) -> ImageRun {
@@ -432,6 +464,12 @@ fn run_input(input: Input) -> ImageRun {
         reseal(&mut dev);
     }
     let config = MountConfig { block_size: t.block_size as u32, read_only: input.read_only, ..MountConfig::default() };
+    mount_walk_check(dev, config, run)
+}
+
+/// Mounts, walks every file and directory, unmounts, and runs the
+/// engine's fsck on what is left; errors end the run, recorded.
+fn mount_walk_check(dev: MemDevice, config: MountConfig, mut run: ImageRun) -> ImageRun {
     let dev = match Ext4::mount(dev, &config) {
         Ok(mut fs) => {
             run.mounted = true;
@@ -453,6 +491,30 @@ fn run_input(input: Input) -> ImageRun {
     run
 }
 
+/// An input holding a whole small image (256 KiB, 1 KiB blocks, no
+/// journal) with a directory, a written file and a symlink, raw.
+fn raw_seed(metadata_csum: bool) -> Vec<u8> {
+    let bytes = MAX_RAW_BYTES as u64;
+    let mut dev = MemDevice::new(bytes);
+    let mut opts = MkfsOptions::new(bytes, *b"fuzz-raw-image-1", [7; 16], crate::run::spec::SIM_EPOCH_SECS);
+    opts.block_size = 1024;
+    opts.metadata_csum = metadata_csum;
+    opts.journal = ext4_engine::mkfs::JournalSize::None;
+    mkfs(&mut dev, &opts).expect("a raw seed's mkfs");
+    let config = MountConfig { block_size: 1024, has_journal: false, ..MountConfig::default() };
+    let mut fs = Ext4::mount(dev, &config).expect("a raw seed mounts");
+    fs.mkdir("/d", 0o755).expect("mkdir");
+    for i in 0..12 {
+        fs.create(&format!("/d/n{i}"), 0o644).expect("create");
+    }
+    fs.write("/d/n3", 0, &[0x3c; 5000]).expect("write");
+    fs.symlink("/d/n3", "/l").expect("symlink");
+    let mut dev = fs.unmount().expect("unmount");
+    let mut input = vec![RAW_IMAGE; 1 + MAX_RAW_BYTES];
+    dev.read(0, &mut input[1..], IoClass::Metadata).expect("read back");
+    input
+}
+
 /// Seed inputs: each template unchanged, then mutations from a fixed
 /// ChaCha stream, kept so a quarter of them are images the engine refuses
 /// and the rest images it mounts and walks.
@@ -460,6 +522,8 @@ pub fn seed_corpus(n: usize) -> Vec<Vec<u8>> {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x1a6e_5eed);
     let mut kept: Vec<Vec<u8>> = (0..3u8).map(|t| vec![t, 1, 0]).collect();
+    // Raw images, whole, for libFuzzer's byte-level mutations to start from.
+    kept.extend([true, false].map(raw_seed));
     let (mut refused, mut mounted) = (0, 0);
     for i in 0..n * 40 {
         if kept.len() >= n {
@@ -491,6 +555,20 @@ mod tests {
     fn touch(region: Region, pick: u16, offset: u16, reseal: bool) -> ImageRun {
         let m = Mutation { region, pick, offset, change: Change::Xor(0x40) };
         run_input(Input { template: 0, reseal, read_only: false, mutations: vec![m] })
+    }
+
+    #[test]
+    fn raw_images_mount_when_whole_and_are_refused_when_not() {
+        let prefix = raw_seed(true);
+        let whole = mount_image(&prefix).expect("a raw input");
+        assert!(whole.mounted && whole.files_read >= 1, "{whole:?}");
+        let mut broken = prefix.clone();
+        broken[1 + SUPERBLOCK_OFFSET as usize + 56] ^= 0xFF; // s_magic
+        let refused = mount_image(&broken).expect("a raw input");
+        assert!(!refused.mounted && refused.refused.is_some());
+        for junk in [&[RAW_IMAGE][..], &[RAW_IMAGE, 1, 2, 3], &[RAW_IMAGE; 5000]] {
+            assert!(!mount_image(junk).expect("a raw input").mounted);
+        }
     }
 
     #[test]
