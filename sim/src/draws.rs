@@ -18,6 +18,9 @@ use rand::TryRng;
 const BYTES_PER_DRAW: usize = 2;
 
 /// A stream of choices.
+// Not boxed: the seeded stream is what every CLI run draws from, a handful
+// per run, and boxing it would put a pointer chase in each draw.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Draws {
     Seeded(ChaCha8Rng),
