@@ -14,6 +14,6 @@ for target in $(cargo fuzz list); do
     done
     if [ -n "$(ls -A "$seeds")" ]; then (cd "$seeds" && zip -q "$OUT/${target}_seed_corpus.zip" ./*); fi
     rm -rf "$seeds"
-    # libFuzzer options: inputs as long as the seed corpus's longest grow from there.
+    if [ -f "dict/$target.dict" ]; then cp "dict/$target.dict" "$OUT/$target.dict"; fi
     printf '[libfuzzer]\nrss_limit_mb = 2560\ntimeout = 30\n' > "$OUT/$target.options"
 done

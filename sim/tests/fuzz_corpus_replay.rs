@@ -20,7 +20,7 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[test]
 fn model_ops_corpus_replays() {
-    for (_, data) in corpus("model_ops") {
+    for (_, data) in corpus("model_ops").into_iter().chain(regressions("model_ops")) {
         ext4_sim::fuzz_body::model_ops(&data);
     }
 }
@@ -96,7 +96,7 @@ fn journal_switch_corpus_replays() {
     let (mut switches, mut sleeps, mut crashes, mut holding, mut flusher) = (0, 0, 0, 0, 0);
     let mut sleeps_on = std::collections::BTreeMap::new();
     let mut split_kinds = std::collections::BTreeSet::new();
-    for (path, data) in corpus("journal_switch") {
+    for (path, data) in corpus("journal_switch").into_iter().chain(regressions("journal_switch")) {
         let run = ext4_sim::fuzz_body::journal_switch(&data);
         let run = run.unwrap_or_else(|| panic!("{} decodes to a trace the runner refuses", path.display()));
         switches += run.stats.ok.get(&ext4_model::OpKind::SetJournalData).copied().unwrap_or(0);
@@ -130,7 +130,7 @@ fn journal_switch_corpus_replays() {
 fn folio_nofail_corpus_replays() {
     let (mut pairs, mut fragmented) = (std::collections::BTreeSet::new(), 0);
     let (mut warnings, mut retries, mut compactions, mut metadata, mut kswapd) = (0, 0, 0, 0, 0);
-    for (path, data) in corpus("folio_nofail") {
+    for (path, data) in corpus("folio_nofail").into_iter().chain(regressions("folio_nofail")) {
         let run = ext4_sim::fuzz_body::folio_nofail(&data).unwrap_or_else(|| panic!("{} decodes to nothing runnable", path.display()));
         pairs.insert(run.mount.split(',').take(2).collect::<Vec<_>>().join(","));
         fragmented += u64::from(run.fragment > 0);
@@ -167,7 +167,7 @@ fn write_folio_nofail_seed_corpus() {
 fn group_spread_corpus_replays() {
     let (mut geometries, mut flexes) = (std::collections::BTreeSet::new(), std::collections::BTreeSet::new());
     let (mut orlov, mut home, mut enospc) = (0, 0, 0);
-    for (path, data) in corpus("group_spread") {
+    for (path, data) in corpus("group_spread").into_iter().chain(regressions("group_spread")) {
         let run = ext4_sim::fuzz_body::group_spread(&data).unwrap_or_else(|| panic!("{} decodes to nothing runnable", path.display()));
         geometries.insert((run.mount.clone(), run.groups));
         flexes.insert(run.flex_size);
