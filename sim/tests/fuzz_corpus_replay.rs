@@ -25,6 +25,15 @@ fn model_ops_corpus_replays() {
     }
 }
 
+/// Writes a generated seed corpus as fuzz/corpus/TARGET/seed-NN.
+fn write_corpus(target: &str, inputs: &[Vec<u8>]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, input) in inputs.iter().enumerate() {
+        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
+    }
+}
+
 /// Files under fuzz/regressions/TARGET (crashes a campaign found, kept
 /// after the fix), dot files left out.
 fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
@@ -80,11 +89,7 @@ fn lockstep_reach_of_a_campaign_corpus() {
 #[test]
 #[ignore = "writes fuzz/corpus/lockstep; run by hand"]
 fn write_lockstep_seed_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/lockstep");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (i, input) in ext4_sim::fuzz_body::lockstep_seed_corpus().iter().enumerate() {
-        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
-    }
+    write_corpus("lockstep", &ext4_sim::fuzz_body::lockstep_seed_corpus());
 }
 
 /// Replays the corpus and checks it reaches what the target is for:
@@ -152,11 +157,7 @@ fn folio_nofail_corpus_replays() {
 #[test]
 #[ignore = "writes fuzz/corpus/folio_nofail; run by hand"]
 fn write_folio_nofail_seed_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/folio_nofail");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (i, input) in ext4_sim::fuzz_body::folio_nofail_seed_corpus(40).iter().enumerate() {
-        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
-    }
+    write_corpus("folio_nofail", &ext4_sim::fuzz_body::folio_nofail_seed_corpus(40));
 }
 
 /// Replays the group_spread corpus: every input runs (its rules and the
@@ -185,11 +186,7 @@ fn group_spread_corpus_replays() {
 #[test]
 #[ignore = "writes fuzz/corpus/group_spread; run by hand"]
 fn write_group_spread_seed_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/group_spread");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (i, input) in ext4_sim::fuzz_body::group_spread_seed_corpus(40).iter().enumerate() {
-        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
-    }
+    write_corpus("group_spread", &ext4_sim::fuzz_body::group_spread_seed_corpus(40));
 }
 
 /// Each mount_image template unchanged mounts (the crashed ones through
@@ -232,9 +229,5 @@ fn mount_image_corpus_replays() {
 #[test]
 #[ignore = "writes fuzz/corpus/mount_image; run by hand"]
 fn write_mount_image_seed_corpus() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/mount_image");
-    std::fs::create_dir_all(&dir).unwrap();
-    for (i, input) in ext4_sim::fuzz_body::mount_image_seed_corpus(48).iter().enumerate() {
-        std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
-    }
+    write_corpus("mount_image", &ext4_sim::fuzz_body::mount_image_seed_corpus(48));
 }
