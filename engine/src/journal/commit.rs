@@ -35,11 +35,18 @@ pub fn write(fmt: &LogFormat, c: &Commit) -> Vec<u8> {
     Header { blocktype: BLOCKTYPE_COMMIT, sequence: c.tid }.write(&mut b);
     put_be64(&mut b, H_COMMIT_SEC, c.sec);
     put_be32(&mut b, H_COMMIT_NSEC, c.nsec);
-    if fmt.has_csum() {
-        let sum = checksum(fmt.seed, &b);
-        put_be32(&mut b, H_CHKSUM, sum);
-    }
+    seal(fmt, &mut b);
     b
+}
+
+/// Stores a commit block's checksum for what it now holds (no-op without
+/// checksums, or for a block too short to carry one): what writing one
+/// does last, and what a tool that edits a logged commit block needs.
+pub fn seal(fmt: &LogFormat, b: &mut [u8]) {
+    if fmt.has_csum() && b.len() >= H_CHKSUM + 4 {
+        let sum = checksum(fmt.seed, b);
+        put_be32(b, H_CHKSUM, sum);
+    }
 }
 
 /// Reads a commit block, verifying its checksum when the log has them.

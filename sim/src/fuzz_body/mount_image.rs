@@ -6,8 +6,9 @@
 //! asks, checksums are resealed so a mutation reaches past them: the
 //! superblock's, every descriptor's, and (with metadata_csum) those of the
 //! mutated inodes, extent blocks and directory leaf blocks, each seeded
-//! with its owner inode. The templates without metadata_csum have only
-//! descriptor checksums.
+//! with its owner inode, and of the log's superblock, descriptor, revoke
+//! and commit blocks. The templates without metadata_csum have only
+//! descriptor checksums. An input may instead be a raw image.
 //!
 //! The image is then mounted (journal recovery of a hostile log included),
 //! every file and directory reachable from the root is listed, read,
@@ -25,6 +26,9 @@ use ext4_engine::format::checksum::inode_seed;
 use ext4_engine::format::geometry::Geometry;
 use ext4_engine::format::group_desc::{desc_checksum, DescChecksum, GroupDesc, BG_CHECKSUM};
 use ext4_engine::format::inode::seal_inode_checksum;
+use ext4_engine::format::journal_superblock::{journal_sb_checksum, JournalSuperblock, JOURNAL_SB_SIZE, S_CHECKSUM};
+use ext4_engine::journal::block::{set_tail, Header, LogFormat, BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_REVOKE};
+use ext4_engine::journal::commit;
 use ext4_engine::format::{dirent, extent};
 use ext4_engine::format::superblock::{superblock_checksum, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ext4_engine::fs::Ext4;
@@ -133,6 +137,8 @@ struct Survey {
     fs_seed: Option<u32>,
     /// Extent and directory blocks: the owner inode and its generation.
     owners: BTreeMap<u64, (u32, u32)>,
+    /// The journal superblock's block.
+    journal_sb: Option<u64>,
 }
 
 /// What one input did, for the corpus replay's checks.
@@ -265,7 +271,7 @@ fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
             }
         }
     }
-    let (mut extent, mut dir, mut journal) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut extent, mut dir, mut journal, mut journal_sb) = (Vec::new(), Vec::new(), Vec::new(), None);
     for b in 1..blocks {
         let block = read_block(dev, bs, b);
         if itable.contains(&b) || gdt.contains(&b) {
@@ -274,6 +280,9 @@ fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
         if block[..2] == [0x0a, 0xf3] {
             extent.push(b);
         } else if block[..4] == [0xc0, 0x3b, 0x39, 0x98] {
+            if matches!(block[7], 3 | 4) && journal_sb.is_none() {
+                journal_sb = Some(b);
+            }
             journal.push(b);
         } else if block[4..6] == [12, 0] && block[6] == 1 && block[8] == b'.' {
             let ino = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
@@ -286,7 +295,7 @@ fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
     let anywhere: Vec<u64> = (0..blocks).collect();
     let regions = vec![(Region::GroupDescs, gdt), (Region::InodeTable, itable), (Region::ExtentBlock, extent), (Region::DirBlock, dir), (Region::Journal, journal), (Region::Anywhere, anywhere)];
     let fs_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
-    Survey { regions, itables, inodes_per_group: ipg, inode_size: isz, fs_seed, owners }
+    Survey { regions, itables, inodes_per_group: ipg, inode_size: isz, fs_seed, owners, journal_sb }
 }
 
 fn templates() -> &'static [Template] {
@@ -352,6 +361,42 @@ fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
                 }
                 dirent::set_tail_checksum(&mut block, inode_seed(fs_seed, ino, generation));
             }
+            _ => continue,
+        }
+        let _ = patch(dev, b * bs, &block);
+    }
+}
+
+/// Reseals the touched blocks of a log with checksums (csum v2/v3): the
+/// journal superblock first, whose UUID seeds the rest, then the tails of
+/// descriptor and revoke blocks and the checksums of commit blocks, so a
+/// mutation of the log reaches recovery's parsers. Logged copies and their
+/// tag checksums are left as they are.
+fn reseal_journal(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
+    let bs = t.block_size;
+    let blocks: Vec<u64> = touched.iter().filter(|(r, _)| *r == Region::Journal).map(|(_, b)| *b).collect();
+    let Some(jsb_block) = t.survey.journal_sb.filter(|_| !blocks.is_empty()) else { return };
+    let Some(mut raw) = peek(dev, jsb_block * bs, JOURNAL_SB_SIZE).and_then(|r| <[u8; JOURNAL_SB_SIZE]>::try_from(r).ok()) else { return };
+    // Sealed before it is parsed (the parse checks it); a superblock that
+    // then says it has no checksums keeps the bytes it had.
+    let before = raw;
+    if blocks.contains(&jsb_block) {
+        let sum = journal_sb_checksum(&raw);
+        raw[S_CHECKSUM..S_CHECKSUM + 4].copy_from_slice(&sum.to_be_bytes());
+    }
+    let Ok(jsb) = JournalSuperblock::parse(&raw, bs as u32) else { return };
+    if !jsb.has_csum() {
+        return;
+    }
+    if raw != before {
+        let _ = patch(dev, jsb_block * bs, &raw);
+    }
+    let fmt = LogFormat::from_jsb(&jsb);
+    for b in blocks.into_iter().filter(|&b| b != jsb_block) {
+        let Some(mut block) = peek(dev, b * bs, bs as usize) else { continue };
+        match Header::parse(&block).map(|h| h.blocktype) {
+            Some(BLOCKTYPE_DESCRIPTOR | BLOCKTYPE_REVOKE) => set_tail(&fmt, &mut block),
+            Some(BLOCKTYPE_COMMIT) => commit::seal(&fmt, &mut block),
             _ => continue,
         }
         let _ = patch(dev, b * bs, &block);
@@ -461,6 +506,7 @@ fn run_input(input: Input) -> ImageRun {
     run.regions = touched.iter().map(|(r, _)| *r).collect();
     if input.reseal {
         reseal_blocks(&mut dev, t, &touched);
+        reseal_journal(&mut dev, t, &touched);
         reseal(&mut dev);
     }
     let config = MountConfig { block_size: t.block_size as u32, read_only: input.read_only, ..MountConfig::default() };
@@ -555,6 +601,27 @@ mod tests {
     fn touch(region: Region, pick: u16, offset: u16, reseal: bool) -> ImageRun {
         let m = Mutation { region, pick, offset, change: Change::Xor(0x40) };
         run_input(Input { template: 0, reseal, read_only: false, mutations: vec![m] })
+    }
+
+    #[test]
+    fn a_resealed_commit_block_mutation_reaches_recovery() {
+        // Template 3 (4 KiB, metadata_csum, csum v3 log) crashed with its
+        // last transaction committed but not checkpointed. A commit
+        // block's h_commit_sec (0x30) changed: sealed, recovery replays
+        // the transaction; unsealed, its checksum stops recovery there.
+        let t = &templates()[3];
+        let journal = &t.survey.regions.iter().find(|(r, _)| *r == Region::Journal).unwrap().1;
+        let mut dev = t.dev.clone();
+        let commits: Vec<u16> = (0..journal.len() as u16).filter(|&i| peek(&mut dev, journal[usize::from(i)] * t.block_size, 8).is_some_and(|h| h[7] == 2)).collect();
+        let last = *commits.last().expect("a commit block in the crashed log");
+        let run = |reseal: bool| {
+            let m = Mutation { region: Region::Journal, pick: last, offset: 0x30, change: Change::Xor(0x01) };
+            run_input(Input { template: 3, reseal, read_only: false, mutations: vec![m] })
+        };
+        let (sealed, broken) = (run(true), run(false));
+        let whole = run_input(Input { template: 3, reseal: false, read_only: false, mutations: Vec::new() });
+        assert!(sealed.mounted && sealed.files_read == whole.files_read, "sealed {sealed:?}, untouched {whole:?}");
+        assert!(!broken.mounted || broken.files_read < whole.files_read, "broken {broken:?}, untouched {whole:?}");
     }
 
     #[test]
