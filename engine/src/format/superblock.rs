@@ -315,7 +315,7 @@ impl Superblock {
         let bs = self.block_size();
         let bigalloc = self.has_bigalloc();
         if bigalloc {
-            if self.log_cluster_size <= self.log_block_size || self.log_cluster_size + 10 > MAX_LOG_CLUSTER_SIZE {
+            if self.log_cluster_size <= self.log_block_size || self.log_cluster_size > MAX_LOG_CLUSTER_SIZE - 10 {
                 return Err(corrupt(format!(
                     "bigalloc s_log_cluster_size {} not above s_log_block_size {} and at most {}",
                     self.log_cluster_size,
@@ -660,6 +660,13 @@ mod tests {
         let csum = superblock_checksum(&b);
         b[S_CHECKSUM..].copy_from_slice(&csum.to_le_bytes());
         assert!(superblock_error(&b).starts_with("s_blocks_per_group 32768 != s_clusters_per_group 32768 * 4"), "{}", superblock_error(&b));
+        // A hostile s_log_cluster_size near 2^32 is refused, not overflowed
+        // (found by the mount_image fuzz target).
+        let mut b = corrupted(S_LOG_CLUSTER_SIZE, &0xFFFF_FFFBu32.to_le_bytes());
+        b[S_FEATURE_RO_COMPAT..S_FEATURE_RO_COMPAT + 4].copy_from_slice(&ro.to_le_bytes());
+        let csum = superblock_checksum(&b);
+        b[S_CHECKSUM..].copy_from_slice(&csum.to_le_bytes());
+        assert!(superblock_error(&b).starts_with("bigalloc s_log_cluster_size 4294967291 not above"), "{}", superblock_error(&b));
     }
 
     #[test]
