@@ -197,7 +197,10 @@ impl Superblock {
         Self::read_fields(&[0u8; SUPERBLOCK_SIZE])
     }
 
-    fn read_fields(b: &[u8; SUPERBLOCK_SIZE]) -> Self {
+    /// The fields as stored, nothing checked ([`Superblock::parse`] checks
+    /// them): for a tool that must size or describe an image the engine
+    /// would refuse.
+    pub fn read_fields(b: &[u8; SUPERBLOCK_SIZE]) -> Self {
         let is64 = le32(b, S_FEATURE_INCOMPAT) & feature::INCOMPAT_64BIT != 0;
         let hi = |off: usize| if is64 { le32(b, off) } else { 0 };
         let time = |lo: usize, hi: usize| join64(le32(b, lo), u32::from(u8_at(b, hi)));

@@ -26,11 +26,11 @@ use ext4_engine::format::checksum::inode_seed;
 use ext4_engine::format::geometry::Geometry;
 use ext4_engine::format::group_desc::{desc_checksum, DescChecksum, GroupDesc, BG_CHECKSUM};
 use ext4_engine::format::inode::seal_inode_checksum;
-use ext4_engine::format::journal_superblock::{journal_sb_checksum, JournalSuperblock, JOURNAL_SB_SIZE, S_CHECKSUM};
+use ext4_engine::format::journal_superblock::{journal_sb_checksum, JournalSuperblock, BLOCKTYPE_SUPERBLOCK_V1, BLOCKTYPE_SUPERBLOCK_V2, JOURNAL_SB_SIZE, S_CHECKSUM};
 use ext4_engine::journal::block::{set_tail, Header, LogFormat, BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_REVOKE};
 use ext4_engine::journal::commit;
 use ext4_engine::format::{dirent, extent};
-use ext4_engine::format::superblock::{superblock_checksum, Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use ext4_engine::format::superblock::{superblock_checksum, Superblock, MAX_LOG_BLOCK_SIZE, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ext4_engine::fs::Ext4;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
 use ext4_model::op::{FallocFlags, SeekWhence};
@@ -280,7 +280,7 @@ fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
         if block[..2] == [0x0a, 0xf3] {
             extent.push(b);
         } else if block[..4] == [0xc0, 0x3b, 0x39, 0x98] {
-            if matches!(block[7], 3 | 4) && journal_sb.is_none() {
+            if matches!(Header::parse(&block).map(|h| h.blocktype), Some(BLOCKTYPE_SUPERBLOCK_V1 | BLOCKTYPE_SUPERBLOCK_V2)) && journal_sb.is_none() {
                 journal_sb = Some(b);
             }
             journal.push(b);
@@ -482,11 +482,13 @@ const MAX_RAW_DEVICE: u64 = 64 << 20;
 /// block size it claims if it claims one ext4 has.
 fn run_raw(image: &[u8]) -> ImageRun {
     let image = &image[..image.len().min(MAX_RAW_BYTES)];
-    let sb = |at: usize| image.get(SUPERBLOCK_OFFSET as usize + at).copied().unwrap_or(0);
-    // s_log_block_size at byte 24 (1024 << n), s_blocks_count_lo at byte 4.
-    let block_size = if sb(24) <= 6 { 1024u64 << sb(24) } else { 1024 };
-    let blocks = u64::from(u32::from_le_bytes([sb(4), sb(5), sb(6), sb(7)]));
-    let size = blocks.saturating_mul(block_size).clamp(image.len().div_ceil(4096) as u64 * 4096, MAX_RAW_DEVICE).max(64 << 10);
+    let mut raw = [0u8; SUPERBLOCK_SIZE];
+    let stored = image.get(SUPERBLOCK_OFFSET as usize..).unwrap_or(&[]);
+    let n = stored.len().min(SUPERBLOCK_SIZE);
+    raw[..n].copy_from_slice(&stored[..n]);
+    let sb = Superblock::read_fields(&raw);
+    let block_size = if sb.log_block_size <= MAX_LOG_BLOCK_SIZE { u64::from(sb.block_size()) } else { 1024 };
+    let size = sb.blocks_count.saturating_mul(block_size).clamp(image.len().div_ceil(4096) as u64 * 4096, MAX_RAW_DEVICE).max(64 << 10);
     let mut dev = MemDevice::new(size);
     let mut padded = image.to_vec();
     padded.resize(padded.len().div_ceil(512) * 512, 0);
@@ -593,6 +595,8 @@ pub fn seed_corpus(n: usize) -> Vec<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use ext4_engine::journal::block::HEADER_LEN;
+
     use super::*;
 
     /// Template 0 (1 KiB, metadata_csum, clean) with a mutation of a field
@@ -612,7 +616,9 @@ mod tests {
         let t = &templates()[3];
         let journal = &t.survey.regions.iter().find(|(r, _)| *r == Region::Journal).unwrap().1;
         let mut dev = t.dev.clone();
-        let commits: Vec<u16> = (0..journal.len() as u16).filter(|&i| peek(&mut dev, journal[usize::from(i)] * t.block_size, 8).is_some_and(|h| h[7] == 2)).collect();
+        let commits: Vec<u16> = (0..journal.len() as u16)
+            .filter(|&i| peek(&mut dev, journal[usize::from(i)] * t.block_size, HEADER_LEN).and_then(|h| Header::parse(&h)).is_some_and(|h| h.blocktype == BLOCKTYPE_COMMIT))
+            .collect();
         let last = *commits.last().expect("a commit block in the crashed log");
         let run = |reseal: bool| {
             let m = Mutation { region: Region::Journal, pick: last, offset: 0x30, change: Change::Xor(0x01) };

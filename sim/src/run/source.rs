@@ -90,7 +90,7 @@ impl StepSource {
             think_rng: spec.think.then(draws),
             kswapd_rng: draws(),
             flusher_rng: draws(),
-            input: Some(input.clone()),
+            input: Some(input),
             ops: spec.ops,
             crash_every: spec.crash_every,
         }))
