@@ -15,5 +15,9 @@ for target in $(cargo fuzz list); do
     if [ -n "$(ls -A "$seeds")" ]; then (cd "$seeds" && zip -q "$OUT/${target}_seed_corpus.zip" ./*); fi
     rm -rf "$seeds"
     if [ -f "dict/$target.dict" ]; then cp "dict/$target.dict" "$OUT/$target.dict"; fi
+    # The target's own settings (fuzz/options/TARGET.options) after the fleet's.
     printf '[libfuzzer]\nrss_limit_mb = 2560\ntimeout = 30\n' > "$OUT/$target.options"
+    if [ -f "options/$target.options" ]; then
+        sed -n '/^\[libfuzzer\]/,/^\[/{/^[a-z_]* *=/p}' "options/$target.options" >> "$OUT/$target.options"
+    fi
 done

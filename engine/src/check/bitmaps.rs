@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use crate::device::BlockDevice;
-use crate::format::bitmap::{stored_bitmap_csum_matches, Bitmap};
+use crate::format::bitmap::{bytes_all, stored_bitmap_csum_matches, Bitmap};
 use crate::format::group_desc::{BG_BLOCK_UNINIT, BG_INODE_UNINIT};
 use crate::format::GroupIndex;
 
@@ -19,7 +19,7 @@ use super::state::Checker;
 fn padding_ok(bytes: &[u8], valid: usize) -> bool {
     let first_full = valid.div_ceil(8);
     let partial_ok = (valid..(first_full * 8).min(bytes.len() * 8)).all(|i| bytes.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0));
-    partial_ok && bytes.get(first_full..).is_none_or(|rest| rest.iter().all(|&b| b == 0xFF))
+    partial_ok && bytes.get(first_full..).is_none_or(|rest| bytes_all(rest, 0xFF))
 }
 
 /// Differences between `want` and `have` over bits `0..n`, numbered from `base`.

@@ -9,7 +9,7 @@
 
 use crate::device::BlockDevice;
 use crate::error::{Corrupt, Error};
-use crate::format::bitmap::Bitmap;
+use crate::format::bitmap::{bytes_all, Bitmap};
 use crate::format::bytes::{le32, put_le16};
 use crate::format::extent::Extent;
 use crate::format::checksum::inode_seed;
@@ -83,17 +83,11 @@ fn scan_group<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex) {
     bitmaps::check_inode_bitmap(c, g, &expected, init);
 }
 
-/// Whether a slot is all zeros (never used), compared a 256-byte stretch at
-/// a time against a zero block: a memcmp, not a loop per byte.
-fn is_zero(slot: &[u8]) -> bool {
-    static ZEROS: [u8; 256] = [0; 256];
-    slot.chunks(ZEROS.len()).all(|c| *c == ZEROS[..c.len()])
-}
 
 /// Parses one slot, reporting checksum and field errors; returns the file type if in use.
 fn check_slot<D: BlockDevice>(c: &mut Checker<D>, ino: InodeNumber, slot: &[u8]) -> Option<u16> {
     let reserved = ino < c.first_ino();
-    if !reserved && is_zero(slot) {
+    if !reserved && bytes_all(slot, 0) {
         return None;
     }
     let inode = match Inode::parse(slot, ino, c.csum_seed) {
