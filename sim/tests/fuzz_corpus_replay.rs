@@ -18,11 +18,37 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
+/// Replays the model_ops corpus and its regressions (the body panics on a
+/// broken invariant or a state the crash envelope forbids), and holds it
+/// to reaching the model's data paths: at least half its ops succeed,
+/// writes, reads, truncates and fallocates among them, under four or more
+/// block sizes, one config refused.
 #[test]
 fn model_ops_corpus_replays() {
+    let mut reach = ext4_sim::fuzz_body::Reach::default();
+    let (mut block_sizes, mut refused) = (std::collections::BTreeSet::new(), 0);
     for (_, data) in corpus("model_ops").into_iter().chain(regressions("model_ops")) {
-        ext4_sim::fuzz_body::model_ops(&data);
+        let run = ext4_sim::fuzz_body::model_ops(&data);
+        reach.merge(&run.reach);
+        match run.config {
+            Some(c) => block_sizes.insert(c.block_size),
+            None => {
+                refused += 1;
+                false
+            }
+        };
     }
+    eprintln!("model_ops corpus: {reach}; block sizes {block_sizes:?}; {refused} configs refused");
+    assert!(reach.ok_percent() >= 50.0, "{reach}");
+    assert!(reach.writes > 0 && reach.reads > 0 && reach.truncates > 0 && reach.fallocates > 0, "{reach}");
+    assert!(block_sizes.len() >= 4 && refused >= 1, "block sizes {block_sizes:?}, {refused} refused");
+}
+
+/// `cargo test -p ext4-sim --release --test fuzz_corpus_replay -- --ignored write_model_ops`.
+#[test]
+#[ignore = "writes fuzz/corpus/model_ops; run by hand"]
+fn write_model_ops_seed_corpus() {
+    write_corpus("model_ops", &ext4_sim::fuzz_body::model_ops_seed_corpus(40));
 }
 
 /// Writes a generated seed corpus as fuzz/corpus/TARGET/seed-NN.

@@ -233,6 +233,39 @@ impl Op {
         }
     }
 
+    /// [`Op::paths`], to change: a fuzz input's decoding aims arbitrary
+    /// paths at names that exist.
+    pub fn paths_mut(&mut self) -> Vec<&mut String> {
+        match self {
+            Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
+            Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
+            Op::Symlink { path, .. }
+            | Op::Create { path, .. }
+            | Op::Mkdir { path, .. }
+            | Op::Unlink { path }
+            | Op::Rmdir { path }
+            | Op::Readlink { path }
+            | Op::Readdir { path }
+            | Op::Stat { path }
+            | Op::Write { path, .. }
+            | Op::Read { path, .. }
+            | Op::Truncate { path, .. }
+            | Op::Fsync { path }
+            | Op::Fdatasync { path }
+            | Op::Fallocate { path, .. }
+            | Op::Fiemap { path, .. }
+            | Op::SetJournalData { path, .. }
+            | Op::Chattr { path, .. }
+            | Op::Append { path, .. }
+            | Op::Lseek { path, .. }
+            | Op::Rewrite { path, .. }
+            | Op::DirectWrite { path, .. }
+            | Op::DirectRead { path, .. }
+            | Op::MapWrite { path, .. }
+            | Op::Open { path, .. } => vec![path],
+        }
+    }
+
     /// Ops that only look: they change nothing a later op sees and start no
     /// journal handle (a FIEMAP with FIEMAP_FLAG_SYNC writes back, so it is
     /// not one).

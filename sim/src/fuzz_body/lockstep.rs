@@ -96,15 +96,36 @@ pub struct Reach {
 
 impl Reach {
     pub fn add(&mut self, r: &RunResult) {
-        use ext4_model::OpKind as K;
-        let ok = |kinds: &[K]| kinds.iter().map(|k| r.stats.ok.get(k).copied().unwrap_or(0)).sum::<u64>();
         self.inputs += 1;
         self.ops += r.stats.ops;
-        self.ok += r.stats.ok.values().sum::<u64>();
-        self.writes += ok(&[K::Write, K::Append, K::Rewrite, K::WriteFd, K::DirectWrite, K::MapWrite]);
-        self.reads += ok(&[K::Read, K::ReadFd, K::DirectRead]);
-        self.truncates += ok(&[K::Truncate, K::FtruncateFd]);
-        self.fallocates += ok(&[K::Fallocate]);
+        for (&kind, &n) in &r.stats.ok {
+            self.succeeded(kind, n);
+        }
+    }
+
+    /// Adds another count to this one.
+    pub fn merge(&mut self, other: &Reach) {
+        self.inputs += other.inputs;
+        self.ops += other.ops;
+        self.ok += other.ok;
+        self.writes += other.writes;
+        self.reads += other.reads;
+        self.truncates += other.truncates;
+        self.fallocates += other.fallocates;
+    }
+
+    /// Counts `n` ops of `kind` that succeeded (not the ops run: those
+    /// the caller adds to `ops`).
+    pub fn succeeded(&mut self, kind: ext4_model::OpKind, n: u64) {
+        use ext4_model::OpKind as K;
+        self.ok += n;
+        match kind {
+            K::Write | K::Append | K::Rewrite | K::WriteFd | K::DirectWrite | K::MapWrite => self.writes += n,
+            K::Read | K::ReadFd | K::DirectRead => self.reads += n,
+            K::Truncate | K::FtruncateFd => self.truncates += n,
+            K::Fallocate => self.fallocates += n,
+            _ => {}
+        }
     }
 
     /// Share of ops that succeeded, in percent.

@@ -4,92 +4,22 @@
 mod folio_nofail;
 mod group_spread;
 mod lockstep;
+mod model_ops;
 mod mount_image;
 
 pub use folio_nofail::{folio_nofail, seed_corpus as folio_nofail_seed_corpus, NoFailRun};
 pub use group_spread::{group_spread, seed_corpus as group_spread_seed_corpus, SpreadRun};
 pub use lockstep::{lockstep, lockstep_on, lockstep_spec, seed_corpus as lockstep_seed_corpus, Reach, HEADER_BYTES, LOCKSTEP_MOUNTS, MAX_LOCKSTEP_OPS};
+pub use model_ops::{model_ops, seed_corpus as model_ops_seed_corpus, ModelOpsRun};
 pub use mount_image::{mount_image, seed_corpus as mount_image_seed_corpus, ImageRun, Region, TEMPLATE_NAMES};
 
-use arbitrary::{Arbitrary, Unstructured};
-use ext4_model::{DataMode, FileSystem, Model, MountConfig, Op};
+use arbitrary::Unstructured;
+use ext4_model::{MountConfig, Op};
 
 /// Cap on ops one input runs, so a single input stays fast.
 pub const MAX_FUZZ_OPS: usize = 64;
 /// Cap on one write's length, so an input cannot ask for gigabytes.
 pub const MAX_FUZZ_WRITE: u32 = 1 << 20;
-
-/// Bounds what arbitrary bytes make of an op. Uniform u64s and u32s would
-/// make nearly every FIEMAP EFBIG or EBADR, so most are brought near the
-/// data (start and length within 16 MiB, flags the known three); a bit of
-/// each value keeps a few raw.
-fn tame(op: &mut Op) {
-    match op {
-        Op::Write { len, .. } | Op::DirectWrite { len, .. } | Op::MapWrite { len, .. } => *len %= MAX_FUZZ_WRITE,
-        Op::Fiemap { start, len, flags, .. } => {
-            if *start >> 63 == 0 {
-                *start %= 16 << 20;
-            }
-            if *len >> 63 == 0 {
-                *len %= 16 << 20;
-            }
-            if *flags >> 31 == 0 {
-                *flags &= 0x7;
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The model under arbitrary mount configs and ops: a refused config is a
-/// typed error, no op panics, invariants hold after every op, and a crash
-/// right now may recover to the current state.
-/// Mostly configurations ext4 accepts (so ops get exercised), sometimes raw
-/// arbitrary ones (so refusal is exercised).
-fn mount_config(u: &mut Unstructured) -> arbitrary::Result<MountConfig> {
-    if u.ratio(1, 16)? {
-        return MountConfig::arbitrary(u);
-    }
-    let mut c = MountConfig {
-        block_size: *u.choose(&[1024, 2048, 4096, 8192, 16384, 32768, 65536])?,
-        page_size: *u.choose(&[4096, 16384, 65536])?,
-        has_journal: !u.ratio(1, 8)?,
-        data: *u.choose(&[None, Some(DataMode::Ordered), Some(DataMode::Writeback), Some(DataMode::Journal)])?,
-        delalloc: *u.choose(&[None, Some(false), Some(true)])?,
-        dioread_nolock: *u.choose(&[None, Some(false), Some(true)])?,
-        ..MountConfig::default()
-    };
-    c.read_only = u.ratio(1, 16)?;
-    c.auto_da_alloc = !u.ratio(1, 4)?;
-    if u.ratio(1, 8)? {
-        c.cluster_size = Some(c.block_size << u.int_in_range(1..=4)?);
-    }
-    Ok(c)
-}
-
-pub fn model_ops(data: &[u8]) {
-    let mut u = Unstructured::new(data);
-    let Ok(config) = mount_config(&mut u) else { return };
-    let mut model = match Model::new(&config) {
-        Ok(m) => m,
-        Err(e) => {
-            assert!(config.validate().is_err(), "Model::new refused a config validate accepts: {e}");
-            return;
-        }
-    };
-    for _ in 0..MAX_FUZZ_OPS {
-        let Ok(mut op) = Op::arbitrary(&mut u) else { break };
-        tame(&mut op);
-        let _ = model.apply(&op);
-        if let Err(e) = model.check_invariants() {
-            panic!("model invariant broken after {op:?}: {e}");
-        }
-    }
-    let envelope = model.crash_envelope();
-    if let Err(v) = envelope.check(&mut model.clone()) {
-        panic!("the current state must be an allowed crash state: {v}");
-    }
-}
 
 /// Disk size for the `journal_switch` target: small, so mkfs per input stays cheap.
 pub const FUZZ_DISK_BYTES: u64 = 64 << 20;
