@@ -1,4 +1,7 @@
-//! Arbitrary mount configs and op sequences against the reference model.
+//! Arbitrary mount configs and op sequences, aimed at the names made so
+//! far, against the reference model.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| ext4_sim::fuzz_body::model_ops(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    ext4_sim::fuzz_body::model_ops(data);
+});
