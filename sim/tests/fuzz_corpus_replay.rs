@@ -110,6 +110,19 @@ fn lockstep_reach_of_a_campaign_corpus() {
     eprintln!("lockstep reach of {dir}: {reach}");
 }
 
+/// The same for a grown model_ops corpus:
+/// `EXT4SIM_FUZZ_CORPUS=DIR cargo test ... -- --ignored --nocapture model_ops_reach`.
+#[test]
+#[ignore = "reads a campaign's corpus named by EXT4SIM_FUZZ_CORPUS"]
+fn model_ops_reach_of_a_campaign_corpus() {
+    let dir = std::env::var("EXT4SIM_FUZZ_CORPUS").expect("EXT4SIM_FUZZ_CORPUS names a corpus directory");
+    let mut reach = ext4_sim::fuzz_body::Reach::default();
+    for entry in std::fs::read_dir(&dir).expect("a corpus directory") {
+        reach.merge(&ext4_sim::fuzz_body::model_ops(&std::fs::read(entry.unwrap().path()).unwrap()).reach);
+    }
+    eprintln!("model_ops reach of {dir}: {reach}");
+}
+
 /// Writes lockstep's seed corpus (run by hand, then commit):
 /// `cargo test -p ext4-sim --release --test fuzz_corpus_replay -- --ignored write_lockstep`.
 #[test]

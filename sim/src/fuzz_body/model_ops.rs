@@ -20,7 +20,7 @@ use super::{Reach, MAX_FUZZ_OPS, MAX_FUZZ_WRITE};
 /// Names new entries get: few, so ops collide.
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 /// Offsets land within this many bytes, where writes put data.
-const NEAR_DATA: u64 = 4 << 20;
+const NEAR_DATA: u64 = 1 << 20;
 
 /// What one input did.
 #[derive(Clone, Debug, Default)]
