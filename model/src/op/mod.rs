@@ -233,14 +233,15 @@ impl Op {
         }
     }
 
-    /// [`Op::paths`], to change: a fuzz input's decoding aims arbitrary
-    /// paths at names that exist.
-    pub fn paths_mut(&mut self) -> Vec<&mut String> {
+    /// Every path-like string of the op, to change: [`Op::paths`] and a
+    /// symlink's target (first). The shrinker rewrites names through it,
+    /// and a fuzz input's decoding aims arbitrary paths at names that exist.
+    pub fn path_strings_mut(&mut self) -> Vec<&mut String> {
         match self {
             Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
+            Op::Symlink { target, path } => vec![target, path],
             Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
-            Op::Symlink { path, .. }
-            | Op::Create { path, .. }
+            Op::Create { path, .. }
             | Op::Mkdir { path, .. }
             | Op::Unlink { path }
             | Op::Rmdir { path }

@@ -39,11 +39,13 @@ enum Want {
     New,
 }
 
-/// What each path of `op` should name, in [`Op::paths_mut`]'s order.
+/// What each path-like string of `op` should name, in
+/// [`Op::path_strings_mut`]'s order (a symlink's target, then its path).
 fn wants(op: &Op) -> [Want; 2] {
     use Want::*;
     match op {
-        Op::Create { .. } | Op::Mkdir { .. } | Op::Symlink { .. } => [New, New],
+        Op::Create { .. } | Op::Mkdir { .. } => [New, New],
+        Op::Symlink { .. } => [Any, New],
         Op::Link { .. } => [File, New],
         Op::Rename { .. } | Op::Renameat2 { .. } => [Any, New],
         Op::Rmdir { .. } | Op::Readdir { .. } => [Dir, Dir],
@@ -211,7 +213,7 @@ pub fn model_ops(data: &[u8]) -> ModelOpsRun {
     for _ in 0..MAX_FUZZ_OPS {
         let Ok(mut op) = Op::arbitrary(&mut u) else { break };
         let want = wants(&op);
-        for (path, want) in op.paths_mut().into_iter().zip(want) {
+        for (path, want) in op.path_strings_mut().into_iter().zip(want) {
             names.aim(path, want);
         }
         tame(&mut op);

@@ -85,45 +85,12 @@ fn path_strings(op: &Op) -> Vec<&str> {
     }
 }
 
-/// The same strings, to rewrite. Every variant is named, so a new op with a
-/// path cannot be missed.
-fn path_strings_mut(op: &mut Op) -> Vec<&mut String> {
-    match op {
-        Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
-        Op::Symlink { target, path } => vec![target, path],
-        Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
-        Op::Create { path, .. }
-        | Op::Mkdir { path, .. }
-        | Op::Unlink { path }
-        | Op::Rmdir { path }
-        | Op::Readlink { path }
-        | Op::Readdir { path }
-        | Op::Stat { path }
-        | Op::Write { path, .. }
-        | Op::Read { path, .. }
-        | Op::DirectWrite { path, .. }
-        | Op::DirectRead { path, .. }
-        | Op::MapWrite { path, .. }
-        | Op::Truncate { path, .. }
-        | Op::Fsync { path }
-        | Op::Fdatasync { path }
-        | Op::Fallocate { path, .. }
-        | Op::Fiemap { path, .. }
-        | Op::SetJournalData { path, .. }
-        | Op::Chattr { path, .. }
-        | Op::Append { path, .. }
-        | Op::Lseek { path, .. }
-        | Op::Rewrite { path, .. }
-        | Op::Open { path, .. } => vec![path],
-    }
-}
-
 /// The trace with every path-like string of every op (begun ones too)
 /// rewritten.
 fn rewritten(trace: &Trace, rewrite: impl Fn(&str) -> String) -> Trace {
     let with_paths = |op: &Op| {
         let mut op = op.clone();
-        for s in path_strings_mut(&mut op) {
+        for s in op.path_strings_mut() {
             *s = rewrite(s);
         }
         op
