@@ -93,32 +93,36 @@ fn lockstep_corpus_replays() {
     eprintln!("lockstep corpus: {reach}; {} mounts, {tasks} inputs with tasks, {crashes} crashes", mounts.len());
 }
 
+/// The inputs of the corpus directory EXT4SIM_FUZZ_CORPUS names (a
+/// campaign's grown corpus), with its name.
+fn campaign_corpus() -> (String, Vec<Vec<u8>>) {
+    let dir = std::env::var("EXT4SIM_FUZZ_CORPUS").expect("EXT4SIM_FUZZ_CORPUS names a corpus directory");
+    let inputs = std::fs::read_dir(&dir).expect("a corpus directory").map(|e| std::fs::read(e.unwrap().path()).unwrap()).collect();
+    (dir, inputs)
+}
+
 /// What a campaign's grown lockstep corpus reaches, for its report (run
 /// by hand): `EXT4SIM_FUZZ_CORPUS=DIR cargo test -p ext4-sim --release
 /// --test fuzz_corpus_replay -- --ignored --nocapture lockstep_reach`.
 #[test]
 #[ignore = "reads a campaign's corpus named by EXT4SIM_FUZZ_CORPUS"]
 fn lockstep_reach_of_a_campaign_corpus() {
-    let dir = std::env::var("EXT4SIM_FUZZ_CORPUS").expect("EXT4SIM_FUZZ_CORPUS names a corpus directory");
+    let (dir, inputs) = campaign_corpus();
     let mut reach = ext4_sim::fuzz_body::Reach::default();
-    for entry in std::fs::read_dir(&dir).expect("a corpus directory") {
-        let data = std::fs::read(entry.unwrap().path()).unwrap();
-        if let Some(run) = ext4_sim::fuzz_body::lockstep(&data) {
-            reach.add(&run);
-        }
+    for run in inputs.iter().filter_map(|data| ext4_sim::fuzz_body::lockstep(data)) {
+        reach.add(&run);
     }
     eprintln!("lockstep reach of {dir}: {reach}");
 }
 
-/// The same for a grown model_ops corpus:
-/// `EXT4SIM_FUZZ_CORPUS=DIR cargo test ... -- --ignored --nocapture model_ops_reach`.
+/// The same for a grown model_ops corpus (`... --ignored --nocapture model_ops_reach`).
 #[test]
 #[ignore = "reads a campaign's corpus named by EXT4SIM_FUZZ_CORPUS"]
 fn model_ops_reach_of_a_campaign_corpus() {
-    let dir = std::env::var("EXT4SIM_FUZZ_CORPUS").expect("EXT4SIM_FUZZ_CORPUS names a corpus directory");
+    let (dir, inputs) = campaign_corpus();
     let mut reach = ext4_sim::fuzz_body::Reach::default();
-    for entry in std::fs::read_dir(&dir).expect("a corpus directory") {
-        reach.merge(&ext4_sim::fuzz_body::model_ops(&std::fs::read(entry.unwrap().path()).unwrap()).reach);
+    for data in &inputs {
+        reach.merge(&ext4_sim::fuzz_body::model_ops(data).reach);
     }
     eprintln!("model_ops reach of {dir}: {reach}");
 }

@@ -200,12 +200,14 @@ pub enum Op {
     MapWrite { path: String, offset: u64, len: u32, seed: u64 },
 }
 
-impl Op {
-    /// The paths an op names, in order.
-    pub fn paths(&self) -> Vec<&str> {
-        match self {
+/// Which fields of each op are paths, written once for [`Op::paths`] and
+/// [`Op::path_strings_mut`] (a match cannot be generic over `&` and
+/// `&mut`); the caller says what a symlink gives.
+macro_rules! op_paths {
+    ($op:expr, Symlink { target: $target:pat, path: $path:ident } => $symlink:expr) => {
+        match $op {
             Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
-            Op::Symlink { path, .. } => vec![path],
+            Op::Symlink { target: $target, path: $path } => $symlink,
             Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
             Op::Create { path, .. }
             | Op::Mkdir { path, .. }
@@ -231,40 +233,20 @@ impl Op {
             | Op::MapWrite { path, .. }
             | Op::Open { path, .. } => vec![path],
         }
+    };
+}
+
+impl Op {
+    /// The paths an op names, in order (a symlink's target is not one).
+    pub fn paths(&self) -> Vec<&str> {
+        op_paths!(self, Symlink { target: _, path: path } => vec![path])
     }
 
     /// Every path-like string of the op, to change: [`Op::paths`] and a
     /// symlink's target (first). The shrinker rewrites names through it,
     /// and a fuzz input's decoding aims arbitrary paths at names that exist.
     pub fn path_strings_mut(&mut self) -> Vec<&mut String> {
-        match self {
-            Op::Rename { from, to } | Op::Link { from, to } | Op::Renameat2 { from, to, .. } => vec![from, to],
-            Op::Symlink { target, path } => vec![target, path],
-            Op::Sync | Op::Close { .. } | Op::ReadFd { .. } | Op::WriteFd { .. } | Op::FsyncFd { .. } | Op::FtruncateFd { .. } => vec![],
-            Op::Create { path, .. }
-            | Op::Mkdir { path, .. }
-            | Op::Unlink { path }
-            | Op::Rmdir { path }
-            | Op::Readlink { path }
-            | Op::Readdir { path }
-            | Op::Stat { path }
-            | Op::Write { path, .. }
-            | Op::Read { path, .. }
-            | Op::Truncate { path, .. }
-            | Op::Fsync { path }
-            | Op::Fdatasync { path }
-            | Op::Fallocate { path, .. }
-            | Op::Fiemap { path, .. }
-            | Op::SetJournalData { path, .. }
-            | Op::Chattr { path, .. }
-            | Op::Append { path, .. }
-            | Op::Lseek { path, .. }
-            | Op::Rewrite { path, .. }
-            | Op::DirectWrite { path, .. }
-            | Op::DirectRead { path, .. }
-            | Op::MapWrite { path, .. }
-            | Op::Open { path, .. } => vec![path],
-        }
+        op_paths!(self, Symlink { target: target, path: path } => vec![target, path])
     }
 
     /// Ops that only look: they change nothing a later op sees and start no
