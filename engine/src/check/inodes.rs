@@ -83,7 +83,6 @@ fn scan_group<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex) {
     bitmaps::check_inode_bitmap(c, g, &expected, init);
 }
 
-
 /// Parses one slot, reporting checksum and field errors; returns the file type if in use.
 fn check_slot<D: BlockDevice>(c: &mut Checker<D>, ino: InodeNumber, slot: &[u8]) -> Option<u16> {
     let reserved = ino < c.first_ino();

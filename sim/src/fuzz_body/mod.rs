@@ -18,9 +18,6 @@ use ext4_model::{MountConfig, Op};
 
 /// Cap on ops one input runs, so a single input stays fast.
 pub const MAX_FUZZ_OPS: usize = 64;
-/// Cap on one write's or read's length in `model_ops`: the crash envelope
-/// check at the end reads every file back, so bytes cost executions.
-pub const MAX_FUZZ_WRITE: u32 = 256 << 10;
 
 /// Disk size for the `journal_switch` target: small, so mkfs per input stays cheap.
 pub const FUZZ_DISK_BYTES: u64 = 64 << 20;

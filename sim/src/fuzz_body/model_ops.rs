@@ -7,20 +7,23 @@
 //! arbitrary `String` almost never names a file that exists (about 95% of
 //! such ops failed with ENOENT), so most paths become a name made so far or
 //! a new one in a directory made so far, from a small set of names so that
-//! creates meet EEXIST and renames meet their targets. One path in eight is
-//! left as decoded, for the path parser's sake. Offsets and lengths are
+//! creates meet EEXIST and renames meet their targets. One path in sixteen
+//! is left as decoded, for the path parser's sake. Offsets and lengths are
 //! brought near the data the same way.
 
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_model::op::FD_SLOTS;
 use ext4_model::{DataMode, FallocFlags as F, FileSystem, Model, MountConfig, Op};
 
-use super::{Reach, MAX_FUZZ_OPS, MAX_FUZZ_WRITE};
+use super::{Reach, MAX_FUZZ_OPS};
 
 /// Names new entries get: few, so ops collide.
 const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 /// Offsets land within this many bytes, where writes put data.
 const NEAR_DATA: u64 = 1 << 20;
+/// Cap on one write's or read's length: the crash envelope check at the
+/// end reads every file back, so bytes cost executions.
+const MAX_IO: u32 = 256 << 10;
 
 /// What one input did.
 #[derive(Clone, Debug, Default)]
@@ -75,22 +78,29 @@ impl Names {
         let byte = |i: usize| usize::from(b.get(i).copied().unwrap_or(0));
         let (how, pick, name) = (byte(0) % 16, byte(1) | byte(2) << 8, NAMES[byte(3) % NAMES.len()]);
         let made = |list: &[String]| (!list.is_empty()).then(|| list[pick % list.len()].clone());
-        let any: Vec<String> = self.files.iter().chain(&self.dirs[1..]).cloned().collect();
         let aimed = match (how, want) {
             (15, _) => return,
             // A name that exists where a new one is wanted (EEXIST), and
             // a new one where one that exists is (ENOENT), now and then.
-            (13 | 14, Want::New) => made(&any),
+            (13 | 14, Want::New) => self.any(pick),
             (14, _) => None,
             (_, Want::File) => made(&self.files),
             (_, Want::Dir) => made(&self.dirs),
-            (_, Want::Any) => made(&any),
+            (_, Want::Any) => self.any(pick),
             (_, Want::New) => None,
         };
         *path = aimed.unwrap_or_else(|| {
             let dir = &self.dirs[pick % self.dirs.len()];
             if dir == "/" { format!("/{name}") } else { format!("{dir}/{name}") }
         });
+    }
+
+    /// The `pick`th of the files, then the directories but the root, round
+    /// and round; None when nothing is made yet.
+    fn any(&self, pick: usize) -> Option<String> {
+        let made = self.files.len() + self.dirs.len() - 1;
+        let i = pick.checked_rem(made)?;
+        Some(self.files.get(i).unwrap_or_else(|| &self.dirs[1 + i - self.files.len()]).clone())
     }
 
     /// Records what a successful op made.
@@ -125,15 +135,17 @@ fn near(x: u64) -> u64 {
 /// bit of each value keeps a few raw.
 fn tame(op: &mut Op) {
     match op {
-        Op::Write { offset, len, .. } | Op::DirectWrite { offset, len, .. } | Op::MapWrite { offset, len, .. } | Op::WriteFd { offset, len, .. } => {
+        Op::Write { offset, len, .. }
+        | Op::DirectWrite { offset, len, .. }
+        | Op::MapWrite { offset, len, .. }
+        | Op::WriteFd { offset, len, .. }
+        | Op::Read { offset, len, .. }
+        | Op::DirectRead { offset, len, .. }
+        | Op::ReadFd { offset, len, .. } => {
             *offset = near(*offset);
-            *len %= MAX_FUZZ_WRITE;
+            *len %= MAX_IO;
         }
-        Op::Append { len, .. } | Op::Rewrite { len, .. } => *len %= MAX_FUZZ_WRITE,
-        Op::Read { offset, len, .. } | Op::DirectRead { offset, len, .. } | Op::ReadFd { offset, len, .. } => {
-            *offset = near(*offset);
-            *len %= MAX_FUZZ_WRITE;
-        }
+        Op::Append { len, .. } | Op::Rewrite { len, .. } => *len %= MAX_IO,
         Op::Lseek { offset, .. } => *offset = near(*offset),
         Op::Truncate { size, .. } | Op::FtruncateFd { size, .. } => *size = near(*size),
         Op::Fallocate { mode, offset, len, .. } => {
