@@ -40,8 +40,15 @@ const MAX_MUTATIONS: usize = 8;
 /// Bounds the walk of a hostile tree: entries listed, bytes read per file.
 const MAX_ENTRIES: usize = 400;
 const MAX_READ: u64 = 256 << 10;
-/// Files a template's directory holds.
-pub const TEMPLATE_NAMES: usize = 60;
+/// Files a template's directory holds: few, with long names (see
+/// [`template_name`]), since the walk does the same work for each.
+pub const TEMPLATE_NAMES: usize = 20;
+
+/// The `i`th name in a template's directory: 53 bytes (a 64-byte entry), so twenty fill
+/// more than a 1 KiB block and the directory is an htree there.
+pub fn template_name(i: usize) -> String {
+    format!("name-{i:04}-long-enough-that-twenty-overflow-a-1k-block")
+}
 
 /// Where a mutation lands.
 #[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,9 +171,8 @@ fn build(name: &'static str, block_size: u32, metadata_csum: bool, crash: bool) 
     let mut fs = Ext4::mount(dev, &MountConfig { block_size, ..MountConfig::default() }).expect("a template mounts");
     let bs = u64::from(block_size);
     fs.mkdir("/d", 0o755).expect("mkdir");
-    // Enough names for an htree at 1 KiB blocks, few enough to walk fast.
     for i in 0..TEMPLATE_NAMES {
-        fs.create(&format!("/d/name-{i:04}"), 0o644).expect("create");
+        fs.create(&format!("/d/{}", template_name(i)), 0o644).expect("create");
     }
     fs.create("/f", 0o644).expect("create");
     // Sixty extents: a tree with a leaf block below the inode.
@@ -174,8 +180,9 @@ fn build(name: &'static str, block_size: u32, metadata_csum: bool, crash: bool) 
     for b in (1..120).step_by(2) {
         fs.fallocate("/f", FallocFlags(FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE), b * bs, bs).expect("punch");
     }
-    fs.write("/d/name-0007", 0, &[0x5a; 5000]).expect("write");
-    fs.symlink("/d/name-0007", "/l").expect("symlink");
+    let written = format!("/d/{}", template_name(7));
+    fs.write(&written, 0, &[0x5a; 5000]).expect("write");
+    fs.symlink(&written, "/l").expect("symlink");
     fs.sync().expect("sync");
     let mut dev = if crash {
         fs.write("/f", 3 * bs, &[0xa5; 3000]).expect("write");
@@ -677,6 +684,22 @@ mod tests {
         mutate(&mut dev, t, Mutation { region: Region::ExtentBlock, pick, offset: 8, change: Change::Xor(0x40) }).unwrap();
         let mut fs = Ext4::mount(dev, &MountConfig { block_size: 1024, ..MountConfig::default() }).unwrap();
         assert_eq!(fs.read("/f", 0, 4096), Err(ext4_model::Errno::EIO));
-        assert_eq!(fs.read("/d/name-0007", 0, 10).map(|v| v.len()), Ok(10), "other files still read");
+        assert_eq!(fs.read(&format!("/d/{}", template_name(7)), 0, 10).map(|v| v.len()), Ok(10), "other files still read");
+    }
+
+    #[test]
+    fn the_1k_templates_directory_is_an_htree_and_the_4k_ones_is_not() {
+        for t in templates() {
+            let mut fs = Ext4::mount(t.dev.clone(), &MountConfig { block_size: t.block_size as u32, ..MountConfig::default() }).unwrap();
+            let ino = fs.stat("/d").unwrap().ino;
+            // A crashed template's inode is in its log until the mount replays it.
+            let mut dev = fs.unmount().unwrap();
+            let s = &t.survey;
+            let (g, slot) = ((ino - 1) / s.inodes_per_group, (ino - 1) % s.inodes_per_group);
+            let raw = peek(&mut dev, s.itables[g as usize] * t.block_size + slot * s.inode_size, 0x24).unwrap();
+            let flags = u32::from_le_bytes([raw[0x20], raw[0x21], raw[0x22], raw[0x23]]);
+            let indexed = flags & ext4_engine::format::inode::FL_INDEX != 0;
+            assert_eq!(indexed, t.block_size == 1024, "{}: /d flags {flags:#x}", t.name);
+        }
     }
 }
