@@ -246,13 +246,15 @@ fn mount_image_templates_mount_and_read_whole() {
 
 /// Replays the mount_image corpus and its regressions: no input panics,
 /// and together they mutate every region, some images still mount and
-/// some are refused with a typed error, and raw images mount and read.
+/// some are refused with a typed error, raw images mount and read, and a
+/// logged copy is mutated with its tag checksum resealed.
 #[test]
 fn mount_image_corpus_replays() {
     let mut regions = std::collections::BTreeSet::new();
-    let (mut mounted, mut refused, mut raw) = (0, 0, 0);
+    let (mut mounted, mut refused, mut raw, mut copies) = (0, 0, 0, 0);
     for (path, data) in corpus("mount_image").into_iter().chain(regressions("mount_image")) {
         let run = ext4_sim::fuzz_body::mount_image(&data).unwrap_or_else(|| panic!("{} decodes to nothing", path.display()));
+        copies += run.copies_resealed;
         raw += usize::from(run.template == "raw" && run.mounted && run.files_read > 0);
         regions.extend(run.regions.iter().map(|r| format!("{r:?}")));
         if run.mounted && !run.regions.is_empty() {
@@ -264,7 +266,8 @@ fn mount_image_corpus_replays() {
     }
     assert!(regions.len() >= 6, "regions mutated: {regions:?}");
     assert!(mounted >= 20 && refused >= 8 && raw >= 2, "{mounted} mutated images mounted, {refused} refused, {raw} raw images mounted and read");
-    eprintln!("mount_image corpus: regions {regions:?}, {mounted} mutated images mounted, {refused} refused, {raw} raw images read");
+    assert!(copies >= 1, "no input mutates a logged copy and reseals its tag");
+    eprintln!("mount_image corpus: regions {regions:?}, {mounted} mutated images mounted, {refused} refused, {raw} raw images read, {copies} logged copies resealed");
 }
 
 /// Writes mount_image's seed corpus (run by hand, then commit):

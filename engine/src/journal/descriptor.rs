@@ -122,6 +122,42 @@ pub fn write(fmt: &LogFormat, tid: u32, tags: &[Tag]) -> Vec<u8> {
     b
 }
 
+/// Where each tag of descriptor `b` starts, walked as jbd2's recovery
+/// walks them: a UUID after each tag without SAME_UUID, LAST_TAG or the
+/// tail ends the list. The flags of each tag decide where the next is.
+fn tag_offsets(fmt: &LogFormat, b: &[u8]) -> Vec<usize> {
+    let tb = fmt.tag_bytes();
+    let limit = b.len().min(fmt.block_size).saturating_sub(fmt.tail_len());
+    let mut at = HEADER_LEN;
+    let mut offsets = Vec::new();
+    while at + tb <= limit {
+        offsets.push(at);
+        let flags = be16(b, at + T_FLAGS);
+        at += tb;
+        if flags & FLAG_SAME_UUID == 0 {
+            at += UUID_LEN;
+        }
+        if flags & FLAG_LAST_TAG != 0 {
+            break;
+        }
+    }
+    offsets
+}
+
+/// Stores `checksum` in the `index`th tag of descriptor `b` (the low 16
+/// bits under v2), leaving every other byte as it was; the tail is the
+/// caller's to reseal. False when the block has no such tag or the log
+/// no tag checksums.
+pub fn set_tag_checksum(fmt: &LogFormat, b: &mut [u8], index: usize, checksum: u32) -> bool {
+    let Some(&at) = tag_offsets(fmt, b).get(index) else { return false };
+    match fmt.csum {
+        LogCsum::V3 => put_be32(b, at + T_CSUM32, checksum),
+        LogCsum::V2 => b[at + T_CSUM16..at + T_CSUM16 + 2].copy_from_slice(&((checksum & 0xFFFF) as u16).to_be_bytes()),
+        LogCsum::None => return false,
+    }
+    true
+}
+
 /// The tags of a descriptor block, the way jbd2's recovery walks them.
 /// Errors name what is wrong (a bad tail checksum, a block too small).
 pub fn parse(fmt: &LogFormat, b: &[u8]) -> Result<Vec<Tag>, String> {
@@ -131,28 +167,19 @@ pub fn parse(fmt: &LogFormat, b: &[u8]) -> Result<Vec<Tag>, String> {
     if !tail_ok(fmt, b) {
         return Err("descriptor tail checksum mismatch".into());
     }
-    let tb = fmt.tag_bytes();
-    let limit = fmt.block_size - fmt.tail_len();
-    let mut at = HEADER_LEN;
-    let mut tags = Vec::new();
-    while at + tb <= limit {
-        let flags = be16(b, at + T_FLAGS);
-        let lo = u64::from(be32(b, at + T_BLOCKNR));
-        let hi = if fmt.is64 { u64::from(be32(b, at + T_BLOCKNR_HIGH)) } else { 0 };
-        let checksum = match fmt.csum {
-            LogCsum::V3 => be32(b, at + T_CSUM32),
-            LogCsum::V2 => u32::from(be16(b, at + T_CSUM16)),
-            LogCsum::None => 0,
-        };
-        tags.push(Tag { fs_block: lo | (hi << 32), escaped: flags & FLAG_ESCAPE != 0, checksum });
-        at += tb;
-        if flags & FLAG_SAME_UUID == 0 {
-            at += UUID_LEN;
-        }
-        if flags & FLAG_LAST_TAG != 0 {
-            break;
-        }
-    }
+    let tags: Vec<Tag> = tag_offsets(fmt, b)
+        .into_iter()
+        .map(|at| {
+            let lo = u64::from(be32(b, at + T_BLOCKNR));
+            let hi = if fmt.is64 { u64::from(be32(b, at + T_BLOCKNR_HIGH)) } else { 0 };
+            let checksum = match fmt.csum {
+                LogCsum::V3 => be32(b, at + T_CSUM32),
+                LogCsum::V2 => u32::from(be16(b, at + T_CSUM16)),
+                LogCsum::None => 0,
+            };
+            Tag { fs_block: lo | (hi << 32), escaped: be16(b, at + T_FLAGS) & FLAG_ESCAPE != 0, checksum }
+        })
+        .collect();
     if tags.is_empty() {
         return Err("descriptor without a tag".into());
     }
@@ -182,6 +209,25 @@ mod tests {
         assert_eq!(parse(&f, &b).unwrap(), tags);
         let one = write(&f, 1, &tags[..1]);
         assert_eq!(parse(&f, &one).unwrap(), tags[..1], "LAST_TAG stops the walk");
+    }
+
+    #[test]
+    fn set_tag_checksum_changes_that_tag_only() {
+        for csum in [LogCsum::V3, LogCsum::V2] {
+            let f = LogFormat { csum, ..fmt(1024) };
+            let tags: Vec<Tag> = (0..3).map(|i| Tag { fs_block: 50 + i, escaped: false, checksum: 0x1111 * (i as u32 + 1) }).collect();
+            let mut b = write(&f, 5, &tags);
+            assert!(set_tag_checksum(&f, &mut b, 1, 0xABCD_1234));
+            assert!(!set_tag_checksum(&f, &mut b, 3, 1), "there is no fourth tag");
+            set_tail(&f, &mut b);
+            let kept = if csum == LogCsum::V3 { 0xABCD_1234 } else { 0x1234 };
+            let mut want = tags.clone();
+            want[1].checksum = kept;
+            assert_eq!(parse(&f, &b).unwrap(), want, "{csum:?}");
+        }
+        let none = LogFormat { csum: LogCsum::None, ..fmt(1024) };
+        let mut b = write(&none, 5, &[Tag { fs_block: 1, escaped: false, checksum: 0 }]);
+        assert!(!set_tag_checksum(&none, &mut b, 0, 7), "a log without checksums has no field for one");
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! superblock's, every descriptor's, and (with metadata_csum) those of the
 //! mutated inodes, extent blocks and directory leaf blocks, each seeded
 //! with its owner inode, and of the log's superblock, descriptor, revoke
-//! and commit blocks. The templates without metadata_csum have only
-//! descriptor checksums. An input may instead be a raw image.
+//! and commit blocks, and the tag checksum of each mutated logged copy
+//! (which recovery then replays home). The templates without
+//! metadata_csum have only descriptor checksums. An input may instead be a raw image.
 //!
 //! The image is then mounted (journal recovery of a hostile log included),
 //! every file and directory reachable from the root is listed, read,
@@ -28,7 +29,8 @@ use ext4_engine::format::group_desc::{desc_checksum, DescChecksum, GroupDesc, BG
 use ext4_engine::format::inode::seal_inode_checksum;
 use ext4_engine::format::journal_superblock::{journal_sb_checksum, JournalSuperblock, BLOCKTYPE_SUPERBLOCK_V1, BLOCKTYPE_SUPERBLOCK_V2, JOURNAL_SB_SIZE, S_CHECKSUM};
 use ext4_engine::journal::block::{set_tail, Header, LogFormat, BLOCKTYPE_COMMIT, BLOCKTYPE_DESCRIPTOR, BLOCKTYPE_REVOKE};
-use ext4_engine::journal::commit;
+use ext4_engine::journal::map::LogMap;
+use ext4_engine::journal::{commit, descriptor, recovery};
 use ext4_engine::format::{dirent, extent};
 use ext4_engine::format::superblock::{superblock_checksum, Superblock, MAX_LOG_BLOCK_SIZE, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ext4_engine::fs::Ext4;
@@ -146,6 +148,17 @@ struct Survey {
     owners: BTreeMap<u64, (u32, u32)>,
     /// The journal superblock's block.
     journal_sb: Option<u64>,
+    /// Each copy in a crashed template's log, by its block.
+    logged: BTreeMap<u64, LoggedCopy>,
+}
+
+/// Where a logged copy's tag is, and the transaction it was logged in
+/// (whose tid seeds the tag's checksum).
+#[derive(Clone, Copy, Debug)]
+struct LoggedCopy {
+    descriptor: u64,
+    tag: usize,
+    tid: u32,
 }
 
 /// What one input did, for the corpus replay's checks.
@@ -156,6 +169,8 @@ pub struct ImageRun {
     pub mounted: bool,
     pub files_read: usize,
     pub refused: Option<String>,
+    /// Logged copies mutated whose tag checksums were resealed.
+    pub copies_resealed: usize,
 }
 
 /// Builds a template: files with deep extent trees, a directory large
@@ -299,10 +314,47 @@ fn survey(dev: &mut MemDevice, bs: u64) -> Survey {
             dir.push(b);
         }
     }
+    let logged = logged_copies(dev, &sb);
+    journal.extend(logged.keys());
+    journal.sort_unstable();
+    journal.dedup();
     let anywhere: Vec<u64> = (0..blocks).collect();
     let regions = vec![(Region::GroupDescs, gdt), (Region::InodeTable, itable), (Region::ExtentBlock, extent), (Region::DirBlock, dir), (Region::Journal, journal), (Region::Anywhere, anywhere)];
     let fs_seed = sb.has_metadata_csum().then(|| sb.csum_seed());
-    Survey { regions, itables, inodes_per_group: ipg, inode_size: isz, fs_seed, owners, journal_sb }
+    Survey { regions, itables, inodes_per_group: ipg, inode_size: isz, fs_seed, owners, journal_sb, logged }
+}
+
+/// The copies a template's log holds (none unless it crashed), found by
+/// the engine's own recovery scan: a descriptor's copies follow it, so
+/// each run of consecutive copies starts right after its descriptor.
+fn logged_copies(dev: &mut MemDevice, sb: &Superblock) -> BTreeMap<u64, LoggedCopy> {
+    let mut out = BTreeMap::new();
+    if !sb.has_journal() {
+        return out;
+    }
+    let bs = u64::from(sb.block_size());
+    let Ok(map) = LogMap::load(dev, sb) else { return out };
+    let raw = map.physical(0).ok().and_then(|b| peek(dev, b * bs, JOURNAL_SB_SIZE)).and_then(|r| <[u8; JOURNAL_SB_SIZE]>::try_from(r).ok());
+    let Some(jsb) = raw.and_then(|r| JournalSuperblock::parse(&r, bs as u32).ok()).filter(|j| j.start != 0) else { return out };
+    let Ok(log) = recovery::scan(dev, &map, &jsb, sb.blocks_count) else { return out };
+    let before = |pos: u32| if pos <= jsb.first { jsb.maxlen - 1 } else { pos - 1 };
+    for t in &log.transactions {
+        let mut run: Option<(u32, u64, usize)> = None;
+        for &(_, at) in &t.copies {
+            let (descriptor, tag) = match run {
+                Some((last, descriptor, tag)) if before(at) == last => (descriptor, tag + 1),
+                _ => match map.physical(before(at)) {
+                    Ok(d) => (d, 0),
+                    Err(_) => continue,
+                },
+            };
+            run = Some((at, descriptor, tag));
+            if let Ok(copy) = map.physical(at) {
+                out.insert(copy, LoggedCopy { descriptor, tag, tid: t.tid });
+            }
+        }
+    }
+    out
 }
 
 fn templates() -> &'static [Template] {
@@ -375,15 +427,17 @@ fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
 }
 
 /// Reseals the touched blocks of a log with checksums (csum v2/v3): the
-/// journal superblock first, whose UUID seeds the rest, then the tails of
-/// descriptor and revoke blocks and the checksums of commit blocks, so a
-/// mutation of the log reaches recovery's parsers. Logged copies and their
-/// tag checksums are left as they are.
-fn reseal_journal(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) {
+/// journal superblock first, whose UUID seeds the rest, then the tag
+/// checksum of each touched logged copy (in its descriptor, whatever
+/// region the mutation aimed at), then the tails of descriptor and revoke
+/// blocks and the checksums of commit blocks, so a mutation of the log
+/// reaches recovery's parsers and a mutated copy is replayed.
+fn reseal_journal(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) -> usize {
     let bs = t.block_size;
-    let blocks: Vec<u64> = touched.iter().filter(|(r, _)| *r == Region::Journal).map(|(_, b)| *b).collect();
-    let Some(jsb_block) = t.survey.journal_sb.filter(|_| !blocks.is_empty()) else { return };
-    let Some(mut raw) = peek(dev, jsb_block * bs, JOURNAL_SB_SIZE).and_then(|r| <[u8; JOURNAL_SB_SIZE]>::try_from(r).ok()) else { return };
+    let copies: BTreeMap<u64, LoggedCopy> = touched.iter().filter_map(|&(_, b)| t.survey.logged.get(&b).map(|&c| (b, c))).collect();
+    let mut blocks: Vec<u64> = touched.iter().filter(|(r, _)| *r == Region::Journal).map(|(_, b)| *b).filter(|b| !t.survey.logged.contains_key(b)).collect();
+    let Some(jsb_block) = t.survey.journal_sb.filter(|_| !blocks.is_empty() || !copies.is_empty()) else { return 0 };
+    let Some(mut raw) = peek(dev, jsb_block * bs, JOURNAL_SB_SIZE).and_then(|r| <[u8; JOURNAL_SB_SIZE]>::try_from(r).ok()) else { return 0 };
     // Sealed before it is parsed (the parse checks it); a superblock that
     // then says it has no checksums keeps the bytes it had.
     let before = raw;
@@ -391,14 +445,25 @@ fn reseal_journal(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) 
         let sum = journal_sb_checksum(&raw);
         raw[S_CHECKSUM..S_CHECKSUM + 4].copy_from_slice(&sum.to_be_bytes());
     }
-    let Ok(jsb) = JournalSuperblock::parse(&raw, bs as u32) else { return };
+    let Ok(jsb) = JournalSuperblock::parse(&raw, bs as u32) else { return 0 };
     if !jsb.has_csum() {
-        return;
+        return 0;
     }
     if raw != before {
         let _ = patch(dev, jsb_block * bs, &raw);
     }
     let fmt = LogFormat::from_jsb(&jsb);
+    let mut resealed = 0;
+    for (b, copy) in copies {
+        let (Some(logged), Some(mut desc)) = (peek(dev, b * bs, bs as usize), peek(dev, copy.descriptor * bs, bs as usize)) else { continue };
+        if descriptor::set_tag_checksum(&fmt, &mut desc, copy.tag, descriptor::tag_checksum(&fmt, copy.tid, &logged)) {
+            let _ = patch(dev, copy.descriptor * bs, &desc);
+            blocks.push(copy.descriptor);
+            resealed += 1;
+        }
+    }
+    blocks.sort_unstable();
+    blocks.dedup();
     for b in blocks.into_iter().filter(|&b| b != jsb_block) {
         let Some(mut block) = peek(dev, b * bs, bs as usize) else { continue };
         match Header::parse(&block).map(|h| h.blocktype) {
@@ -408,6 +473,7 @@ fn reseal_journal(dev: &mut MemDevice, t: &Template, touched: &[(Region, u64)]) 
         }
         let _ = patch(dev, b * bs, &block);
     }
+    resealed
 }
 
 /// Recomputes the superblock's and every descriptor's checksum, so a
@@ -515,7 +581,7 @@ fn run_input(input: Input) -> ImageRun {
     run.regions = touched.iter().map(|(r, _)| *r).collect();
     if input.reseal {
         reseal_blocks(&mut dev, t, &touched);
-        reseal_journal(&mut dev, t, &touched);
+        run.copies_resealed = reseal_journal(&mut dev, t, &touched);
         reseal(&mut dev);
     }
     let config = MountConfig { block_size: t.block_size as u32, read_only: input.read_only, ..MountConfig::default() };
@@ -701,5 +767,48 @@ mod tests {
             let indexed = flags & ext4_engine::format::inode::FL_INDEX != 0;
             assert_eq!(indexed, t.block_size == 1024, "{}: /d flags {flags:#x}", t.name);
         }
+    }
+
+    /// Template 3 (4 KiB, metadata_csum, csum v3 log) with byte `offset`
+    /// of its last logged copy set to `value`, mounted (recovery replays
+    /// the log) and unmounted: the bytes that then differ from the
+    /// untouched template's, mounted and unmounted alike, outside the log
+    /// (where the copy, its tag and its descriptor's tail differ too).
+    fn replayed_with_last_copy_set(offset: u16, value: u8, reseal: bool) -> Vec<(usize, u8)> {
+        let t = &templates()[3];
+        let journal = &t.survey.regions.iter().find(|(r, _)| *r == Region::Journal).unwrap().1;
+        let (&last, _) = t.survey.logged.iter().max_by_key(|(_, c)| (c.tid, c.tag)).expect("the crashed log holds copies");
+        let pick = journal.iter().position(|&b| b == last).expect("logged copies are in the journal region") as u16;
+        let settled = |dev: MemDevice| {
+            let config = MountConfig { block_size: 4096, ..MountConfig::default() };
+            let dev = match Ext4::mount(dev.clone(), &config) {
+                Ok(fs) => fs.unmount().unwrap(),
+                Err(_) => dev.clone(),
+            };
+            let mut bytes = vec![0u8; dev.size_bytes() as usize];
+            let mut dev = dev;
+            dev.read(0, &mut bytes, IoClass::Metadata).unwrap();
+            bytes
+        };
+        let mut dev = t.dev.clone();
+        let touched = vec![mutate(&mut dev, t, Mutation { region: Region::Journal, pick, offset, change: Change::Set(value) }).unwrap()];
+        if reseal {
+            reseal_journal(&mut dev, t, &touched);
+        }
+        let (untouched, mutated) = (settled(t.dev.clone()), settled(dev));
+        let in_log = |i: usize| journal.contains(&(i as u64 / t.block_size));
+        untouched.iter().zip(&mutated).enumerate().filter(|&(i, (a, b))| a != b && !in_log(i)).map(|(i, (_, &b))| (i, b)).collect()
+    }
+
+    #[test]
+    fn a_resealed_logged_copy_is_replayed_home_and_an_unsealed_one_is_not() {
+        // The last byte of the block, whatever it holds, is set to 0x5c.
+        let sealed = replayed_with_last_copy_set(4095, 0x5c, true);
+        assert_eq!(sealed.len(), 1, "only the changed byte differs once replayed: {sealed:?}");
+        assert_eq!(sealed[0].1, 0x5c);
+        // Unsealed, the copy fails its tag checksum: its transaction is
+        // not replayed, the changed byte goes nowhere.
+        let broken = replayed_with_last_copy_set(4095, 0x5c, false);
+        assert!(!broken.is_empty() && !broken.contains(&sealed[0]), "{broken:?}");
     }
 }
