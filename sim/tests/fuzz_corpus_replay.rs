@@ -51,9 +51,13 @@ fn write_model_ops_seed_corpus() {
     write_corpus("model_ops", &ext4_sim::fuzz_body::model_ops_seed_corpus(40));
 }
 
-/// Writes a generated seed corpus as fuzz/corpus/TARGET/seed-NN.
+/// Writes a generated seed corpus as fuzz/corpus/TARGET/seed-NN, in place
+/// of whatever the directory held: it holds what the generator makes.
 fn write_corpus(target: &str, inputs: &[Vec<u8>]) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
     std::fs::create_dir_all(&dir).unwrap();
     for (i, input) in inputs.iter().enumerate() {
         std::fs::write(dir.join(format!("seed-{i:02}")), input).unwrap();
@@ -141,33 +145,31 @@ fn write_lockstep_seed_corpus() {
 /// locks, crashes.
 #[test]
 fn journal_switch_corpus_replays() {
-    let (mut switches, mut sleeps, mut crashes, mut holding, mut flusher) = (0, 0, 0, 0, 0);
-    let mut sleeps_on = std::collections::BTreeMap::new();
-    let mut split_kinds = std::collections::BTreeSet::new();
+    let mut reach = ext4_sim::fuzz_body::SwitchReach::default();
     for (path, data) in corpus("journal_switch").into_iter().chain(regressions("journal_switch")) {
         let run = ext4_sim::fuzz_body::journal_switch(&data);
-        let run = run.unwrap_or_else(|| panic!("{} decodes to a trace the runner refuses", path.display()));
-        switches += run.stats.ok.get(&ext4_model::OpKind::SetJournalData).copied().unwrap_or(0);
-        sleeps += run.stats.lock_sleeps;
-        for (lock, n) in run.stats.lock_sleeps_on {
-            *sleeps_on.entry(lock).or_insert(0) += n;
-        }
-        crashes += run.stats.crashes;
-        holding += run.stats.lock_sleeps_holding;
-        flusher += run.stats.flusher_flights;
-        split_kinds.extend(run.steps.iter().filter_map(|st| if let ext4_sim::trace::Step::Begin(op) = st { Some(op.kind()) } else { None }));
+        reach.add(&run.unwrap_or_else(|| panic!("{} decodes to a trace the runner refuses", path.display())));
     }
-    assert!(switches >= 50 && sleeps >= 2 && crashes >= 10, "corpus reaches {switches} switches, {sleeps} lock sleeps, {crashes} crashes");
+    let r = &reach;
+    assert!(r.switches >= 50 && r.sleeps >= 2 && r.crashes >= 10, "corpus reaches {} switches, {} lock sleeps, {} crashes", r.switches, r.sleeps, r.crashes);
     // Its rivals split where they sleep under their inode's locks, and
     // some meet a held lock after taking others, sleeping holding them.
-    assert!(split_kinds.len() >= 9 && holding >= 3, "{} kinds split ({split_kinds:?}), {holding} slept holding locks", split_kinds.len());
-    assert!(flusher >= 5, "the flusher slept on {flusher} write-backs");
+    assert!(r.split_kinds.len() >= 9 && r.holding >= 3, "{} kinds split ({:?}), {} slept holding locks", r.split_kinds.len(), r.split_kinds, r.holding);
+    assert!(r.flusher >= 5, "the flusher slept on {} write-backs", r.flusher);
     // Reads and seeks of the switching file sleep on its own locks.
     for lock in ["invalidate_lock", "i_rwsem"] {
-        assert!(sleeps_on.get(lock).is_some_and(|n| *n >= 2), "sleeps by lock: {sleeps_on:?}");
+        assert!(r.sleeps_on.get(lock).is_some_and(|n| *n >= 2), "sleeps by lock: {:?}", r.sleeps_on);
     }
+    eprintln!("journal_switch corpus: {r:?}");
 }
 
+/// Writes journal_switch's seed corpus (run by hand, then commit):
+/// `cargo test -p ext4-sim --release --test fuzz_corpus_replay -- --ignored write_journal_switch`.
+#[test]
+#[ignore = "writes fuzz/corpus/journal_switch; run by hand"]
+fn write_journal_switch_seed_corpus() {
+    write_corpus("journal_switch", &ext4_sim::fuzz_body::journal_switch_seed_corpus(24));
+}
 
 /// Replays the corpus and checks it reaches what the target is for:
 /// block sizes above the page size, fragmented memory, no-fail requests

@@ -4,161 +4,16 @@
 mod folio_nofail;
 mod group_spread;
 mod lockstep;
+mod journal_switch;
 mod model_ops;
 mod mount_image;
 
 pub use folio_nofail::{folio_nofail, seed_corpus as folio_nofail_seed_corpus, NoFailRun};
 pub use group_spread::{group_spread, seed_corpus as group_spread_seed_corpus, SpreadRun};
 pub use lockstep::{lockstep, lockstep_on, lockstep_spec, seed_corpus as lockstep_seed_corpus, Reach, HEADER_BYTES, LOCKSTEP_MOUNTS, MAX_LOCKSTEP_OPS};
+pub use journal_switch::{journal_switch, journal_switch_on, seed_corpus as journal_switch_seed_corpus, SwitchReach, FUZZ_DISK_BYTES};
 pub use model_ops::{model_ops, seed_corpus as model_ops_seed_corpus, ModelOpsRun};
 pub use mount_image::{mount_image, seed_corpus as mount_image_seed_corpus, ImageRun, Region, TEMPLATE_NAMES};
 
-use arbitrary::Unstructured;
-use ext4_model::{MountConfig, Op};
-
 /// Cap on ops one input runs, so a single input stays fast.
 pub const MAX_FUZZ_OPS: usize = 64;
-
-/// Disk size for the `journal_switch` target: small, so mkfs per input stays cheap.
-pub const FUZZ_DISK_BYTES: u64 = 64 << 20;
-
-/// Mounts the `journal_switch` target draws from: the three data modes,
-/// nodelalloc (where +j journals data), and a block larger than the page.
-const SWITCH_MOUNTS: [&str; 6] = ["", "data=writeback", "data=journal", "nodelalloc", "data=writeback,nodelalloc", "bs=16k,ps=4k,nodelalloc"];
-/// The few files the target's ops aim at, so switches meet writers.
-const SWITCH_FILES: [&str; 3] = ["/a", "/b", "/c"];
-
-/// An offset or length near a block or folio edge, mostly.
-fn switch_offset(u: &mut Unstructured) -> arbitrary::Result<u64> {
-    let block = 4096 * u64::from(u.int_in_range(0u32..=40)?);
-    Ok(match u.int_in_range(0u8..=3)? {
-        0 => block,
-        1 => block.saturating_sub(u64::from(u.int_in_range(1u32..=511)?)),
-        2 => block + u64::from(u.int_in_range(1u32..=4095)?),
-        _ => u64::from(u.int_in_range(0u32..=(256 << 10))?),
-    })
-}
-
-fn switch_len(u: &mut Unstructured) -> arbitrary::Result<u32> {
-    Ok(match u.int_in_range(0u8..=3)? {
-        0 => 4096 * u.int_in_range(1u32..=16)?,
-        1 => 512 * u.int_in_range(1u32..=16)?,
-        _ => u.int_in_range(1u32..=(128 << 10))?,
-    })
-}
-
-/// One step of a `journal_switch` input: ops dense in chattr +j/-j on a
-/// few files, the rivals the switch locks out (writes, faults, direct I/O,
-/// truncate, fallocate, fsync, reads, SEEK_DATA/SEEK_HOLE), task switches
-/// and split halves for the seeded scheduler's interleavings, crashes and
-/// write faults.
-fn switch_step(u: &mut Unstructured, tasks: u32) -> arbitrary::Result<crate::trace::Step> {
-    use crate::trace::Step;
-    let path = u.choose(&SWITCH_FILES)?.to_string();
-    let seed = u64::from(u.int_in_range(1u32..=1000)?);
-    // With tasks to overtake it, an odd seed splits an op that sleeps
-    // holding its inode's locks: no byte of its own, so inputs decode into
-    // the same ops as before those could split.
-    let maybe_split = |op: Op| if tasks > 1 && seed % 2 == 1 { Step::Begin(op) } else { Step::Op(op) };
-    Ok(match u.int_in_range(0u8..=15)? {
-        0..=1 => Step::Op(Op::SetJournalData { path, enable: u.arbitrary()? }),
-        2 => Step::Op(Op::Lseek { path, offset: switch_offset(u)?, whence: *u.choose(&[ext4_model::SeekWhence::Data, ext4_model::SeekWhence::Hole])? }),
-        3 => Step::Begin(Op::SetJournalData { path, enable: false }),
-        4 => Step::Begin(Op::Fsync { path }),
-        5 => Step::Finish,
-        6 => maybe_split(Op::Write { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
-        7 => maybe_split(Op::MapWrite { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
-        8 => maybe_split(Op::DirectWrite { path, offset: switch_offset(u)?, len: switch_len(u)?, seed }),
-        9 => maybe_split(Op::DirectRead { path, offset: switch_offset(u)?, len: switch_len(u)? }),
-        10 => maybe_split(Op::Truncate { path, size: switch_offset(u)? }),
-        11 => {
-            let mode = ext4_model::FallocFlags(*u.choose(&[0, ext4_model::FallocFlags::KEEP_SIZE, ext4_model::FallocFlags::PUNCH_HOLE | ext4_model::FallocFlags::KEEP_SIZE, ext4_model::FallocFlags::ZERO_RANGE])?);
-            maybe_split(Op::Fallocate { path, mode, offset: switch_offset(u)?, len: u64::from(switch_len(u)?) })
-        }
-        12 => maybe_split(Op::Read { path, offset: switch_offset(u)?, len: switch_len(u)? }),
-        13 => Step::Task(u.int_in_range(0..=tasks - 1)?),
-        14 => Step::Crash { seed },
-        _ => Step::Fault(crate::disk::fault::FaultEvent { kind: crate::disk::fault::ScriptedFault::Write, command: u.int_in_range(0u32..=30)?, sector: 0 }),
-    })
-}
-
-/// Decoded steps between the flusher's turns in a `journal_switch` input.
-const FLUSHER_EVERY: usize = 8;
-/// Past the dirty expiry (30 s): what was dirty at the last turn has expired.
-const FLUSHER_PAUSE_NS: u64 = 36_000_000_000;
-
-/// chattr +j/-j against its rivals, in lockstep under the seeded scheduler:
-/// any divergence, lock-discipline failure (a lock held after its op, an
-/// order inversion) or crash-state violation panics with the report.
-/// Returns the run, or None for an input the runner refuses as a trace.
-pub fn journal_switch(data: &[u8]) -> Option<crate::run::RunResult> {
-    journal_switch_on(&crate::engine_target::EngineFactory, data)
-}
-
-/// [`journal_switch`] against any target: a bug twin (an engine with a
-/// test hook armed) runs the very same body.
-pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u8]) -> Option<crate::run::RunResult> {
-    use crate::run::{run_steps, RunSpec};
-    use crate::trace::Step;
-    let mut u = Unstructured::new(data);
-    let mount = u.choose(&SWITCH_MOUNTS).ok()?.parse::<MountConfig>().ok()?;
-    let tasks = u.int_in_range(1u32..=4).ok()?;
-    let faults = "write=0".parse().expect("a fault switch");
-    let spec = RunSpec { tasks, faults, disk_bytes: FUZZ_DISK_BYTES, ..RunSpec::new(0, MAX_FUZZ_OPS as u64, mount) };
-    // Made durable first, so a crash step does not leave the rest of the
-    // input aiming at files that are gone.
-    let mut steps: Vec<Step> = SWITCH_FILES.iter().map(|p| Step::Op(Op::Create { path: p.to_string(), perm: 0o644 })).collect();
-    steps.push(Step::Op(Op::Sync));
-    // A valid schedule: a task with an op in flight only finishes it (or
-    // the scheduler moves on); no crash while an op is in flight.
-    let (mut task, mut in_flight) = (0usize, vec![false; tasks as usize]);
-    // An exhausted `Unstructured` answers defaults forever, which could
-    // be a step that never fits: stop at the end of the input.
-    let mut decoded = 0usize;
-    while steps.len() < MAX_FUZZ_OPS && !u.is_empty() {
-        let Ok(step) = switch_step(&mut u, tasks) else { break };
-        decoded += 1;
-        // Every so many steps, time passes and the flusher runs: it
-        // finishes what it had in flight, wakes to see what is dirty, wakes
-        // again once that has expired, and begins writing back the first
-        // such file, sleeping on it across the next steps (which meet its
-        // folio locks, its handle and s_writepages_rwsem). Taken from no
-        // byte of the input: inputs decode to the steps they did, with
-        // these between.
-        if decoded % FLUSHER_EVERY == 0 && !in_flight[task] {
-            let pause = Step::Pause { ns: FLUSHER_PAUSE_NS };
-            steps.extend([Step::Flusher, pause.clone(), Step::Flusher, pause, Step::Flusher, Step::Flusher]);
-        }
-        let busy = in_flight[task];
-        let fits = match &step {
-            Step::Task(t) => {
-                task = *t as usize;
-                true
-            }
-            Step::Finish => std::mem::take(&mut in_flight[task]),
-            Step::Begin(_) if !busy => {
-                in_flight[task] = true;
-                true
-            }
-            Step::Crash { .. } => !in_flight.contains(&true),
-            Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } | Step::Reclaim => !busy,
-            // Not a task's: the flusher runs between any two steps.
-            Step::Flusher => true,
-        };
-        if fits {
-            steps.push(step);
-        }
-    }
-    for (t, busy) in in_flight.iter().enumerate() {
-        if *busy {
-            steps.push(Step::Task(t as u32));
-            steps.push(Step::Finish);
-        }
-    }
-    let result = run_steps(factory, &spec, &steps).ok()?;
-    if let Some(failure) = &result.failure {
-        let trace = crate::trace::Trace { spec, steps }.to_text();
-        panic!("journal_switch input failed: {failure}\n{trace}");
-    }
-    Some(result)
-}
