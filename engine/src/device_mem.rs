@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::device::{check_range, BlockDevice, DeviceError, IoClass, WriteFlags};
+use crate::format::bitmap::bytes_all;
 
 /// Bytes per stored chunk: one 4 KiB page, so scattered metadata (a bitmap
 /// block every flex group of a 16 TiB image) costs what it holds.
@@ -48,12 +49,6 @@ impl MemDevice {
     }
 }
 
-/// No branch per byte: the OR vectorizes, and a fuzz build traces no
-/// comparison per byte (a raw image is mostly zeros, written whole).
-fn all_zero(bytes: &[u8]) -> bool {
-    bytes.iter().fold(0u8, |acc, &b| acc | b) == 0
-}
-
 impl BlockDevice for MemDevice {
     fn size_bytes(&self) -> u64 {
         self.size_bytes
@@ -80,7 +75,8 @@ impl BlockDevice for MemDevice {
             let data = match chunks.get_mut(&chunk) {
                 Some(data) => data,
                 // Zeros over a hole change nothing: keep the hole.
-                None if all_zero(src) => return,
+                // A raw image is mostly zeros, written whole.
+                None if bytes_all(src, 0) => return,
                 None => chunks.entry(chunk).or_insert_with(|| vec![0u8; CHUNK_BYTES as usize].into_boxed_slice()),
             };
             data[in_chunk..in_chunk + src.len()].copy_from_slice(src);
