@@ -248,15 +248,18 @@ fn mount_image_templates_mount_and_read_whole() {
 
 /// Replays the mount_image corpus and its regressions: no input panics,
 /// and together they mutate every region, some images still mount and
-/// some are refused with a typed error, raw images mount and read, and a
-/// logged copy is mutated with its tag checksum resealed.
+/// some are refused with a typed error, raw images mount and read, a
+/// logged copy is mutated with its tag checksum resealed, and every
+/// template is among them.
 #[test]
 fn mount_image_corpus_replays() {
     let mut regions = std::collections::BTreeSet::new();
     let (mut mounted, mut refused, mut raw, mut copies) = (0, 0, 0, 0);
+    let mut templates = std::collections::BTreeSet::new();
     for (path, data) in corpus("mount_image").into_iter().chain(regressions("mount_image")) {
         let run = ext4_sim::fuzz_body::mount_image(&data).unwrap_or_else(|| panic!("{} decodes to nothing", path.display()));
         copies += run.copies_resealed;
+        templates.insert(run.template);
         raw += usize::from(run.template == "raw" && run.mounted && run.files_read > 0);
         regions.extend(run.regions.iter().map(|r| format!("{r:?}")));
         if run.mounted && !run.regions.is_empty() {
@@ -269,6 +272,7 @@ fn mount_image_corpus_replays() {
     assert!(regions.len() >= 6, "regions mutated: {regions:?}");
     assert!(mounted >= 20 && refused >= 8 && raw >= 2, "{mounted} mutated images mounted, {refused} refused, {raw} raw images mounted and read");
     assert!(copies >= 1, "no input mutates a logged copy and reseals its tag");
+    assert_eq!(templates.len(), 5, "every template and raw images: {templates:?}");
     eprintln!("mount_image corpus: regions {regions:?}, {mounted} mutated images mounted, {refused} refused, {raw} raw images read, {copies} logged copies resealed");
 }
 

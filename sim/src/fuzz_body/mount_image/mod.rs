@@ -308,18 +308,20 @@ fn raw_seed(metadata_csum: bool) -> Vec<u8> {
 pub fn seed_corpus(n: usize) -> Vec<Vec<u8>> {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x1a6e_5eed);
-    let mut kept: Vec<Vec<u8>> = (0..3u8).map(|t| vec![t, 1, 0]).collect();
+    let mut kept: Vec<Vec<u8>> = (0..templates().len() as u8).map(|t| vec![t, 1, 0]).collect();
     // Raw images, whole, for libFuzzer's byte-level mutations to start from.
     kept.extend([true, false].map(raw_seed));
+    let fixed = kept.len();
     let (mut refused, mut mounted) = (0, 0);
     for i in 0..n * 40 {
         if kept.len() >= n {
             break;
         }
-        let mut input: Vec<u8> = vec![(i % 3) as u8, u8::from(i % 4 != 0), u8::from(i % 7 == 0)];
+        // Every template in turn, three in four resealed.
+        let mut input: Vec<u8> = vec![(i % templates().len()) as u8, u8::from((i / 4) % 4 != 0), u8::from(i % 7 == 0)];
         input.extend((0..(1 + i % 3) * 14).map(|_| rng.random::<u8>()));
         let Some(run) = mount_image(&input) else { continue };
-        let keep = if run.refused.is_some() { refused < n / 4 } else { mounted < n - n / 4 - 3 };
+        let keep = if run.refused.is_some() { refused < n / 4 } else { mounted < n - n / 4 - fixed };
         if keep && !run.regions.is_empty() {
             if run.refused.is_some() {
                 refused += 1;
