@@ -93,21 +93,27 @@ pub fn capacity(len: usize) -> u16 {
     u16::try_from(len.saturating_sub(HEADER_LEN) / ENTRY_LEN).unwrap_or(u16::MAX)
 }
 
-/// Parses the header of a node of `b.len()` bytes.
-pub fn parse_header(b: &[u8], ino: InodeNumber) -> Result<ExtentHeader> {
-    if b.len() < HEADER_LEN {
-        return Err(bad(ino, format!("node of {} bytes has no header", b.len())));
-    }
-    let magic = le16(b, EH_MAGIC);
-    if magic != EXTENT_MAGIC {
-        return Err(bad(ino, format!("eh_magic {magic:#06x} != {EXTENT_MAGIC:#06x}")));
-    }
-    let h = ExtentHeader {
+/// The header's fields as stored, checked for nothing (not even the
+/// magic): for tools that change nodes on purpose. None when `b` is too
+/// short to hold a header.
+pub fn stated_header(b: &[u8]) -> Option<ExtentHeader> {
+    (b.len() >= HEADER_LEN).then(|| ExtentHeader {
         entries: le16(b, EH_ENTRIES),
         max: le16(b, EH_MAX),
         depth: le16(b, EH_DEPTH),
         generation: le32(b, EH_GENERATION),
+    })
+}
+
+/// Parses the header of a node of `b.len()` bytes.
+pub fn parse_header(b: &[u8], ino: InodeNumber) -> Result<ExtentHeader> {
+    let Some(h) = stated_header(b) else {
+        return Err(bad(ino, format!("node of {} bytes has no header", b.len())));
     };
+    let magic = le16(b, EH_MAGIC);
+    if magic != EXTENT_MAGIC {
+        return Err(bad(ino, format!("eh_magic {magic:#06x} != {EXTENT_MAGIC:#06x}")));
+    }
     let cap = capacity(b.len());
     if h.max > cap {
         return Err(bad(ino, format!("eh_max {} > {cap} entries that fit", h.max)));

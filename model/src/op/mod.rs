@@ -200,9 +200,9 @@ pub enum Op {
     MapWrite { path: String, offset: u64, len: u32, seed: u64 },
 }
 
-/// Which fields of each op are paths, written once for [`Op::paths`] and
-/// [`Op::path_strings_mut`] (a match cannot be generic over `&` and
-/// `&mut`); the caller says what a symlink gives.
+/// Which fields of each op are paths, written once for [`Op::paths`],
+/// [`Op::path_strings`] and [`Op::path_strings_mut`] (a match cannot be
+/// generic over `&` and `&mut`); the caller says what a symlink gives.
 macro_rules! op_paths {
     ($op:expr, Symlink { target: $target:pat, path: $path:ident } => $symlink:expr) => {
         match $op {
@@ -242,9 +242,14 @@ impl Op {
         op_paths!(self, Symlink { target: _, path: path } => vec![path])
     }
 
-    /// Every path-like string of the op, to change: [`Op::paths`] and a
-    /// symlink's target (first). The shrinker rewrites names through it,
-    /// and a fuzz input's decoding aims arbitrary paths at names that exist.
+    /// Every path-like string of the op: [`Op::paths`] and a symlink's
+    /// target (first). The shrinker reads the names a trace uses through it.
+    pub fn path_strings(&self) -> Vec<&str> {
+        op_paths!(self, Symlink { target: target, path: path } => vec![target, path])
+    }
+
+    /// [`Op::path_strings`], to change: the shrinker rewrites names through
+    /// it, and a fuzz input's decoding aims arbitrary paths at names that exist.
     pub fn path_strings_mut(&mut self) -> Vec<&mut String> {
         op_paths!(self, Symlink { target: target, path: path } => vec![target, path])
     }

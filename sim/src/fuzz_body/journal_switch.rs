@@ -199,8 +199,9 @@ impl SwitchReach {
     }
 }
 
-/// What the seed generator keeps inputs until it reaches: half again what
-/// the replay test asks of the corpus, and every op the decoder can split.
+/// What the seed generator keeps inputs until it reaches: what the replay
+/// test asks of the corpus with a margin (half again, three times its two
+/// lock sleeps), and every op the decoder can split.
 fn seed_goal() -> SwitchReach {
     let kinds = [OpKind::SetJournalData, OpKind::Fsync, OpKind::Write, OpKind::MapWrite, OpKind::DirectWrite, OpKind::DirectRead, OpKind::Truncate, OpKind::Fallocate, OpKind::Read];
     SwitchReach {
@@ -217,7 +218,7 @@ fn seed_goal() -> SwitchReach {
 /// A seed corpus of `want` inputs: random bytes from a ChaCha stream (the
 /// same files every time) behind a mount and a task count taken in turn,
 /// kept while each brings the corpus closer to [`seed_goal`]; once it is
-/// reached, inputs that switch and crash or sleep fill the rest.
+/// reached, inputs that crash or sleep on a lock fill the rest.
 pub fn seed_corpus(want: usize) -> Vec<Vec<u8>> {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x6a5f_5357);

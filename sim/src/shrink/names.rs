@@ -76,15 +76,6 @@ fn merge_names(current: &mut Trace, trial: &mut Trial) {
     }
 }
 
-/// The path-like strings an op holds: the paths it names, and a symlink's
-/// target.
-fn path_strings(op: &Op) -> Vec<&str> {
-    match op {
-        Op::Symlink { target, path } => vec![target, path],
-        _ => op.paths(),
-    }
-}
-
 /// The trace with every path-like string of every op (begun ones too)
 /// rewritten.
 fn rewritten(trace: &Trace, rewrite: impl Fn(&str) -> String) -> Trace {
@@ -108,7 +99,7 @@ fn rewritten(trace: &Trace, rewrite: impl Fn(&str) -> String) -> Trace {
 }
 
 fn every_path(trace: &Trace) -> impl Iterator<Item = &str> {
-    trace.steps.iter().filter_map(Step::op).flat_map(path_strings)
+    trace.steps.iter().filter_map(Step::op).flat_map(Op::path_strings)
 }
 
 /// "." and ".." name a place by where they are: no rename keeps that.

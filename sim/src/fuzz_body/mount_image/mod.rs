@@ -24,6 +24,7 @@ mod template;
 use arbitrary::{Arbitrary, Unstructured};
 use ext4_engine::device::{BlockDevice, IoClass, WriteFlags};
 use ext4_engine::device_mem::MemDevice;
+use ext4_engine::format::extent;
 use ext4_engine::format::superblock::{Superblock, MAX_LOG_BLOCK_SIZE, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
 use ext4_engine::fs::Ext4;
 use ext4_engine::mkfs::{mkfs, MkfsOptions};
@@ -133,8 +134,8 @@ fn in_use(dev: &mut MemDevice, t: &Template, region: Region, b: u64) -> u64 {
     if region != Region::ExtentBlock {
         return bs;
     }
-    let entries = peek(dev, b * bs + 2, 2).map_or(0, |e| u64::from(u16::from_le_bytes([e[0], e[1]])));
-    (12 + 12 * entries).clamp(12, bs)
+    let entries = peek(dev, b * bs, extent::HEADER_LEN).and_then(|h| extent::stated_header(&h)).map_or(0, |h| usize::from(h.entries));
+    ((extent::HEADER_LEN + entries * extent::ENTRY_LEN) as u64).min(bs)
 }
 
 /// Applies `m` to `dev`; returns the region it landed in and its block.

@@ -36,8 +36,8 @@ pub(super) fn reseal_blocks(dev: &mut MemDevice, t: &Template, touched: &[(Regio
             }
             Region::ExtentBlock => {
                 let Some(&(ino, generation)) = s.owners.get(&b) else { continue };
-                let max = u16::from_le_bytes([block[4], block[5]]);
-                if extent::tail_offset(max) + 4 > block.len() {
+                let Some(h) = extent::stated_header(&block) else { continue };
+                if extent::tail_offset(h.max) + 4 > block.len() {
                     continue;
                 }
                 extent::set_block_checksum(&mut block, inode_seed(fs_seed, ino, generation));

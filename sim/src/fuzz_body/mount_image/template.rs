@@ -26,8 +26,9 @@ use super::Region;
 /// [`template_name`]), since the walk does the same work for each.
 pub const TEMPLATE_NAMES: usize = 20;
 
-/// The `i`th name in a template's directory: 53 bytes (a 64-byte entry), so twenty fill
-/// more than a 1 KiB block and the directory is an htree there.
+/// The `i`th name in a template's directory: 53 bytes (a 64-byte entry),
+/// so twenty fill more than a 1 KiB block and the directory is an htree
+/// there.
 pub(super) fn template_name(i: usize) -> String {
     format!("name-{i:04}-long-enough-that-twenty-overflow-a-1k-block")
 }
@@ -107,7 +108,7 @@ fn build(name: &'static str, block_size: u32, metadata_csum: bool, crash: bool) 
     Template { name, dev, block_size: bs, survey }
 }
 
-pub(super) fn read_block(dev: &mut MemDevice, bs: u64, b: u64) -> Vec<u8> {
+fn read_block(dev: &mut MemDevice, bs: u64, b: u64) -> Vec<u8> {
     peek(dev, b * bs, bs as usize).unwrap_or_default()
 }
 
@@ -138,7 +139,7 @@ pub(super) fn patch(dev: &mut MemDevice, at: u64, bytes: &[u8]) -> Option<()> {
 }
 
 /// A template's superblock and the geometry it gives.
-pub(super) fn geometry_of(dev: &mut MemDevice) -> Option<(Superblock, Geometry)> {
+fn geometry_of(dev: &mut MemDevice) -> Option<(Superblock, Geometry)> {
     let raw: [u8; SUPERBLOCK_SIZE] = peek(dev, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE)?.try_into().ok()?;
     let sb = Superblock::parse(&raw).ok()?;
     let geo = Geometry::from_superblock(&sb).ok()?;
