@@ -67,7 +67,16 @@ impl<D: BlockDevice> Ext4<D> {
             Op::FsyncFd { slot } | Op::Close { slot } | Op::Open { slot, .. } => (self.slot_file(*slot).ok()?, 0..u64::MAX),
             Op::Truncate { path, size } => (self.open_path(path).ok()?, *size..u64::MAX),
             Op::FtruncateFd { slot, size } => (self.slot_file(*slot).ok()?, *size..u64::MAX),
-            Op::DirectWrite { path, offset, .. } | Op::DirectRead { path, offset, .. } => (self.open_path(path).ok()?, *offset..u64::MAX),
+            // An extending direct write that fails truncates back to the old
+            // size (ext4_inode_extension_cleanup), which may reach a folio
+            // straddling the old EOF below the write.
+            Op::DirectWrite { path, offset, len, .. } => {
+                let ino = self.open_path(path).ok()?;
+                let size = self.nodes.get(&ino).map_or(0, |n| n.disk.size);
+                let from = if offset.saturating_add(u64::from(*len)) > size { (*offset).min(size) } else { *offset };
+                (ino, from..u64::MAX)
+            }
+            Op::DirectRead { path, offset, .. } => (self.open_path(path).ok()?, *offset..u64::MAX),
             Op::Fallocate { path, mode, offset, len } => {
                 let kind = super::super::fallocate::fallocate_checks(*mode, *offset, *len, self.ctx.mount.max_file_size()).ok()?;
                 (self.open_path(path).ok()?, if super::super::fallocate::fallocate_invalidates(kind) { *offset..u64::MAX } else { 0..0 })
