@@ -111,6 +111,7 @@ impl<D: BlockDevice> Ctx<D> {
         self.pages.invalidate(ino, range.clone());
         let reserved_before = self.reserved_in(node, range.clone());
         node.es.remove_delayed(range.clone());
+        node.quietly_written.remove(range.clone());
         let end = range.end.min(node.map().end().max(range.start));
         self.unmap_range(node, range.start..end)?;
         self.settle_reservation(node, range, reserved_before);

@@ -55,10 +55,14 @@ impl<D: BlockDevice> Ctx<D> {
 
     /// Where the range's write-back before direct I/O moves i_disksize:
     /// the end of the page of its last delayed block (as the model's
-    /// direct_io.rs says). Asked before that write-back, applied after.
+    /// direct_io.rs says), counting those background write-back allocated
+    /// under the lag as delayed still. Asked before that write-back,
+    /// applied after.
     fn disksize_after_range(&self, node: &Node, span: Range<u64>) -> Option<u64> {
         let geo = self.pages.geometry();
-        let end_block = node.es.delayed_in(span).map(|r| r.end).max()?;
+        let delayed = node.es.delayed_in(span.clone()).map(|r| r.end).max();
+        let quiet = node.quietly_written.iter_in(span).map(|r| r.end).max();
+        let end_block = delayed.max(quiet)?;
         // The end of the page holding the last delayed block's end.
         let end_page = geo.byte_to_pg_up(end_block.saturating_mul(geo.block_size()));
         Some(geo.pg_to_byte(end_page).min(node.disk.size))

@@ -22,6 +22,7 @@ use crate::format::features::feature;
 use crate::format::extent;
 use crate::format::inode::{Inode, FL_EXTENTS, FL_INDEX, FL_INLINE_DATA, I_BLOCK_LEN};
 use crate::format::{BlockNumber, InodeNumber};
+use crate::range_set::RangeSet;
 
 use super::{Ctx, Ext4};
 
@@ -55,12 +56,18 @@ pub struct Node {
     /// it); None where it is the size. Background write-back leaves it,
     /// as the model cannot see when that runs (docs/direct-io.md).
     pub disksize: Option<u64>,
+    /// Delayed blocks background write-back allocated while `disksize`
+    /// kept its lag. The model still counts them delayed, so a direct
+    /// I/O's range write-back moves i_disksize over them as over delayed
+    /// ones. Forgotten when write-back an op asks for, or a discard,
+    /// reaches them.
+    pub quietly_written: RangeSet,
 }
 
 impl Node {
     /// A new inode with nothing mapped.
     pub fn new(disk: Inode) -> Node {
-        Node { disk, map: ExtentMap::new(), tree_loaded: true, tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false, disksize: None }
+        Node { disk, map: ExtentMap::new(), tree_loaded: true, tree_blocks: Vec::new(), dir: None, map_dirty: false, es: ExtentStatusTree::new(), da_alloc_close: false, disksize: None, quietly_written: RangeSet::new() }
     }
 
     /// The whole mapping; only once loaded (every accessor but the

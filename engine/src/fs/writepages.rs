@@ -34,6 +34,7 @@ use crate::locking::switch::Tracker;
 use super::locks::{Lock, LockHolder};
 use crate::error::{Error, Result};
 use crate::format::InodeNumber;
+use crate::range_set::RangeSet;
 
 use super::node::Node;
 use super::{Ctx, Ext4};
@@ -205,6 +206,7 @@ impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn write_back_data(&mut self, ino: InodeNumber, from: u64) -> Result<()> {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.disksize = None;
+            n.quietly_written.remove(from..u64::MAX);
         }
         if !self.ctx.pages.has_dirty(ino) || self.ctx.mount.read_only {
             return Ok(());
@@ -252,10 +254,24 @@ impl<D: BlockDevice> Ext4<D> {
     /// I/O's range): it moves ext4's i_disksize too, but when it runs is
     /// invisible to the model, so the lag an op left is kept.
     pub(crate) fn write_back_quietly(&mut self, ino: InodeNumber, from: u64) -> Result<()> {
-        let lag = self.nodes.get(&ino).and_then(|n| n.disksize);
+        let (lag, mut quiet) = match self.nodes.get_mut(&ino) {
+            Some(n) if n.disksize.is_some() => {
+                let mut quiet = std::mem::take(&mut n.quietly_written);
+                for r in n.es.delayed_in(from..u64::MAX) {
+                    quiet.add(r);
+                }
+                (n.disksize, quiet)
+            }
+            _ => (None, RangeSet::new()),
+        };
         let written = self.write_back_data(ino, from);
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.disksize = lag;
+            // What is still delayed (a failed write-back) is counted as such.
+            for r in n.es.delayed_in(from..u64::MAX).collect::<Vec<_>>() {
+                quiet.remove(r);
+            }
+            n.quietly_written = quiet;
         }
         written
     }
@@ -265,6 +281,7 @@ impl<D: BlockDevice> Ext4<D> {
         for ino in std::mem::take(&mut self.ctx.disksize_lagging) {
             if let Some(n) = self.nodes.get_mut(&ino) {
                 n.disksize = None;
+                n.quietly_written = RangeSet::new();
             }
         }
         for ino in self.ctx.pages.dirty_inodes() {
