@@ -229,7 +229,13 @@ impl FileData {
         self.writeback_pending = true;
         let new_blocks = self.holes_in(span.clone());
         let existing = self.blocks.overlapping(span.clone());
+        // A hole ext4 may have allocated unwritten (`maybe_allocated`) that
+        // a written fill reaches stays unwritten until write-back, if it was.
+        let maybe = if fill == Alloc::Written { self.maybe_allocated_in(span.clone()) } else { Vec::new() };
         self.blocks.insert(span, fill);
+        for m in maybe {
+            self.blocks.insert(m, Alloc::UnwrittenDirty);
+        }
         for (r, old) in existing {
             let converts = matches!(old, Alloc::Unwritten | Alloc::Zeroed);
             self.blocks.insert(r.clone(), if converts { Alloc::UnwrittenDirty } else { old });

@@ -170,16 +170,31 @@ impl<D: BlockDevice> Ctx<D> {
         let (made, _refused) = self.pages.add_folios(ino, orders, window.clone(), order);
         let extra = made.iter().filter(|p| **p >= request.end).count() as u64;
         self.pages.count_readahead(extra);
-        // Fill what is not uptodate in the window: new folios whole, and
-        // folios the request reaches that partial writes left part stale,
-        // whole too (read_folio reads every block of a folio not uptodate).
-        let (from, to) = (window.start.min(request.start), window.end.max(request.end));
+        // Fill what is not uptodate: the new folios whole, and the folios
+        // the request reaches that partial writes left part stale, whole too
+        // (read_folio reads every block of a folio not uptodate). Readahead
+        // leaves folios already cached alone (page_cache_ra_unbounded skips
+        // them): one past the request may be locked by write-back.
+        let (from, to) = (request.start, request.end.max(request.start + 1));
         let from = self.pages.folio_span(ino, from).map_or(from, |s| s.start);
         let to = self.pages.folio_span(ino, to - 1).map_or(to, |s| s.end.max(to));
-        let first = self.pages.block_of_page(from);
-        let last = self.pages.block_of_page(to).max(first + 1);
-        for run in self.stale_runs(ino, first..last) {
-            self.fill_blocks(ino, node, run, size)?;
+        let mut spans = vec![from..to];
+        spans.extend(made.iter().filter_map(|&p| self.pages.folio_span(ino, p)));
+        spans.sort_by_key(|s| s.start);
+        // Touching spans as one, so a window reads in as few commands as before.
+        let mut merged: Vec<Range<u64>> = Vec::new();
+        for s in spans {
+            match merged.last_mut() {
+                Some(m) if s.start <= m.end => m.end = m.end.max(s.end),
+                _ => merged.push(s),
+            }
+        }
+        for span in merged {
+            let first = self.pages.block_of_page(span.start);
+            let last = self.pages.block_of_page(span.end).max(first + 1);
+            for run in self.stale_runs(ino, first..last) {
+                self.fill_blocks(ino, node, run, size)?;
+            }
         }
         let missing = self.pages.read_bytes(ino, offset, out);
         self.read_around(node, offset, out, &missing)
