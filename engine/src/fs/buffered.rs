@@ -178,8 +178,8 @@ impl<D: BlockDevice> Ctx<D> {
         let (from, to) = (request.start, request.end.max(request.start + 1));
         let from = self.pages.folio_span(ino, from).map_or(from, |s| s.start);
         let to = self.pages.folio_span(ino, to - 1).map_or(to, |s| s.end.max(to));
-        let mut spans = vec![from..to];
-        spans.extend(made.iter().filter_map(|&p| self.pages.folio_span(ino, p)));
+        let mut spans: Vec<Range<u64>> = made.iter().filter_map(|&p| self.pages.folio_span(ino, p)).collect();
+        spans.push(from..to);
         spans.sort_by_key(|s| s.start);
         // Touching spans as one, so a window reads in as few commands as before.
         let mut merged: Vec<Range<u64>> = Vec::new();
