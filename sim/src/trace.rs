@@ -256,7 +256,8 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
 }
 
 /// What a trace must hold to mean one run: tasks within its count, a finish
-/// only after a begin on its task, a fault only before an op. The walk over
+/// only after a begin on its task, a fault only before an op or a step
+/// that writes back (the flusher, reclaim). The walk over
 /// tasks and begins is the one [`Trace::without_orphan_finishes`] makes.
 fn validate(spec: &RunSpec, steps: &[Step], lines: &[usize]) -> Result<(), TraceError> {
     let mut task = 0;
@@ -271,7 +272,8 @@ fn validate(spec: &RunSpec, steps: &[Step], lines: &[usize]) -> Result<(), Trace
             }
             Step::Finish if !begun.remove(&task) => return Err(err(format!("finish with nothing in flight: task {task} began no op"))),
             Step::Crash { .. } => begun.clear(),
-            Step::Fault(_) if !matches!(steps.get(i + 1), Some(Step::Fault(_) | Step::Op(_) | Step::Begin(_) | Step::Finish)) => {
+            // The flusher's and reclaim's write-back do I/O a fault can fail.
+            Step::Fault(_) if !matches!(steps.get(i + 1), Some(Step::Fault(_) | Step::Op(_) | Step::Begin(_) | Step::Finish | Step::Flusher | Step::Reclaim)) => {
                 return Err(err("fault with no op after it to fail".into()));
             }
             _ => {}
@@ -354,6 +356,8 @@ mod tests {
         assert!(Trace::parse(&format!("{TRACE_HEADER}\nseed 1\nbegin fsync path=\"/a\"\nop sync\nfinish\n")).is_ok());
         assert!(why(parse_err("begin stat path=\"/a\"\n")).contains("two halves"));
         assert!(why(parse_err("fault kind=read command=0 sector=0\ncrash seed=1\n")).contains("line 4: fault with no op after it"));
+        // journal_switch inputs aim faults at the flusher's write-back.
+        Trace::parse(&format!("{TRACE_HEADER}\nseed 1\nfault kind=write command=0 sector=0\nflusher\n")).expect("a fault before the flusher");
         assert!(why(parse_err("tasks 100000\n")).contains("outside 1..=64"));
         assert_eq!(Trace::parse("seed 1\nop sync\n"), Err(TraceError::NoHeader));
         assert_eq!(Trace::parse("# ext4sim trace v2\nseed 1\n"), Err(TraceError::Version(2)));
