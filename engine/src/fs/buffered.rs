@@ -26,6 +26,7 @@ use crate::device::{BlockDevice, IoClass};
 use crate::error::Error;
 use crate::extent_status::ExtentStatus;
 use crate::format::InodeNumber;
+use crate::range_set::RangeSet;
 
 use super::node::Node;
 use super::Ctx;
@@ -178,18 +179,13 @@ impl<D: BlockDevice> Ctx<D> {
         let (from, to) = (request.start, request.end.max(request.start + 1));
         let from = self.pages.folio_span(ino, from).map_or(from, |s| s.start);
         let to = self.pages.folio_span(ino, to - 1).map_or(to, |s| s.end.max(to));
-        let mut spans: Vec<Range<u64>> = made.iter().filter_map(|&p| self.pages.folio_span(ino, p)).collect();
-        spans.push(from..to);
-        spans.sort_by_key(|s| s.start);
         // Touching spans as one, so a window reads in as few commands as before.
-        let mut merged: Vec<Range<u64>> = Vec::new();
-        for s in spans {
-            match merged.last_mut() {
-                Some(m) if s.start <= m.end => m.end = m.end.max(s.end),
-                _ => merged.push(s),
-            }
+        let mut spans = RangeSet::new();
+        spans.add(from..to);
+        for span in made.iter().filter_map(|&p| self.pages.folio_span(ino, p)) {
+            spans.add(span);
         }
-        for span in merged {
+        for span in spans.iter_in(0..u64::MAX).collect::<Vec<_>>() {
             let first = self.pages.block_of_page(span.start);
             let last = self.pages.block_of_page(span.end).max(first + 1);
             for run in self.stale_runs(ino, first..last) {
