@@ -185,7 +185,7 @@ impl<D: BlockDevice> Ctx<D> {
         for span in made.iter().filter_map(|&p| self.pages.folio_span(ino, p)) {
             spans.add(span);
         }
-        for span in spans.iter_in(0..u64::MAX).collect::<Vec<_>>() {
+        for span in spans.iter_in(0..u64::MAX) {
             let first = self.pages.block_of_page(span.start);
             let last = self.pages.block_of_page(span.end).max(first + 1);
             for run in self.stale_runs(ino, first..last) {

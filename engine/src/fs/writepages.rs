@@ -268,7 +268,7 @@ impl<D: BlockDevice> Ext4<D> {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.disksize = lag;
             // What is still delayed (a failed write-back) is counted as such.
-            for r in n.es.delayed_in(from..u64::MAX).collect::<Vec<_>>() {
+            for r in n.es.delayed_in(from..u64::MAX) {
                 quiet.remove(r);
             }
             n.quietly_written = quiet;
