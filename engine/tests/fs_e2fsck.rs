@@ -229,12 +229,6 @@ mod random_sequences {
     use super::*;
     use ext4_testkit::strategy;
     use proptest::prelude::*;
-    use std::sync::OnceLock;
-
-    fn scratch() -> &'static Scratch {
-        static DIR: OnceLock<Scratch> = OnceLock::new();
-        DIR.get_or_init(|| Scratch::new("fs-e2fsck-random"))
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: std::env::var("E2FSCK_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24), failure_persistence: None, ..ProptestConfig::default() })]
@@ -245,7 +239,9 @@ mod random_sequences {
             ops in prop::collection::vec(strategy::op(), 1..120),
         ) {
             let Some(e2fsck) = tool("e2fsck") else { return Ok(()) };
-            let img = scratch().path(&format!("random-{bs}-{page_size}-{}.img", ops.len()));
+            // One per case: a static's would never be dropped, leaving its directory behind.
+            let scratch = Scratch::new("fs-e2fsck-random");
+            let img = scratch.path(&format!("random-{bs}-{page_size}-{}.img", ops.len()));
             let size = 128 << 20;
             let mut dev = FileDevice::create(&img, size).unwrap();
             let mut o = MkfsOptions::new(size, *b"random-workload!", [6; 16], ext4_testkit::fresh::EPOCH_SECS);
@@ -260,7 +256,6 @@ mod random_sequences {
             }
             drop(fs.unmount().unwrap());
             assert_fsck_clean(&e2fsck, &img);
-            let _ = std::fs::remove_file(&img);
         }
     }
 }
