@@ -425,6 +425,13 @@ fn the_journal_switch_fuzz_target_finds_still_catch_the_switch_bug() {
         let caught = std::panic::catch_unwind(|| ext4_sim::fuzz_body::journal_switch_on(&Buggy(InjectedBug::SwitchKeepsLockOnFailedFlush), &data));
         let message = caught.err().and_then(|p| p.downcast::<String>().ok()).unwrap_or_else(|| panic!("{} no longer fails on the bug twin", path.display()));
         assert!(message.contains("invalidate_lock is still held"), "{}: {message}", path.display());
+        // The printed trace is what `ext4sim replay` takes: every fault in
+        // it fires, and it fails as the input did.
+        let at = message.find("# ext4sim trace").unwrap_or_else(|| panic!("{}: no trace in {message}", path.display()));
+        let trace = Trace::parse(&message[at..]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let again = run_steps(&Buggy(InjectedBug::SwitchKeepsLockOnFailedFlush), &trace.spec, &trace.steps).unwrap();
+        assert_eq!(again.unfired_faults, vec![], "{}: the printed trace names faults that never fire", path.display());
+        assert!(matches!(&again.failure, Some(Failure::Lock { what, .. }) if what.contains("invalidate_lock")), "{}: {:?}", path.display(), again.failure);
         let clean = ext4_sim::fuzz_body::journal_switch(&data).expect("a trace the runner accepts");
         assert!(clean.failure.is_none());
         n += 1;

@@ -283,3 +283,27 @@ fn mount_image_corpus_replays() {
 fn write_mount_image_seed_corpus() {
     write_corpus("mount_image", &ext4_sim::fuzz_body::mount_image_seed_corpus(48));
 }
+
+/// A failing input's printed trace is `RunResult::replayed_trace`: it
+/// must replay as the input ran. Inputs whose faults aim at commands their
+/// op never issues (a dozen in the corpus) are the case: the trace leaves
+/// those out, since `ext4sim replay` refuses them, and answers alike.
+#[test]
+fn journal_switch_traces_replay_without_their_unfired_faults() {
+    use ext4_sim::run::run_steps;
+    let engine = ext4_sim::engine_target::EngineFactory;
+    let mut had_unfired = 0;
+    for (path, data) in corpus("journal_switch").into_iter().chain(regressions("journal_switch")) {
+        let input = ext4_sim::fuzz_body::journal_switch_trace(&data).expect("an input long enough");
+        let run = run_steps(&engine, &input.spec, &input.steps).unwrap();
+        had_unfired += usize::from(!run.unfired_faults.is_empty());
+        let text = run.replayed_trace(&input.steps).to_text();
+        let trace = ext4_sim::trace::Trace::parse(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", path.display()));
+        let dropped = input.steps.len() - trace.steps.len();
+        assert_eq!(dropped, run.unfired_faults.len(), "{}: only unfired faults go", path.display());
+        let again = run_steps(&engine, &trace.spec, &trace.steps).unwrap();
+        assert_eq!(again.unfired_faults, vec![], "{}", path.display());
+        assert_eq!((again.trace_hash, again.stats.ops), (run.trace_hash, run.stats.ops), "{}: the trace answers differently", path.display());
+    }
+    assert!(had_unfired >= 4, "{had_unfired} inputs with unfired faults: the test needs some");
+}

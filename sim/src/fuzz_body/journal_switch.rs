@@ -87,7 +87,19 @@ pub fn journal_switch(data: &[u8]) -> Option<crate::run::RunResult> {
 /// [`journal_switch`] against any target: a bug twin (an engine with a
 /// test hook armed) runs the very same body.
 pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u8]) -> Option<crate::run::RunResult> {
-    use crate::run::{run_steps, RunSpec};
+    let trace = journal_switch_trace(data)?;
+    let result = crate::run::run_steps(factory, &trace.spec, &trace.steps).ok()?;
+    if let Some(failure) = &result.failure {
+        let trace = result.replayed_trace(&trace.steps).to_text();
+        panic!("journal_switch input failed: {failure}\n{trace}");
+    }
+    Some(result)
+}
+
+/// The run an input decodes to, before it runs. None for an input too
+/// short to pick a mount and tasks.
+pub fn journal_switch_trace(data: &[u8]) -> Option<crate::trace::Trace> {
+    use crate::run::RunSpec;
     use crate::trace::Step;
     let mut u = Unstructured::new(data);
     let mount = u.choose(&SWITCH_MOUNTS).ok()?.parse::<MountConfig>().ok()?;
@@ -135,21 +147,33 @@ pub fn journal_switch_on<F: crate::target::TargetFactory>(factory: &F, data: &[u
             Step::Flusher => true,
         };
         if fits {
-            steps.push(step);
+            push_before_armed_faults(&mut steps, step);
         }
     }
     for (t, busy) in in_flight.iter().enumerate() {
         if *busy {
-            steps.push(Step::Task(t as u32));
+            push_before_armed_faults(&mut steps, Step::Task(t as u32));
             steps.push(Step::Finish);
         }
     }
-    let result = run_steps(factory, &spec, &steps).ok()?;
-    if let Some(failure) = &result.failure {
-        let trace = crate::trace::Trace { spec, steps }.to_text();
-        panic!("journal_switch input failed: {failure}\n{trace}");
+    // Armed for nothing: a trace may not end on them.
+    while matches!(steps.last(), Some(Step::Fault(_))) {
+        steps.pop();
     }
-    Some(result)
+    Some(crate::trace::Trace { spec, steps })
+}
+
+/// Pushes `step`; a task switch, pause or crash goes before the faults
+/// just armed, so that each fault stands right before a step that may do
+/// the I/O it fails, as a trace must have it. Switches and pauses do no
+/// I/O, so the faults fail what they failed before.
+fn push_before_armed_faults(steps: &mut Vec<crate::trace::Step>, step: crate::trace::Step) {
+    use crate::trace::Step;
+    let at = match step {
+        Step::Task(_) | Step::Pause { .. } | Step::Crash { .. } => steps.len() - steps.iter().rev().take_while(|s| matches!(s, Step::Fault(_))).count(),
+        _ => steps.len(),
+    };
+    steps.insert(at, step);
 }
 
 /// What `journal_switch` runs reach, summed over inputs: what its corpus

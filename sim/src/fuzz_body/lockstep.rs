@@ -74,6 +74,7 @@ pub fn lockstep_on<F: TargetFactory>(factory: &F, data: &[u8]) -> Option<RunResu
         Err(e) => panic!("lockstep could not start a run the header allows ({}): {e}", spec.mount),
     };
     if let Some(failure) = &result.failure {
+        // Faults are recorded as they fire here: every step replays.
         let trace = crate::trace::Trace { spec: spec.clone(), steps: result.steps.clone() }.to_text();
         panic!("lockstep input failed: {failure}\n{trace}");
     }

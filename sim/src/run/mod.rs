@@ -54,6 +54,32 @@ pub struct RunResult {
     pub unfired_faults: Vec<(usize, u32)>,
 }
 
+impl RunResult {
+    /// The trace of a replay of `replayed`, as `ext4sim replay` takes it:
+    /// those steps less the faults whose op never issued the command they
+    /// name (a replay refuses those). A replay runs its steps in order and
+    /// adds no faults of its own, so the n-th fault it ran is the n-th of
+    /// `replayed` (its other steps are not: it records the finishes and
+    /// switches its scheduling adds).
+    pub fn replayed_trace(&self, replayed: &[Step]) -> crate::trace::Trace {
+        let is_fault = |s: &Step| matches!(s, Step::Fault(_));
+        let unfired: std::collections::BTreeSet<usize> = self.unfired_faults.iter().map(|&(i, _)| self.steps[..i].iter().filter(|s| is_fault(s)).count()).collect();
+        let mut fault = 0;
+        let steps = replayed
+            .iter()
+            .filter(|s| {
+                if !is_fault(s) {
+                    return true;
+                }
+                fault += 1;
+                !unfired.contains(&(fault - 1))
+            })
+            .cloned()
+            .collect();
+        crate::trace::Trace { spec: self.spec.clone(), steps }
+    }
+}
+
 /// Told how many ops a run has done, now and then.
 pub type Progress<'a> = &'a dyn Fn(u64);
 
