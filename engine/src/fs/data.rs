@@ -188,7 +188,7 @@ impl<D: BlockDevice> Ext4<D> {
         if end > old_size {
             node.disksize = disksize_after(chunks.last().is_some_and(|c| c.1), node.disksize);
             if node.disksize.is_some() {
-                ctx.disksize_lagging.insert(ino);
+                ctx.write_back_lag.insert(ino);
             }
         }
         let mut at = offset;

@@ -149,8 +149,9 @@ pub(crate) struct Ctx<D: BlockDevice> {
     pub out_of_memory: Option<crate::memory::refused::OutOfMemory>,
     /// Folio requests for file data refused over the mount.
     pub folios_refused: u64,
-    /// Inodes whose `Node::disksize` lags their size (sync clears them).
-    pub(crate) disksize_lagging: std::collections::BTreeSet<InodeNumber>,
+    /// Inodes where write-back lags what the model sees: a `Node::disksize`
+    /// behind the size, or `Node::quietly_written` blocks (sync clears both).
+    pub(crate) write_back_lag: std::collections::BTreeSet<InodeNumber>,
     /// Data blocks of journal-mode inodes the running transaction logs.
     pub(crate) journaled_data: data_journal::StagedData,
     /// Those of the committing transaction, until it is in the log.
@@ -343,7 +344,7 @@ impl<D: BlockDevice> Ext4<D> {
             livelock: None,
             out_of_memory: None,
             folios_refused: 0,
-            disksize_lagging: Default::default(),
+            write_back_lag: Default::default(),
             journaled_data: Default::default(),
             committing_data: Default::default(),
             bug_unordered_data: false,
@@ -490,7 +491,7 @@ impl<D: BlockDevice> Ext4<D> {
             livelock: None,
             out_of_memory: None,
             folios_refused: c.folios_refused,
-            disksize_lagging: c.disksize_lagging.clone(),
+            write_back_lag: c.write_back_lag.clone(),
             journaled_data: c.journaled_data.clone(),
             committing_data: c.committing_data.clone(),
             bug_unordered_data: c.bug_unordered_data,

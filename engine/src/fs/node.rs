@@ -56,11 +56,12 @@ pub struct Node {
     /// it); None where it is the size. Background write-back leaves it,
     /// as the model cannot see when that runs (docs/direct-io.md).
     pub disksize: Option<u64>,
-    /// Delayed blocks background write-back allocated while `disksize`
-    /// kept its lag. The model still counts them delayed, so a direct
-    /// I/O's range write-back moves i_disksize over them as over delayed
-    /// ones. Forgotten when write-back an op asks for, or a discard,
-    /// reaches them.
+    /// Delayed blocks background write-back allocated. The model still
+    /// counts them delayed, so a direct I/O's range write-back moves
+    /// i_disksize over them as over delayed ones, whether the lag it moves
+    /// was there at that write-back or came with a later extending write.
+    /// Forgotten when write-back an op asks for, a discard or sync reaches
+    /// them.
     pub quietly_written: RangeSet,
 }
 

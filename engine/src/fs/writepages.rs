@@ -255,14 +255,14 @@ impl<D: BlockDevice> Ext4<D> {
     /// invisible to the model, so the lag an op left is kept.
     pub(crate) fn write_back_quietly(&mut self, ino: InodeNumber, from: u64) -> Result<()> {
         let (lag, mut quiet) = match self.nodes.get_mut(&ino) {
-            Some(n) if n.disksize.is_some() => {
+            Some(n) => {
                 let mut quiet = std::mem::take(&mut n.quietly_written);
                 for r in n.es.delayed_in(from..u64::MAX) {
                     quiet.add(r);
                 }
                 (n.disksize, quiet)
             }
-            _ => (None, RangeSet::new()),
+            None => (None, RangeSet::new()),
         };
         let written = self.write_back_data(ino, from);
         if let Some(n) = self.nodes.get_mut(&ino) {
@@ -271,6 +271,9 @@ impl<D: BlockDevice> Ext4<D> {
             for r in n.es.delayed_in(from..u64::MAX) {
                 quiet.remove(r);
             }
+            if !quiet.is_empty() {
+                self.ctx.write_back_lag.insert(ino);
+            }
             n.quietly_written = quiet;
         }
         written
@@ -278,7 +281,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Writes back every inode's dirty data (sync, unmount).
     pub(crate) fn write_back_all_data(&mut self) -> Result<()> {
-        for ino in std::mem::take(&mut self.ctx.disksize_lagging) {
+        for ino in std::mem::take(&mut self.ctx.write_back_lag) {
             if let Some(n) = self.nodes.get_mut(&ino) {
                 n.disksize = None;
                 n.quietly_written = RangeSet::new();
