@@ -40,6 +40,7 @@ pub use text::TextError;
 pub use config::{AllocPolicy, ConfigError, DataMode, EffectiveMount, InodeJournalMode, MountConfig};
 pub use durability::{CrashEnvelope, CrashVerdict, CrashViolation};
 pub use errno::Errno;
+pub use mapped_write::BlockStates;
 pub use fs::FileSystem;
 pub use model::{Limits, Model};
 pub use split::{Pending, PendingFsync, PendingSwitch};

@@ -28,6 +28,14 @@ use crate::model::Model;
 use crate::state::Ino;
 use crate::Errno;
 
+/// What an implementation has in a file's blocks: the written ones (data,
+/// or a delayed reservation) and the unwritten ones; the rest are holes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockStates {
+    pub written: Vec<Range<u64>>,
+    pub unwritten: Vec<Range<u64>>,
+}
+
 impl Model {
     pub(crate) fn do_map_write(&mut self, path: &str, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
         // O_RDWR: a shared writable mapping needs it.
@@ -52,12 +60,10 @@ impl Model {
         Some(stores.crash_envelope())
     }
 
-    fn map_write_open(&mut self, ino: Ino, offset: u64, len: u64, source: Source) -> Result<u64, Errno> {
-        let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
-        let size = file.size;
-        if len == 0 || offset >= size {
-            return Ok(0);
-        }
+    /// The blocks a mapped write of `len` bytes at `offset` (inside EOF)
+    /// faults for certain, and those its folio may cover: up to the
+    /// mapping's largest folio around them, inside EOF.
+    fn folio_blocks(&self, ino: Ino, size: u64, offset: u64, len: u64) -> (Range<u64>, Range<u64>) {
         let end = size.min(offset.saturating_add(len));
         let (bs, ps) = (self.bs(), u64::from(self.mount.page_size));
         let eof_block = size.div_ceil(bs);
@@ -66,6 +72,62 @@ impl Model {
         let (_, max_order) = self.mount.folio_orders(self.journal_mode(ino));
         let folio = ps << max_order;
         let could_be = pages.start / folio * folio / bs..(pages.end.div_ceil(folio) * folio).div_ceil(bs).min(eof_block);
+        (faulted, could_be)
+    }
+
+    /// After `op`, a mapped write that succeeded: the blocks its folio
+    /// may have covered where the model holds two states possible (holes
+    /// `maybe_allocated`, unwritten blocks `Zeroed`), for the harness to
+    /// ask the implementation which it has: the folio's size is its page
+    /// cache's choice. None for any other op, or nothing to ask.
+    pub fn folio_choice(&self, op: &crate::op::Op) -> Option<Range<u64>> {
+        let crate::op::Op::MapWrite { path, offset, len, .. } = op else { return None };
+        let ino = self.open_path(path).ok()?;
+        let file = self.file(ino)?;
+        if *len == 0 || *offset >= file.size {
+            return None;
+        }
+        let (_, could_be) = self.folio_blocks(ino, file.size, *offset, u64::from(*len));
+        let zeroed = file.blocks.overlapping(could_be.clone()).iter().any(|(_, a)| *a == Alloc::Zeroed);
+        (zeroed || !file.maybe_allocated_in(could_be.clone()).is_empty()).then_some(could_be)
+    }
+
+    /// Learns what the implementation has in `span` (from
+    /// [`Model::folio_choice`]): maybe-allocated holes it backed, and
+    /// zeroed unwritten blocks, take its state (the msync wrote the
+    /// folio's zeros, or conversion left them unwritten); other holes stay
+    /// holes.
+    pub fn settle_folio_choice(&mut self, path: &str, span: Range<u64>, has: &BlockStates) {
+        let Some(ino) = self.open_path(path).ok().filter(|&ino| self.file(ino).is_some()) else { return };
+        let ratio = self.ratio();
+        let file = self.file_mut(ino);
+        let maybe = file.maybe_allocated_in(span.clone());
+        let zeroed: Vec<Range<u64>> = file.blocks.overlapping(span.clone()).into_iter().filter(|(_, a)| *a == Alloc::Zeroed).map(|(r, _)| r).collect();
+        let mut new_space = 0;
+        for (ranges, alloc) in [(&has.written, Alloc::Written), (&has.unwritten, Alloc::Unwritten)] {
+            for r in ranges {
+                let clip = |c: &Range<u64>| c.start.max(r.start)..c.end.min(r.end);
+                for hole in maybe.iter().map(clip).filter(|c| c.start < c.end) {
+                    new_space += file.new_clusters_in(hole.clone(), ratio) * ratio;
+                    file.blocks.insert(hole, alloc);
+                }
+                for z in zeroed.iter().map(clip).filter(|c| c.start < c.end) {
+                    file.blocks.insert(z, alloc);
+                }
+            }
+        }
+        file.maybe_allocated.remove(span);
+        self.st.used_blocks += new_space;
+    }
+
+    fn map_write_open(&mut self, ino: Ino, offset: u64, len: u64, source: Source) -> Result<u64, Errno> {
+        let Some(file) = self.file(ino) else { return Err(Errno::EISDIR) };
+        let size = file.size;
+        if len == 0 || offset >= size {
+            return Ok(0);
+        }
+        let (end, bs) = (size.min(offset.saturating_add(len)), self.bs());
+        let (faulted, could_be) = self.folio_blocks(ino, size, offset, len);
         let ratio = self.ratio();
         let new_space = file.new_clusters_in(faulted.clone(), ratio) * ratio;
         self.reserve_blocks(new_space)?;

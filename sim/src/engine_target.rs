@@ -356,6 +356,10 @@ impl Target for EngineTarget {
         self.fs.as_mut().and_then(|fs| fs.take_out_of_memory()).map(|o| (o.done, o.what))
     }
 
+    fn block_states(&mut self, path: &str, blocks: std::ops::Range<u64>) -> Option<ext4_model::BlockStates> {
+        self.fs.as_mut()?.block_states(path, blocks)
+    }
+
     fn explain_last_error(&mut self) -> Option<String> {
         ext4_engine::fs::take_last_error().map(|e| e.to_string())
     }

@@ -372,7 +372,22 @@ impl<T: Target> Lockstep<T> {
             let detail = if actual.is_err() { self.target.explain_last_error() } else { None };
             return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0, detail })));
         }
+        if expected.is_ok() {
+            self.learn_folio_choice(op);
+        }
         Ok(expected)
+    }
+
+    /// A mapped write's fault backs its whole folio, and the folio's size
+    /// is the page cache's choice: the model holds the blocks it may have
+    /// covered in two states possible, and learns here the target's, as it
+    /// learns a folio the target was refused. Without that, a misaligned
+    /// direct write over them later had two answers.
+    fn learn_folio_choice(&mut self, op: &Op) {
+        let (Op::MapWrite { path, .. }, Some(span)) = (op, self.model.folio_choice(op)) else { return };
+        if let Some(has) = self.with_faults_held(|ls| ls.target.block_states(path, span.clone())) {
+            self.model.settle_folio_choice(path, span, &has);
+        }
     }
 
     /// An ENOSPC (or a short write) from a nearly full target where the

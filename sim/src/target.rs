@@ -165,6 +165,12 @@ pub trait Target: FileSystem {
     fn take_out_of_memory(&mut self) -> Option<(u64, String)> {
         None
     }
+    /// What `blocks` of the file at `path` hold (for the model to learn
+    /// what a mapped write's folio backed). None where the target cannot
+    /// tell.
+    fn block_states(&mut self, _path: &str, _blocks: std::ops::Range<u64>) -> Option<ext4_model::BlockStates> {
+        None
+    }
     /// What lies behind the last errno the target answered, when it was
     /// more than the errno says (EIO: which structure, which check).
     fn explain_last_error(&mut self) -> Option<String> {

@@ -114,4 +114,22 @@ impl<D: BlockDevice> Ext4<D> {
             None => Ok(end - offset),
         }
     }
+
+    /// What `blocks` of the file at `path` hold: written (data, or a
+    /// delayed reservation) and unwritten runs; what a mapped write's folio
+    /// backed, for a model that cannot know the folio's size. Reads only
+    /// what is in memory: None for an inode whose tree is not loaded.
+    pub fn block_states(&mut self, path: &str, blocks: std::ops::Range<u64>) -> Option<ext4_model::BlockStates> {
+        let ino = self.open_path(path).ok()?;
+        let node = self.nodes.get(&ino).filter(|n| n.tree_loaded())?;
+        let (mut written, mut unwritten) = (crate::range_set::RangeSet::new(), crate::range_set::RangeSet::new());
+        for p in node.map().pieces(blocks.clone()) {
+            let states = if p.unwritten { &mut unwritten } else { &mut written };
+            states.add(p.logical..p.logical + p.len);
+        }
+        for r in node.es.delayed_in(blocks.clone()) {
+            written.add(r);
+        }
+        Some(ext4_model::BlockStates { written: written.iter_in(blocks.clone()).collect(), unwritten: unwritten.iter_in(blocks).collect() })
+    }
 }
