@@ -384,7 +384,8 @@ impl<T: Target> Lockstep<T> {
     /// learns a folio the target was refused. Without that, a misaligned
     /// direct write over them later had two answers.
     fn learn_folio_choice(&mut self, op: &Op) {
-        let (Op::MapWrite { path, .. }, Some(span)) = (op, self.model.folio_choice(op)) else { return };
+        let Op::MapWrite { path, .. } = op else { return };
+        let Some(span) = self.model.folio_choice(op) else { return };
         if let Some(has) = self.with_faults_held(|ls| ls.target.block_states(path, span.clone())) {
             self.model.settle_folio_choice(path, span, &has);
         }

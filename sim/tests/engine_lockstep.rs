@@ -641,8 +641,9 @@ op direct_read path=\"/a\" offset=0 len=1\nop direct_write path=\"/a\" offset=20
 /// after the mapped write which blocks the target's folio backed
 /// (`Lockstep::learn_folio_choice`). The same with a zero range in place
 /// of the punch: block 1 unwritten, which the fault's folio may write as
-/// zeros (`Alloc::Zeroed`) or not. Checked without the learning: both read
-/// back differently at byte 0.
+/// zeros (`Alloc::Zeroed`) or not. Checked without the learning: the punch
+/// form diverges at the FIEMAP, the zero-range form in the read back
+/// (byte 0).
 #[test]
 fn regression_a_misaligned_direct_write_over_a_block_a_fault_may_have_backed() {
     for fallocate in ["mode=0x3 offset=1 len=6144", "mode=0x10 offset=1024 len=7168"] {

@@ -165,8 +165,9 @@ pub fn journal_switch_trace(data: &[u8]) -> Option<crate::trace::Trace> {
 
 /// Pushes `step`; a task switch, pause or crash goes before the faults
 /// just armed, so that each fault stands right before a step that may do
-/// the I/O it fails, as a trace must have it. Switches and pauses do no
-/// I/O, so the faults fail what they failed before.
+/// the I/O it fails, as a trace must have it. Armed faults wait for the
+/// next op to start (`Lockstep::start_op`), which none of these is, so
+/// they fail what they failed before.
 fn push_before_armed_faults(steps: &mut Vec<crate::trace::Step>, step: crate::trace::Step) {
     use crate::trace::Step;
     let at = match step {
