@@ -128,14 +128,27 @@ impl Model {
         let mut refused = Errno::EINVAL;
         match self.reserve_blocks(new_space) {
             Ok(()) => {
+                let keeps_past_eof = self.past_eof_writes.is_some();
                 let file = self.file_mut(ino);
                 for h in holes {
                     file.blocks.insert(h, Alloc::Unwritten);
                 }
                 file.maybe_allocated.insert(maybe, ());
+                let mut past_eof = size;
                 for r in written {
                     let (lo, hi) = ((r.start * bs).max(offset), (r.end * bs).min(end));
                     file.content.put(lo, hi - lo, source.advanced(lo - offset));
+                    past_eof = past_eof.max(hi);
+                }
+                // The EOF block's bytes went to disk; the cleanup below
+                // zeroes them in the page cache only.
+                let on_disk = (keeps_past_eof && extending && past_eof > size).then(|| {
+                    let mut on_disk = file.clone();
+                    on_disk.size = past_eof;
+                    on_disk
+                });
+                if let (Some(kept), Some(on_disk)) = (self.past_eof_writes.as_mut(), on_disk) {
+                    kept.push((ino, on_disk));
                 }
                 self.st.used_blocks += new_space;
                 if n > 0 {

@@ -18,6 +18,8 @@
 //!   again), and any byte past the size at that point, may hold anything.
 //!   A data=journal inode's blocks are logged and replayed whole: each block
 //!   reads as one version, and the durable EOF block shows no old tail.
+//!   A refused extending direct write's bytes past EOF reached the disk: a
+//!   sector may show them (docs/direct-io.md, "After a crash").
 //!
 //! What this check cannot see: which prefix the journal really committed (any
 //! consistent one passes), ordered mode's guarantee that an extending write's
@@ -306,7 +308,11 @@ impl CrashEnvelope {
         }
         let seen = view_tree(recovered)?;
         let mut replay = Model::from_state(self.mount, self.limits, self.base.clone(), false);
+        replay.past_eof_writes = Some(Vec::new());
         let mut versions: BTreeMap<Ino, Vec<FileData>> = BTreeMap::new();
+        // Bytes a refused direct write left on disk past EOF: not a version
+        // (no size of theirs can recover), but a sector may show them.
+        let mut past_eof: BTreeMap<Ino, Vec<FileData>> = BTreeMap::new();
         // Files collapsed or shifted since their durability point: an in-place
         // overwrite after the shift may reach disk before the shift commits
         // (ext4 forces a commit only under data=journal), so after a crash its
@@ -345,9 +351,16 @@ impl CrashEnvelope {
                     let list = versions.entry(ino).or_default();
                     if seq <= durable {
                         *list = vec![f.clone()];
+                        past_eof.remove(&ino);
                     } else {
                         list.push(f.clone());
                     }
+                }
+            }
+            let seq = replay.seq();
+            for (ino, on_disk) in replay.past_eof_writes.iter_mut().flat_map(std::mem::take) {
+                if seq > self.durable_at.get(&ino).copied().unwrap_or(0) {
+                    past_eof.entry(ino).or_default().push(on_disk);
                 }
             }
             consider(&mut replay, &mut candidates)?;
@@ -363,7 +376,7 @@ impl CrashEnvelope {
         }
         let mut first_error = None;
         for (prefix, view) in candidates.iter().rev() {
-            match self.check_files(recovered, &seen, view, &versions, &shifted) {
+            match self.check_files(recovered, &seen, view, &versions, &past_eof, &shifted) {
                 Ok(n) => return Ok(CrashVerdict { prefix: Some(*prefix), files_checked: n }),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -379,6 +392,7 @@ impl CrashEnvelope {
         seen: &TreeView,
         model_view: &TreeView,
         versions: &BTreeMap<Ino, Vec<FileData>>,
+        past_eof: &BTreeMap<Ino, Vec<FileData>>,
         shifted: &std::collections::BTreeSet<Ino>,
     ) -> Result<usize, CrashViolation> {
         let bs = self.mount.block_size as u64;
@@ -389,6 +403,7 @@ impl CrashEnvelope {
             let (ino, _) = model_view.files[path];
             let empty = Vec::new();
             let list = versions.get(&ino).unwrap_or(&empty);
+            let sector_sources = || list.iter().chain(past_eof.get(&ino).into_iter().flatten());
             if !list.iter().any(|v| v.size == *size) {
                 let mut allowed: Vec<u64> = list.iter().map(|v| v.size).collect();
                 allowed.dedup();
@@ -399,7 +414,7 @@ impl CrashEnvelope {
             }
             // Outside these ranges both sides read zeros.
             let mut ranges = data_ranges(recovered, path, *size)?;
-            for v in list {
+            for v in sector_sources() {
                 // Whole blocks: the recovered side may hold anything in them.
                 ranges.extend(v.content.ranges().map(|r| (r.start / bs * bs).min(*size)..r.end.div_ceil(bs).saturating_mul(bs).min(*size)));
             }
@@ -446,10 +461,9 @@ impl CrashEnvelope {
                         Some(v) if (stale_ok || eof_tail) && v.size > off && v.size < off + len => (v.size - off) as usize,
                         _ => len as usize,
                     };
-                    if !stale_allowed && !list.iter().any(|v| version_bytes(v, off, len)[..sure] == got[..sure]) {
+                    if !stale_allowed && !sector_sources().any(|v| version_bytes(v, off, len)[..sure] == got[..sure]) {
                         let head = |b: &[u8]| b.iter().take(8).map(|x| format!("{x:02x}")).collect::<String>();
-                        let seen: Vec<String> = list
-                            .iter()
+                        let seen: Vec<String> = sector_sources()
                             .map(|v| {
                                 let vb = version_bytes(v, off, len);
                                 let at = vb.iter().zip(got).position(|(a, b)| a != b).unwrap_or(0);
@@ -463,7 +477,7 @@ impl CrashEnvelope {
                             detail: format!(
                                 "recovered {} (size {size}) matches none of {} allowed versions [{}]",
                                 head(got),
-                                list.len(),
+                                seen.len(),
                                 seen.join(", ")
                             ),
                         });

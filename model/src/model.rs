@@ -37,6 +37,11 @@ pub struct Model {
     pub(crate) harness_looking: bool,
     /// Whose VFS checks the model answers with (Linux 6 unless told).
     pub(crate) vfs: VfsVersion,
+    /// Kept by a crash check's replay only (None elsewhere): files as a
+    /// refused extending direct write left them on disk, its bytes past EOF
+    /// still there before its cleanup truncated them from the file
+    /// (`refuse_misaligned_write`). An older, larger durable size exposes them.
+    pub(crate) past_eof_writes: Option<Vec<(Ino, FileData)>>,
 }
 
 impl Model {
@@ -48,12 +53,12 @@ impl Model {
         let mount = config.validate()?;
         let st = State::new();
         let log = Some(CrashLog::new(st.clone()));
-        Ok(Model { mount, limits, st, log, harness_looking: false, vfs: VfsVersion::default() })
+        Ok(Model { mount, limits, st, log, harness_looking: false, vfs: VfsVersion::default(), past_eof_writes: None })
     }
 
     pub(crate) fn from_state(mount: EffectiveMount, limits: Limits, st: State, logged: bool) -> Model {
         let log = logged.then(|| CrashLog::new(st.clone()));
-        Model { mount, limits, st, log, harness_looking: false, vfs: VfsVersion::default() }
+        Model { mount, limits, st, log, harness_looking: false, vfs: VfsVersion::default(), past_eof_writes: None }
     }
 
     /// Runs `f` with the model as a harness's view of it: reads and stats

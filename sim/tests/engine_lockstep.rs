@@ -658,6 +658,30 @@ op direct_write path=\"/a\" offset=0 len=6640 seed=3\nop fiemap path=\"/a\" sync
     }
 }
 
+/// Found by the journal_switch fuzz target (data=writeback), shrunk to 6
+/// steps: a truncate to 1 byte not yet committed, then a direct write past
+/// EOF whose end is off a sector. iomap writes its first extent (the EOF
+/// block, still mapped) in place before it refuses the last, and the
+/// cleanup zeroes those bytes in the page cache only. A crash brings back
+/// the old 1,975-byte size over them. No version of the file ever held
+/// them inside its size, so the crash check refused what the kernel
+/// leaves too; it now also takes each sector from the file as such a write
+/// left it on disk (`Model::past_eof_writes`). Checked without that: both
+/// mounts fail at the crash (sector at 1024).
+#[test]
+fn regression_a_refused_direct_write_past_eof_shows_under_an_older_size_after_a_crash() {
+    for mount in ["", "data=writeback"] {
+        let text = format!(
+            "# ext4sim trace v1\nseed 0\nops 64\nmount {mount}\nprofile ram\ncrash_every 0\nfsck_every 500\nfaults \ntasks 1\n\
+disk_bytes 67108864\nswarm true\nthink true\nop create path=\"/a\" perm=644\nop write path=\"/a\" offset=0 len=1975 seed=1\n\
+op map_write path=\"/a\" offset=0 len=1 seed=2\nop truncate path=\"/a\" size=1\n\
+op direct_write path=\"/a\" offset=1024 len=3316 seed=3\ncrash seed=607\nop stat path=\"/a\"\n"
+        );
+        let r = replay_passes(&text);
+        assert_eq!((r.stats.ops, r.stats.crashes), (6, 1), "{mount}");
+    }
+}
+
 /// Found by the lockstep fuzz target, shrunk to 5 ops: a misaligned direct
 /// write mapped the first hole of its range unwritten, of which the model
 /// promises only the first block (mballoc may give fewer, so the rest is
