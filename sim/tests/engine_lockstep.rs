@@ -682,6 +682,25 @@ op direct_write path=\"/a\" offset=1024 len=3316 seed=3\ncrash seed=607\nop stat
     }
 }
 
+/// The journal_switch find that was kept as a known gap
+/// (fuzz/known_gaps/, 2026-12-05): a read fills block 0's folio, a mapped
+/// write's fault backs it (a delayed block after it, past a hole, may be
+/// backed too: the page cache's folio size decides), then a direct write
+/// whose end is off a sector. Where ext4's extents split follows that
+/// folio; the model, which assumed the smaller one, now learns the folio's
+/// choice from the engine after the mapped write. Checked without the
+/// learning (`Lockstep::learn_folio_choice`): the FIEMAP after the direct
+/// write diverges.
+#[test]
+fn regression_a_misaligned_direct_write_after_a_read_filled_the_faults_folio() {
+    let text = "# ext4sim trace v1\nseed 0\nops 64\nmount \nprofile ram\ncrash_every 0\nfsck_every 500\nfaults \ntasks 1\n\
+disk_bytes 67108864\nswarm true\nthink true\nop create path=\"/a\" perm=644\nop write path=\"/a\" offset=8192 len=1 seed=1\n\
+op read path=\"/a\" offset=0 len=1\nop map_write path=\"/a\" offset=0 len=1 seed=2\n\
+op direct_write path=\"/a\" offset=0 len=7670 seed=3\nop fiemap path=\"/a\" sync=false\nop stat path=\"/a\"\n";
+    let r = replay_passes(text);
+    assert_eq!(r.stats.ops, 7);
+}
+
 /// Found by the lockstep fuzz target, shrunk to 5 ops: a misaligned direct
 /// write mapped the first hole of its range unwritten, of which the model
 /// promises only the first block (mballoc may give fewer, so the rest is
