@@ -682,8 +682,8 @@ op direct_write path=\"/a\" offset=1024 len=3316 seed=3\ncrash seed=607\nop stat
     }
 }
 
-/// The journal_switch find that was kept as a known gap
-/// (fuzz/known_gaps/, 2026-12-05): a read fills block 0's folio, a mapped
+/// The journal_switch find of 2026-12-05 that README listed as a known gap
+/// until the model learned folio choices: a read fills block 0's folio, a mapped
 /// write's fault backs it (a delayed block after it, past a hole, may be
 /// backed too: the page cache's folio size decides), then a direct write
 /// whose end is off a sector. Where ext4's extents split follows that
