@@ -15,6 +15,10 @@ pub enum Call {
     WriteFd { slot: u8, offset: u64, data: Arc<[u8]> },
     DirectWrite { path: String, offset: u64, data: Arc<[u8]> },
     MapWrite { path: String, offset: u64, data: Arc<[u8]> },
+    /// What a mapped write's folio backed, learned from the target after
+    /// it ran ([`crate::Model::settle_folio_choice`]): a replay must make
+    /// the same choice, or a later direct write's extents differ.
+    FolioChoice { path: String, span: std::ops::Range<u64>, has: crate::BlockStates },
 }
 
 /// The state at the last sync and every call since.

@@ -169,6 +169,10 @@ impl Model {
             Call::WriteFd { slot, offset, data } => self.pwrite(*slot, *offset, data).map(|_| ()),
             Call::DirectWrite { path, offset, data } => self.direct_write(path, *offset, data).map(|_| ()),
             Call::MapWrite { path, offset, data } => self.map_write(path, *offset, data).map(|_| ()),
+            Call::FolioChoice { path, span, has } => {
+                self.settle_folio_choice(path, span.clone(), has);
+                Ok(())
+            }
         };
     }
 }
@@ -183,7 +187,7 @@ fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
 
 fn call_path(call: &Call) -> Option<&str> {
     match call {
-        Call::Write { path, .. } | Call::Append { path, .. } | Call::DirectWrite { path, .. } | Call::MapWrite { path, .. } => Some(path),
+        Call::Write { path, .. } | Call::Append { path, .. } | Call::DirectWrite { path, .. } | Call::MapWrite { path, .. } | Call::FolioChoice { path, .. } => Some(path),
         Call::Op(
             Op::Create { path, .. }
             | Op::Write { path, .. }

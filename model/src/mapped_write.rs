@@ -22,6 +22,7 @@
 
 use std::ops::Range;
 
+use crate::crash_log::Call;
 use crate::content::Source;
 use crate::data::Alloc;
 use crate::model::Model;
@@ -99,6 +100,11 @@ impl Model {
     /// holes.
     pub fn settle_folio_choice(&mut self, path: &str, span: Range<u64>, has: &BlockStates) {
         let Some(ino) = self.open_path(path).ok().filter(|&ino| self.file(ino).is_some()) else { return };
+        // Logged without a sequence number of its own: it completes the
+        // mapped write before it, whose durability point it shares.
+        if let Some(log) = &mut self.log {
+            log.calls.push(Call::FolioChoice { path: path.into(), span: span.clone(), has: has.clone() });
+        }
         let ratio = self.ratio();
         let file = self.file_mut(ino);
         let maybe = file.maybe_allocated_in(span.clone());

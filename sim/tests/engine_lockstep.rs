@@ -682,6 +682,27 @@ op direct_write path=\"/a\" offset=1024 len=3316 seed=3\ncrash seed=607\nop stat
     }
 }
 
+/// Found by the journal_switch fuzz target (about 1.5 min from the grown
+/// corpus), shrunk from 60 steps to 8: mapped writes over zero ranges, a
+/// direct write whose end is off a sector, then a mapped write whose
+/// fdatasync makes the file durable. In lockstep the model learned each
+/// mapped write's folio choice from the engine, but the crash check's
+/// replay ran the mapped writes without it, refused the direct write at
+/// other extents and expected its bytes in block 0. The choice is now a
+/// call in the crash log (`Call::FolioChoice`). Checked without logging
+/// it: the crash check fails at sector 0.
+#[test]
+fn regression_a_crash_replay_makes_the_folio_choice_lockstep_learned() {
+    let text = "# ext4sim trace v1\nseed 0\nops 64\nmount \nprofile ram\ncrash_every 0\nfsck_every 500\nfaults \ntasks 1\n\
+disk_bytes 67108864\nswarm true\nthink true\nop create path=\"/a\" perm=644\n\
+op fallocate path=\"/a\" mode=0x10 offset=1024 len=60910\nop map_write path=\"/a\" offset=40960 len=28672 seed=1\n\
+op fallocate path=\"/a\" mode=0x10 offset=12288 len=49152\nop map_write path=\"/a\" offset=0 len=50116 seed=2\n\
+op direct_write path=\"/a\" offset=0 len=58436 seed=3\nop map_write path=\"/a\" offset=0 len=1 seed=4\ncrash seed=696\n\
+op stat path=\"/a\"\n";
+    let r = replay_passes(text);
+    assert_eq!((r.stats.ops, r.stats.crashes), (8, 1));
+}
+
 /// The journal_switch find of 2026-12-05 that README listed as a known gap
 /// until the model learned folio choices: a read fills block 0's folio, a mapped
 /// write's fault backs it (a delayed block after it, past a hole, may be
