@@ -343,12 +343,13 @@ impl CrashEnvelope {
             Ok(())
         };
         consider(&mut replay, &mut candidates)?;
+        let durable_of = |ino: Ino| self.durable_at.get(&ino).copied().unwrap_or(0);
         for call in &self.calls {
             replay.replay(call);
+            let seq = replay.seq();
             if let Some(ino) = call_file(&replay, call) {
                 if let Some(f) = replay.file(ino) {
-                    let seq = replay.seq();
-                    let durable = self.durable_at.get(&ino).copied().unwrap_or(0);
+                    let durable = durable_of(ino);
                     if seq > durable && is_shift(call) {
                         shifted.insert(ino);
                     }
@@ -361,9 +362,8 @@ impl CrashEnvelope {
                     }
                 }
             }
-            let seq = replay.seq();
             for (ino, on_disk) in replay.past_eof_writes.iter_mut().flat_map(std::mem::take) {
-                if seq > self.durable_at.get(&ino).copied().unwrap_or(0) {
+                if seq > durable_of(ino) {
                     past_eof.entry(ino).or_default().push(on_disk);
                 }
             }
