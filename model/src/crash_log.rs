@@ -19,6 +19,11 @@ pub enum Call {
     /// it ran ([`crate::Model::settle_folio_choice`]): a replay must make
     /// the same choice, or a later direct write's extents differ.
     FolioChoice { path: String, span: std::ops::Range<u64>, has: crate::BlockStates },
+    /// One part of a buffered write taken folio by folio
+    /// ([`crate::Model::write_part`]): bytes `at..at + len` of the pattern
+    /// of `seed` at `offset`, to the inode the write opened (its name may
+    /// have changed since; the replay numbers inodes as the live model did).
+    WritePart { ino: crate::state::Ino, offset: u64, len: u64, seed: u64, at: u64 },
 }
 
 /// The state at the last sync and every call since.

@@ -173,6 +173,10 @@ impl Model {
                 self.settle_folio_choice(path, span.clone(), has);
                 Ok(())
             }
+            Call::WritePart { ino, offset, len, seed, at } => {
+                self.replay_write_part(*ino, *offset, *len, *seed, *at);
+                Ok(())
+            }
         };
     }
 }
@@ -181,6 +185,7 @@ impl Model {
 fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
     match call {
         Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. } | Op::FtruncateFd { slot, .. }) => replay.st.slots.get(slot).copied(),
+        Call::WritePart { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
         _ => call_path(call).and_then(|p| replay.open_path(p).ok()),
     }
 }

@@ -10,10 +10,13 @@
 //!   engine's first half only takes the locks, so the op takes effect whole
 //!   in its second half, after whatever ran in between. A crash between
 //!   the halves leaves no trace of it, one outcome the kernel allows too.
+//!   A buffered pwrite may also take effect folio by folio in between
+//!   (`write_parts`): its second half then writes what is left.
 
 use crate::model::{Call, Model};
 use crate::op::{Op, Reply};
 use crate::state::Ino;
+use crate::write_parts::PendingWrite;
 use crate::{Errno, Outcome};
 
 /// An fsync between its halves ([`Model::begin_fsync`]).
@@ -44,6 +47,8 @@ pub enum Pending {
     JournalSwitch(PendingSwitch),
     /// An op that holds its locks across an I/O sleep, done whole at the end.
     Whole(Op),
+    /// A buffered pwrite, which may take effect part by part before its end.
+    Write(PendingWrite),
 }
 
 impl Model {
@@ -53,6 +58,7 @@ impl Model {
             Op::Fsync { path } => self.begin_fsync(path, false).map(Pending::Fsync),
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
+            Op::Write { path, offset, len, seed } => Ok(Pending::Write(PendingWrite::new(path, *offset, *len, *seed))),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -67,6 +73,18 @@ impl Model {
             }
             Pending::JournalSwitch(p) => self.finish_journal_switch(p).map(|()| Reply::Done),
             Pending::Whole(op) => crate::fs::FileSystem::apply(self, &op),
+            Pending::Write(w) if !w.begun() => {
+                let PendingWrite { path, offset, len, seed, .. } = w;
+                crate::fs::FileSystem::apply(self, &Op::Write { path, offset, len, seed })
+            }
+            Pending::Write(mut w) => {
+                if w.has_more() {
+                    let rest = u64::from(w.len) - w.done;
+                    let got = self.write_part(&w, rest);
+                    w.note_part(rest, got);
+                }
+                self.finish_write(w)
+            }
         }
     }
 

@@ -376,6 +376,16 @@ impl Target for EngineTarget {
         self.fs()?.finish_split(half)
     }
 
+    fn has_part(&self, half: &SecondHalf) -> bool {
+        matches!(half, SecondHalf::Write(w) if w.has_more())
+    }
+
+    fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {
+        let SecondHalf::Write(w) = half else { return None };
+        let ran = self.fs.as_mut()?.write_part(w)?;
+        Some((ran.range, ran.got))
+    }
+
     fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
         self.fs.as_mut().and_then(|fs| fs.finish_waits_for(half))
     }

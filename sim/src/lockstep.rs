@@ -86,6 +86,9 @@ pub struct OpStats {
     pub lock_sleeps_on: BTreeMap<String, u64>,
     /// Of those, the ops that took the locks before it and slept holding them.
     pub lock_sleeps_holding: u64,
+    /// Parts of buffered writes in flight run before their second half
+    /// (a folio each), other tasks' steps between them.
+    pub write_parts: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -307,13 +310,27 @@ impl<T: Target> Lockstep<T> {
     }
 
     /// The second half: the begun op returns on both sides.
-    pub fn finish(&mut self, flight: InFlight<T::SecondHalf>) -> Result<Outcome, Failure> {
+    pub fn finish(&mut self, mut flight: InFlight<T::SecondHalf>) -> Result<Outcome, Failure> {
+        // A write that began taking effect part by part copies the rest
+        // the same way, each part compared, in the window its parts opened.
+        let mut parted = false;
+        if matches!(&flight.model, Pending::Write(w) if w.begun()) {
+            while self.part(&mut flight)? {
+                parted = true;
+                if self.fault_pending() || self.space_short {
+                    break;
+                }
+            }
+        }
         let InFlight { op, index, model, target, begun_ns } = flight;
-        self.start_op(&op);
+        if !parted {
+            self.start_op(&op);
+        }
         let actual = self.target.finish_split(target);
         let expected = match model {
             // Done whole now: it may run out of memory as a whole op may.
             Pending::Whole(whole) => self.model_answer(&whole, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?,
+            Pending::Write(w) if !w.begun() => self.model_answer(&op, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?,
             model => self.model.finish_split(model),
         };
         self.trace.write(&[FINISH_MARK]);
@@ -674,5 +691,6 @@ impl<T: Target> Lockstep<T> {
 }
 
 mod out_of_memory;
+mod write_parts;
 #[cfg(test)]
 mod tests;

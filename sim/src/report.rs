@@ -138,6 +138,10 @@ pub fn preemption_points(r: &RunResult) -> BTreeMap<String, u64> {
     if r.stats.flusher_flights > 0 {
         by.insert("flusher write-back".into(), r.stats.flusher_flights);
     }
+    // Each part of a write in flight is one more point: the folio before it.
+    if r.stats.write_parts > 0 {
+        by.insert("Write part".into(), r.stats.write_parts);
+    }
     by
 }
 
@@ -181,6 +185,7 @@ pub fn json(r: &RunResult) -> String {
         ("lock_sleeps", r.stats.lock_sleeps.to_string()),
         ("lock_sleeps_on", sleeps_on),
         ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
+        ("write_parts", r.stats.write_parts.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("space_resync_flights", r.stats.space_resync_flights.to_string()),
         ("enomem", r.stats.enomem.to_string()),

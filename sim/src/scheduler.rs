@@ -11,7 +11,8 @@
 //! tasks' ops go into the next transaction; chattr -j while it flushes the
 //! journal under jbd2's updates lock; and writes, truncates, direct writes,
 //! page faults and reads where they sleep on I/O holding their inode's
-//! locks (i_rwsem, invalidate_lock, the DIO count). Tasks whose next op
+//! locks (i_rwsem, invalidate_lock, the DIO count); a pwrite goes on
+//! folio by folio in between (`Step::Part`). Tasks whose next op
 //! would take a held lock sleep (the driver asks the engine) and the
 //! scheduler runs others. The flusher is a task outside these (see
 //! `run::source`). Finer preemption points (between two locks of one op,
@@ -101,6 +102,13 @@ impl Tasks {
         }
         let in_4 = if op.sleeps_holding_locks() { 1 } else { 2 };
         self.rng.random_ratio(in_4, 4)
+    }
+
+    /// Whether a buffered write in flight copies one more folio now rather
+    /// than return: three times in four, so writes of several folios are
+    /// seen part done.
+    pub fn part(&mut self) -> bool {
+        self.rng.random_ratio(3, 4)
     }
 
     /// Tells task `task` what its op returned, and the other tasks what

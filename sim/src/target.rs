@@ -188,6 +188,16 @@ pub trait Target: FileSystem {
     fn finish_split(&mut self, _half: Self::SecondHalf) -> Outcome {
         Ok(ext4_model::Reply::Done)
     }
+    /// Whether a split op in flight can take effect one more part before
+    /// its second half (a buffered pwrite, folio by folio).
+    fn has_part(&self, _half: &Self::SecondHalf) -> bool {
+        false
+    }
+    /// Runs that part: the bytes it set out to write (empty when the write's
+    /// open failed) and its answer. None when it had none to run.
+    fn write_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {
+        None
+    }
     /// The lock a second half would sleep on now (held by another split op).
     fn finish_waits_for(&mut self, _half: &Self::SecondHalf) -> Option<Self::Lock> {
         None

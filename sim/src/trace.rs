@@ -79,6 +79,9 @@ pub enum Step {
     /// The first half of an op with two halves (fsync, fdatasync, chattr
     /// -j) that other tasks' ops may overtake.
     Begin(Op),
+    /// The current task's begun op takes effect one part further and
+    /// sleeps again (a buffered pwrite copies its next folio).
+    Part,
     /// The current task's begun op returns.
     Finish,
     /// Simulated time passes with no I/O asked for (a program thinking):
@@ -114,6 +117,7 @@ impl std::fmt::Display for Step {
             Step::Fault(e) => write!(f, "fault kind={} command={} sector={}", e.kind.name(), e.command, e.sector),
             Step::Task(t) => write!(f, "task {t}"),
             Step::Begin(op) => write!(f, "begin {op}"),
+            Step::Part => write!(f, "part"),
             Step::Finish => write!(f, "finish"),
             Step::Reclaim => write!(f, "reclaim"),
             Step::Flusher => write!(f, "flusher"),
@@ -194,8 +198,8 @@ impl Trace {
         validate(&self.spec, &self.steps, &lines)
     }
 
-    /// The trace without `finish` steps whose task began nothing (their
-    /// begin was shrunk away). A replay runs such a finish as nothing, so
+    /// The trace without `finish` and `part` steps whose task began nothing
+    /// (their begin was shrunk away). A replay runs such a finish as nothing, so
     /// dropping it changes no run, and it is a trace [`Trace::parse`] refuses.
     pub fn without_orphan_finishes(&self) -> Trace {
         let mut task = 0;
@@ -208,6 +212,7 @@ impl Trace {
                     begun.insert(task);
                 }
                 Step::Finish if !begun.remove(&task) => continue,
+                Step::Part if !begun.contains(&task) => continue,
                 Step::Crash { .. } => begun.clear(),
                 _ => {}
             }
@@ -238,6 +243,7 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
             }
             Step::Begin(op)
         }
+        "part" => Step::Part,
         "finish" => Step::Finish,
         "reclaim" => Step::Reclaim,
         "flusher" => Step::Flusher,
@@ -256,7 +262,7 @@ fn parse_step(word: &str, rest: &str) -> Result<Step, String> {
 }
 
 /// What a trace must hold to mean one run: tasks within its count, a finish
-/// only after a begin on its task, a fault only before an op or a step
+/// or a part only after a begin on its task, a fault only before an op or a step
 /// that writes back (the flusher, reclaim). The walk over
 /// tasks and begins is the one [`Trace::without_orphan_finishes`] makes.
 fn validate(spec: &RunSpec, steps: &[Step], lines: &[usize]) -> Result<(), TraceError> {
@@ -271,9 +277,10 @@ fn validate(spec: &RunSpec, steps: &[Step], lines: &[usize]) -> Result<(), Trace
                 begun.insert(task);
             }
             Step::Finish if !begun.remove(&task) => return Err(err(format!("finish with nothing in flight: task {task} began no op"))),
+            Step::Part if !begun.contains(&task) => return Err(err(format!("part with nothing in flight: task {task} began no op"))),
             Step::Crash { .. } => begun.clear(),
             // The flusher's and reclaim's write-back do I/O a fault can fail.
-            Step::Fault(_) if !matches!(steps.get(i + 1), Some(Step::Fault(_) | Step::Op(_) | Step::Begin(_) | Step::Finish | Step::Flusher | Step::Reclaim)) => {
+            Step::Fault(_) if !matches!(steps.get(i + 1), Some(Step::Fault(_) | Step::Op(_) | Step::Begin(_) | Step::Part | Step::Finish | Step::Flusher | Step::Reclaim)) => {
                 return Err(err("fault with no op after it to fail".into()));
             }
             _ => {}

@@ -32,6 +32,7 @@ impl TargetFactory for Buggy {
             InjectedBug::FreesPartlyUsedCluster => |fs| fs.inject_bug(InjectedBug::FreesPartlyUsedCluster),
             InjectedBug::CollapseKeepsCachedExtents => |fs| fs.inject_bug(InjectedBug::CollapseKeepsCachedExtents),
             InjectedBug::WriteBackKeepsCachedHoles => |fs| fs.inject_bug(InjectedBug::WriteBackKeepsCachedHoles),
+            InjectedBug::WritePartSizesWholeWrite => |fs| fs.inject_bug(InjectedBug::WritePartSizesWholeWrite),
         });
         Ok(t)
     }
@@ -510,4 +511,51 @@ fn a_cluster_freed_while_its_file_still_maps_blocks_of_it_is_caught() {
     let clean = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
     assert!(clean.failure.is_none(), "{:?}", clean.failure);
     eprintln!("found at seed {seed} as {:?}; shrunk to {} steps: {:?}", failing.failure, shrunk.trace.steps.len(), shrunk.trace.steps);
+}
+
+/// A write whose first folio publishes the whole write's size is right
+/// once it returns; only a step between its parts can tell (a stat, a
+/// read, a crash). Random runs with four tasks find it, it shrinks to a
+/// trace with a part in it, and the real engine passes that trace.
+#[test]
+fn a_write_publishing_its_whole_size_at_its_first_folio_is_caught_between_its_parts() {
+    let bug = Buggy(InjectedBug::WritePartSizesWholeWrite);
+    let spec = |seed| RunSpec { tasks: 4, crash_every: 150, ..RunSpec::new(seed, 1000, MountConfig::default()) };
+    let (seed, failing) = (0..100)
+        .map(|s| (s, run_seed(&bug, &spec(s)).unwrap()))
+        .find(|(_, r)| r.failure.is_some())
+        .expect("100 seeds of four tasks see some write between its parts");
+    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
+    assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
+    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    assert!(shrunk.replays, "the shrunk trace replays");
+    assert!(shrunk.trace.steps.contains(&ext4_sim::trace::Step::Part), "only a part shows it: {:?}", shrunk.trace.steps);
+    let again = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
+    assert!(again.failure.is_none(), "{:?}", again.failure);
+    eprintln!("found at seed {seed}: {:?}; shrunk to {} steps in {} runs:\n{}", failing.failure.map(|f| f.to_string()), shrunk.trace.steps.len(), shrunk.runs, shrunk.trace.to_text());
+}
+
+/// A pwrite of three order-0 folios in flight: another task reads, stats
+/// and maps the file after each part and sees it part done, then a crash
+/// between parts recovers to an allowed state. The real engine passes; the
+/// twin that publishes the whole size at the first folio diverges at the
+/// first stat between parts.
+#[test]
+fn a_write_in_flight_is_seen_part_done_between_its_folios() {
+    let text = "# ext4sim trace v1\nseed 1\nmount max_folio_order=0\ntasks 2\nfsck_every 0\n\
+                op create path=\"/a\" perm=644\nop sync\n\
+                begin write path=\"/a\" offset=1000 len=9000 seed=7\npart\n\
+                task 1\nop read path=\"/a\" offset=0 len=16384\nop stat path=\"/a\"\nop fiemap path=\"/a\" sync=false\n\
+                task 0\npart\n\
+                task 1\nop read path=\"/a\" offset=0 len=16384\nop stat path=\"/a\"\nop fsync path=\"/a\"\n\
+                crash seed=5\nop stat path=\"/a\"\n";
+    let t = Trace::parse(text).unwrap();
+    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
+    assert!(r.failure.is_none(), "{:?}", r.failure);
+    assert_eq!(r.stats.write_parts, 2, "both parts ran before the crash");
+    let bad = run_steps(&Buggy(InjectedBug::WritePartSizesWholeWrite), &t.spec, &t.steps).unwrap();
+    match &bad.failure {
+        Some(Failure::Divergence(d)) => assert!(matches!(d.op, ext4_model::Op::Read { .. } | ext4_model::Op::Stat { .. }), "{d:?}"),
+        other => panic!("the twin shows a size ahead of its folios: {other:?}"),
+    }
 }

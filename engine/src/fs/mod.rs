@@ -83,6 +83,7 @@ mod timers;
 pub mod test_hooks;
 mod writeback;
 mod writepages;
+mod write_parts;
 #[cfg(test)]
 mod data_path_tests;
 #[cfg(test)]
@@ -109,6 +110,7 @@ use crate::pagecache::PageCache;
 pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket, WholeOp};
+pub use write_parts::{PartRan, WriteInFlight};
 pub use timers::TimerStats;
 pub use flusher::{FlusherStats, FlusherStep};
 pub use cpu_work::CpuWork;

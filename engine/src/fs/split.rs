@@ -8,7 +8,8 @@
 //!   no such sleep and is done in its first half;
 //! - ops that sleep on I/O holding their inode's locks (`lock_plan`): the
 //!   first half takes the locks, the second gives them back and runs the
-//!   op whole, so it takes effect after whatever ran in between.
+//!   op whole, so it takes effect after whatever ran in between. A
+//!   buffered pwrite may go on folio by folio in between (`write_parts`).
 
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
@@ -17,6 +18,7 @@ use crate::device::BlockDevice;
 use super::journal_switch::SwitchTicket;
 use super::lock_plan::LockPlan;
 use super::locks::{Lock, LockHolder};
+use super::write_parts::WriteInFlight;
 use super::Ext4;
 
 /// What a split op's second half has left to do.
@@ -26,14 +28,17 @@ pub enum SecondHalf {
     JournalSwitch(SwitchTicket),
     /// An op holding its inode's locks (none if it fails before them).
     Whole(WholeOp),
+    /// A buffered pwrite holding its file's i_rwsem, which may take effect
+    /// part by part ([`Ext4::write_part`]) before its second half.
+    Write(WriteInFlight),
 }
 
 /// An op that sleeps holding its locks, between its halves.
 #[derive(Debug, PartialEq, Eq)]
 pub struct WholeOp {
-    op: Op,
+    pub(super) op: Op,
     /// The locks it took (a prefix of its plan), and for whom.
-    held: Option<(LockPlan, LockHolder)>,
+    pub(super) held: Option<(LockPlan, LockHolder)>,
 }
 
 impl SecondHalf {
@@ -43,6 +48,7 @@ impl SecondHalf {
             SecondHalf::Sync(_) => None,
             SecondHalf::JournalSwitch(t) => t.holder(),
             SecondHalf::Whole(w) => w.held.as_ref().map(|(_, h)| *h),
+            SecondHalf::Write(w) => w.whole.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -65,6 +71,7 @@ impl<D: BlockDevice> Ext4<D> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
+            Op::Write { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -76,6 +83,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Sync(ticket) => self.finish_sync(ticket).map(|()| Reply::Done),
             SecondHalf::JournalSwitch(ticket) => self.finish_journal_switch(ticket).map(|()| Reply::Done),
             SecondHalf::Whole(w) => self.finish_whole(w),
+            SecondHalf::Write(w) => self.finish_write(w),
         }
     }
 
@@ -88,10 +96,14 @@ impl<D: BlockDevice> Ext4<D> {
     /// barrier). One that took none (its file was missing, or its first
     /// lock held) waits where [`Ext4::waits_for`] says.
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
-        let SecondHalf::Whole(WholeOp { op, held }) = half else { return None };
+        let (SecondHalf::Whole(WholeOp { op, held }) | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held }, .. })) = half else { return None };
         let Some((plan, _)) = held else { return self.waits_for(op) };
         let own = held.as_ref().map(|(_, holder)| holder.number());
-        if let Some(lock) = self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))).or_else(|| self.folio_wait_except(op, own)) {
+        // A write whose parts began goes on with the file it opened, not
+        // with what its name leads to now.
+        let opened = matches!(half, SecondHalf::Write(w) if w.begun());
+        let beyond = if opened { None } else { self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))) };
+        if let Some(lock) = beyond.or_else(|| self.folio_wait_except(op, own)) {
             return Some(lock);
         }
         // Handed back first, its own handle is not among those it waits for.
@@ -126,7 +138,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// The locks handed back and taken again by the op, run whole: nothing
     /// runs between, so it is as if it had kept them.
-    fn finish_whole(&mut self, w: WholeOp) -> Outcome {
+    pub(super) fn finish_whole(&mut self, w: WholeOp) -> Outcome {
         if let Some((plan, holder)) = &w.held {
             if !self.locks.holds(*holder) {
                 // From an earlier mount: the op died with it.

@@ -14,7 +14,7 @@ use super::Ext4;
 impl<D: BlockDevice> Ext4<D> {
     /// Room for the few minimum-order folios an op zeroes edges in (a
     /// truncated tail, punched or zeroed edges, the block of an old EOF).
-    fn make_room_for_edges(&mut self) -> Result<(), Errno> {
+    pub(super) fn make_room_for_edges(&mut self) -> Result<(), Errno> {
         if self.ctx.mount.read_only {
             return Ok(());
         }

@@ -62,6 +62,11 @@ pub enum InjectedBug {
     /// lookup cached over them, so the next FIEMAP misses the data (an
     /// entry not invalidated at allocation).
     WriteBackKeepsCachedHoles,
+    /// A buffered write's first part sets the size the whole write will
+    /// reach before its other folios are copied (ext4 moves i_size folio by
+    /// folio, at write_end), so whatever runs between its parts sees the
+    /// file grown over bytes not yet written.
+    WritePartSizesWholeWrite,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -107,6 +112,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_truncate_ignores_flusher(&self) -> bool {
         self.bug.bug == Some(InjectedBug::TruncateIgnoresFlusherFolios)
+    }
+
+    pub(crate) fn bug_sizes_whole_write(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::WritePartSizesWholeWrite)
     }
 
     pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {

@@ -33,6 +33,7 @@ pub mod geometry;
 pub mod locked;
 pub mod lru;
 pub mod readahead;
+mod write_folio;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -354,10 +355,7 @@ impl PageCache {
         for gap in gaps {
             let mut at = gap.start;
             while at < gap.end {
-                let mut o = ceiling;
-                while o > min && (at % (1u64 << o) != 0 || at + (1u64 << o) > gap.end) {
-                    o -= 1;
-                }
+                let o = write_folio::fitting_order(at, gap.end, ceiling, min);
                 let (got, frame) = match self.take_folio_memory(o, min, &(ino, start..end)) {
                     Ok(got) => got,
                     Err(refused) => return (made, Some(refused)),

@@ -113,6 +113,9 @@ pub fn journal_switch_trace(data: &[u8]) -> Option<crate::trace::Trace> {
     // A valid schedule: a task with an op in flight only finishes it (or
     // the scheduler moves on); no crash while an op is in flight.
     let (mut task, mut in_flight) = (0usize, vec![false; tasks as usize]);
+    // Tasks whose op in flight is a buffered write: each time one gets the
+    // CPU back it copies one more folio (a `part`, from no byte of the input).
+    let mut writing = vec![false; tasks as usize];
     // An exhausted `Unstructured` answers defaults forever, which could
     // be a step that never fits: stop at the end of the input.
     let mut decoded = 0usize;
@@ -131,23 +134,32 @@ pub fn journal_switch_trace(data: &[u8]) -> Option<crate::trace::Trace> {
             steps.extend([Step::Flusher, pause.clone(), Step::Flusher, pause, Step::Flusher, Step::Flusher]);
         }
         let busy = in_flight[task];
+        let mut part = false;
         let fits = match &step {
             Step::Task(t) => {
+                part = *t as usize != task && writing[*t as usize];
                 task = *t as usize;
                 true
             }
-            Step::Finish => std::mem::take(&mut in_flight[task]),
-            Step::Begin(_) if !busy => {
+            Step::Finish => {
+                writing[task] = false;
+                std::mem::take(&mut in_flight[task])
+            }
+            Step::Begin(op) if !busy => {
                 in_flight[task] = true;
+                writing[task] = matches!(op, Op::Write { .. });
                 true
             }
             Step::Crash { .. } => !in_flight.contains(&true),
-            Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } | Step::Reclaim => !busy,
+            Step::Begin(_) | Step::Op(_) | Step::Fault(_) | Step::Pause { .. } | Step::Reclaim | Step::Part => !busy,
             // Not a task's: the flusher runs between any two steps.
             Step::Flusher => true,
         };
         if fits {
             push_before_armed_faults(&mut steps, step);
+            if part {
+                steps.push(Step::Part);
+            }
         }
     }
     for (t, busy) in in_flight.iter().enumerate() {

@@ -228,8 +228,13 @@ impl Generated {
                     None => return Err(never_ends(st)),
                 }
             }
-            let step = if st.flights.has_flight(next) {
-                Step::Finish
+            let step = if let Some(flight) = st.flights.get(next) {
+                // A write in flight mostly goes on a folio before it returns.
+                if st.ls.has_part(flight) && self.tasks.part() {
+                    Step::Part
+                } else {
+                    Step::Finish
+                }
             } else {
                 let op = match st.flights.wake(next) {
                     Some(op) => op,
@@ -275,7 +280,7 @@ impl Replay {
             // is what sleeps.
             Some(Step::Begin(op)) if op.sleeps_holding_locks() => None,
             Some(Step::Op(op) | Step::Begin(op)) => st.ls.waits_for(op),
-            Some(Step::Finish) => finish_sleeps(st, st.task),
+            Some(Step::Finish | Step::Part) => finish_sleeps(st, st.task),
             _ => None,
         };
         // With no holder in flight that can finish, the op runs and meets

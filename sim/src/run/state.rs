@@ -108,6 +108,20 @@ impl<T: Target> RunState<T> {
                 };
                 (op, true, outcome)
             }
+            Step::Part => match self.flights.take(self.task) {
+                Some(mut flight) => {
+                    let ran = self.ls.part_step(&mut flight);
+                    let op = flight.op.clone();
+                    self.flights.begin(self.task, flight);
+                    match ran {
+                        Ok(false) => return Ok(None),
+                        Ok(true) => (op, false, Ok(None)),
+                        Err(f) => (op, false, Err(f)),
+                    }
+                }
+                // Its begin was shrunk away: nothing to go on with.
+                None => return Ok(None),
+            },
             Step::Finish => match self.flights.take(self.task) {
                 Some(flight) => (flight.op.clone(), false, self.ls.finish(flight).map(Some)),
                 // Its begin was shrunk away: nothing to finish.

@@ -8,7 +8,7 @@ use crate::run::spec::RunSpec;
 use crate::trace::{Step, Trace};
 
 pub(super) fn fewer_tasks(current: &mut Trace, trial: &mut Trial) {
-    let interleaved = current.steps.iter().any(|s| matches!(s, Step::Task(_) | Step::Begin(_) | Step::Finish));
+    let interleaved = current.steps.iter().any(|s| matches!(s, Step::Task(_) | Step::Begin(_) | Step::Part | Step::Finish));
     if (current.spec.tasks > 1 || interleaved) && trial.keep(current, one_task(current)) {
         return;
     }
@@ -27,14 +27,14 @@ pub(super) fn fewer_tasks(current: &mut Trace, trial: &mut Trial) {
 }
 
 /// The trace as one task: no switches, each begun op run whole where it
-/// began, no finishes (nor the faults aimed at their second halves).
+/// began, no parts or finishes (nor the faults aimed at them).
 fn one_task(trace: &Trace) -> Trace {
     let mut steps = Vec::new();
     for step in &trace.steps {
         match step {
             Step::Task(_) => {}
             Step::Begin(op) => steps.push(Step::Op(op.clone())),
-            Step::Finish => {
+            Step::Part | Step::Finish => {
                 while matches!(steps.last(), Some(Step::Fault(_))) {
                     steps.pop();
                 }

@@ -1,0 +1,232 @@
+//! A buffered pwrite between its halves that goes on folio by folio.
+//!
+//! generic_perform_write copies a folio at a time (write_begin, copy,
+//! write_end) and may sleep before each one, holding i_rwsem the whole
+//! way: other writers wait, but reads, stat, FIEMAP, write-back and a crash
+//! may find the write part done. Each part here is one folio's copy: the
+//! folio cached at the write's position, or the one the page cache would
+//! make there. The write is checked once, by its first part's open, and
+//! closed once, when it returns.
+
+use std::ops::Range;
+
+use ext4_model::{Errno, Op, Outcome, Reply};
+
+use crate::device::BlockDevice;
+use crate::format::InodeNumber;
+
+use super::lock_plan::PlannedLock;
+use super::locks::Lock;
+use super::split::WholeOp;
+use super::Ext4;
+
+/// A pwrite between its halves ([`super::SecondHalf::Write`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct WriteInFlight {
+    pub(super) whole: WholeOp,
+    /// The file, once the first part opened it.
+    ino: Option<InodeNumber>,
+    /// Bytes written so far.
+    done: u64,
+    /// The answer, once a part failed or fell short.
+    ended: Option<Result<u64, Errno>>,
+}
+
+/// What one part did: the bytes it set out to write (empty when the open
+/// failed) and its answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartRan {
+    pub range: Range<u64>,
+    pub got: Result<u64, Errno>,
+}
+
+impl WriteInFlight {
+    pub(super) fn new(whole: WholeOp) -> WriteInFlight {
+        WriteInFlight { whole, ino: None, done: 0, ended: None }
+    }
+
+    pub(super) fn begun(&self) -> bool {
+        self.ino.is_some() || self.ended.is_some()
+    }
+
+    fn fields(&self) -> Option<(&str, u64, u64, u64)> {
+        match &self.whole.op {
+            Op::Write { path, offset, len, seed } => Some((path, *offset, u64::from(*len), *seed)),
+            _ => None,
+        }
+    }
+
+    /// Whether a part could still write something: the write holds its
+    /// file's i_rwsem (a first half that took nothing has no part to run
+    /// until its second half) and has bytes left.
+    pub fn has_more(&self) -> bool {
+        self.whole.held.is_some() && self.ended.is_none() && self.fields().is_some_and(|(_, _, len, _)| self.done < len)
+    }
+
+    fn note(&mut self, wanted: u64, got: Result<u64, Errno>) {
+        match got {
+            Ok(n) => {
+                self.done += n;
+                if n < wanted {
+                    self.ended = Some(Ok(self.done));
+                }
+            }
+            Err(e) => self.ended = Some(if self.done > 0 { Ok(self.done) } else { Err(e) }),
+        }
+    }
+
+    /// The inode whose i_rwsem the first half took.
+    fn locked_inode(&self) -> Option<InodeNumber> {
+        let (plan, _) = self.whole.held.as_ref()?;
+        plan.steps.iter().find_map(|s| match s {
+            PlannedLock::Sem { ino, class: Lock::InodeRwsem, .. } => Some(*ino),
+            _ => None,
+        })
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// Runs the next part of a pwrite in flight: one folio's copy, with
+    /// the locks its first half took still held around it. None when it has
+    /// no part to run, or when its name now leads to another file than the
+    /// one it locked (its second half then does it whole, as any op's).
+    pub fn write_part(&mut self, w: &mut WriteInFlight) -> Option<PartRan> {
+        if !w.has_more() {
+            return None;
+        }
+        let (plan, holder) = w.whole.held.clone()?;
+        if !self.locks.holds(holder) {
+            // From an earlier mount: the op died with it.
+            return None;
+        }
+        if w.ino.is_none() && self.open_path(w.fields()?.0).ok() != w.locked_inode() {
+            return None;
+        }
+        self.give_back(&plan.steps, holder);
+        let ran = self.run_write_part(w, false);
+        // Nothing ran in between: as if the locks had been kept.
+        if let Err(e) = self.take_plan(&plan.steps, holder) {
+            debug_assert!(false, "locks given back could not be taken again: {e}");
+        }
+        Some(ran)
+    }
+
+    /// The second half of a pwrite: whole if no part ran, else the rest
+    /// folio by folio and the close.
+    pub(super) fn finish_write(&mut self, mut w: WriteInFlight) -> Outcome {
+        if !w.begun() {
+            return self.finish_whole(w.whole);
+        }
+        if let Some((plan, holder)) = &w.whole.held {
+            if !self.locks.holds(*holder) {
+                // From an earlier mount: the op died with it.
+                return Err(Errno::EINVAL);
+            }
+            self.give_back(&plan.steps, *holder);
+        }
+        while w.has_more_unlocked() {
+            self.run_write_part(&mut w, true);
+        }
+        let answer = w.ended.unwrap_or(Ok(w.done));
+        match w.ino {
+            Some(ino) => self.closing(ino, answer).map(Reply::Written),
+            None => answer.map(Reply::Written),
+        }
+    }
+
+    /// One part: the open and its checks first if none ran yet, then the
+    /// copy into the next folio (or, with `rest`, of everything left).
+    fn run_write_part(&mut self, w: &mut WriteInFlight, rest: bool) -> PartRan {
+        let Some((path, offset, len, seed)) = w.fields().map(|(p, o, l, s)| (p.to_string(), o, l, s)) else {
+            return PartRan { range: 0..0, got: Err(Errno::EINVAL) };
+        };
+        let at = offset + w.done;
+        let opened = self.prepare_change(self.blocks_for_bytes(len - w.done)).and_then(|()| self.make_room_for_edges());
+        let ino = match (opened, w.ino) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Some(ino)) => Ok(ino),
+            (Ok(()), None) => self.open_for_write(&path, false),
+        };
+        let ino = match ino {
+            Ok(ino) => ino,
+            Err(e) => {
+                w.note(0, Err(e));
+                return PartRan { range: at..at, got: Err(e) };
+            }
+        };
+        w.ino = Some(ino);
+        let end = if rest { offset + len } else { self.write_part_end(ino, at, offset + len) };
+        let mut data = vec![0u8; (end - at) as usize];
+        ext4_model::pattern::pattern_at(seed, w.done, &mut data);
+        let got = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, at, &data));
+        #[cfg(feature = "test-hooks")]
+        if got.is_ok() && self.bug_sizes_whole_write() {
+            let whole = (offset + len).min(self.ctx.mount.max_file_size());
+            if let Ok(node) = self.node(ino) {
+                node.disk.size = node.disk.size.max(whole);
+            }
+        }
+        w.note(end - at, got);
+        PartRan { range: at..end, got }
+    }
+
+    /// Where a write's part starting at `at` ends: its first folio's end,
+    /// or the write's.
+    fn write_part_end(&mut self, ino: InodeNumber, at: u64, end: u64) -> u64 {
+        let Ok((ctx, node)) = self.split(ino) else { return end };
+        let orders = ctx.folio_orders(node);
+        let geo = ctx.pages.geometry();
+        let folio = ctx.pages.first_write_folio(ino, orders, geo.pages_covering(at..end));
+        folio.end.saturating_mul(geo.page_size()).clamp(at + 1, end)
+    }
+}
+
+impl WriteInFlight {
+    /// [`WriteInFlight::has_more`] once its locks are handed back.
+    fn has_more_unlocked(&self) -> bool {
+        self.ended.is_none() && self.fields().is_some_and(|(_, _, len, _)| self.done < len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ext4_model::{FileSystem, Op, Reply};
+
+    use crate::fixtures::mounted_with;
+    use crate::fs::SecondHalf;
+
+    #[test]
+    fn a_write_in_flight_goes_folio_by_folio_and_shows_part_done_in_between() {
+        // Order-0 folios: each part is one 4 KiB page.
+        let mut fs = mounted_with("max_folio_order=0");
+        fs.create("/f", 0o644).unwrap();
+        let write = Op::Write { path: "/f".into(), offset: 1000, len: 9000, seed: 5 };
+        let Some(Ok(SecondHalf::Write(mut w))) = fs.begin_split(&write) else { panic!("a pwrite splits as a write") };
+        let first = fs.write_part(&mut w).unwrap();
+        assert_eq!((first.range, first.got), (1000..4096, Ok(3096)), "to the end of the first folio");
+        // Another task now sees the first folio written and the size over it.
+        assert_eq!(fs.stat("/f").unwrap().size, 4096);
+        let expect = ext4_model::op::pattern(5, 9000);
+        assert_eq!(fs.read("/f", 0, 20_000).unwrap()[1000..], expect[..3096]);
+        let second = fs.write_part(&mut w).unwrap();
+        assert_eq!((second.range, second.got), (4096..8192, Ok(4096)));
+        assert_eq!(fs.stat("/f").unwrap().size, 8192);
+        // The second half copies the rest and returns the whole count.
+        assert_eq!(fs.finish_split(SecondHalf::Write(w)), Ok(Reply::Written(9000)));
+        assert_eq!(fs.read("/f", 1000, 9000).unwrap(), expect);
+        assert!(fs.locks_held().is_empty(), "every lock given back");
+    }
+
+    #[test]
+    fn a_failed_open_ends_the_write_and_a_write_with_no_part_is_done_whole() {
+        let mut fs = mounted_with("");
+        let missing = Op::Write { path: "/nothing".into(), offset: 0, len: 10, seed: 1 };
+        let Some(Ok(SecondHalf::Write(mut w))) = fs.begin_split(&missing) else { panic!() };
+        assert!(fs.write_part(&mut w).is_none(), "it locked nothing, so it has no part to run");
+        assert_eq!(fs.finish_split(SecondHalf::Write(w)), Err(ext4_model::Errno::ENOENT));
+        fs.create("/g", 0o644).unwrap();
+        let Some(Ok(half)) = fs.begin_split(&Op::Write { path: "/g".into(), offset: 0, len: 10, seed: 1 }) else { panic!() };
+        assert_eq!(fs.finish_split(half), Ok(Reply::Written(10)));
+        assert_eq!(fs.stat("/g").unwrap().size, 10);
+    }
+}

@@ -1,0 +1,80 @@
+//! A buffered pwrite in flight taking effect one folio further, on both
+//! sides (the model's `write_parts` and the engine's say why ext4 allows it).
+//! The target picks where the part ends (its folio); the model writes the
+//! same bytes and must give the same answer.
+
+use ext4_model::agree::agrees;
+use ext4_model::{Op, Outcome, Pending, Reply};
+
+use super::{hash_outcome, Lockstep};
+use crate::failure::{Divergence, Failure};
+use crate::target::{InFlight, Target};
+
+const PART_MARK: u8 = 0xA0;
+
+impl<T: Target> Lockstep<T> {
+    /// Whether `flight` can take effect one more part now.
+    pub fn has_part(&self, flight: &InFlight<T::SecondHalf>) -> bool {
+        matches!(&flight.model, Pending::Write(w) if w.has_more()) && self.target.has_part(&flight.target)
+    }
+
+    /// A `part` step: the next part of a pwrite in flight, other tasks'
+    /// steps before and after it; false when it had none.
+    pub fn part_step(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
+        let ran = self.part(flight)?;
+        self.stats.write_parts += u64::from(ran);
+        Ok(ran)
+    }
+
+    /// Runs the next part of a pwrite in flight; false when it had none.
+    pub(super) fn part(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
+        if !self.has_part(flight) {
+            return Ok(false);
+        }
+        let Pending::Write(w) = &mut flight.model else { return Ok(false) };
+        self.start_op(&flight.op);
+        let Some((range, got)) = self.target.write_part(&mut flight.target) else { return Ok(false) };
+        let actual: Outcome = got.map(Reply::Written);
+        let opened = self.model.open_write_part(w);
+        let expected = match opened {
+            Err(e) => Err(e),
+            // The target failed before it reached the copy.
+            Ok(()) if range.is_empty() => Ok(Reply::Written(0)),
+            Ok(()) if range.start != w.next_at() => {
+                let why = format!("the target's part starts at byte {} where the write stands at {}", range.start, w.next_at());
+                return Err(self.part_diverged(flight.index, &flight.op, Ok(Reply::Written(0)), actual, why));
+            }
+            Ok(()) => {
+                let len = range.end - range.start;
+                let part = Op::Write { path: w.path.clone(), offset: range.start, len: u32::try_from(len).unwrap_or(u32::MAX), seed: w.seed };
+                let pending = w.clone();
+                let answer = self.model_answer(&part, flight.index, &actual, |m, op| match op {
+                    Op::Write { len, .. } => m.write_part(&pending, u64::from(*len)).map(Reply::Written),
+                    _ => unreachable!("a part is cut as a write"),
+                })?;
+                w.note_part(len, answer.clone().map(|r| if let Reply::Written(n) = r { n } else { 0 }));
+                answer
+            }
+        };
+        self.trace.write(&[PART_MARK]);
+        hash_outcome(&mut self.trace, &expected);
+        if self.fault_pending() {
+            // Not compared: the resync after it drops the write.
+            return Ok(true);
+        }
+        if let Err(d) = agrees(&expected, &actual) {
+            if self.target_ran_short(&expected, &actual) {
+                self.stats.space_resyncs += 1;
+                self.space_short = true;
+                return Ok(true);
+            }
+            return Err(self.part_diverged(flight.index, &flight.op, expected, actual, d.0));
+        }
+        Ok(true)
+    }
+
+    fn part_diverged(&mut self, index: u64, op: &Op, model: Outcome, actual: Outcome, why: String) -> Failure {
+        let detail = if actual.is_err() { self.target.explain_last_error() } else { None };
+        Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model, actual, why: format!("a part of the write: {why}"), detail }))
+    }
+}
