@@ -58,7 +58,7 @@ impl Model {
             Op::Fsync { path } => self.begin_fsync(path, false).map(Pending::Fsync),
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
-            Op::Write { path, offset, len, seed } => Ok(Pending::Write(PendingWrite::new(path, *offset, *len, *seed))),
+            Op::Write { .. } | Op::Append { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -73,10 +73,7 @@ impl Model {
             }
             Pending::JournalSwitch(p) => self.finish_journal_switch(p).map(|()| Reply::Done),
             Pending::Whole(op) => crate::fs::FileSystem::apply(self, &op),
-            Pending::Write(w) if !w.begun() => {
-                let PendingWrite { path, offset, len, seed, .. } = w;
-                crate::fs::FileSystem::apply(self, &Op::Write { path, offset, len, seed })
-            }
+            Pending::Write(w) if !w.begun() => crate::fs::FileSystem::apply(self, &w.whole_op()),
             Pending::Write(mut w) => {
                 if w.has_more() {
                     let rest = u64::from(w.len) - w.done;

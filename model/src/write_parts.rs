@@ -6,7 +6,12 @@
 //! so other writers wait, but buffered reads, stat, FIEMAP, write-back, and a
 //! crash can come in between and see the write part done: the first folios
 //! written and the size grown over them, the rest not yet. Ext4 checks the
-//! write once, at its start, and closes the file once, at its end.
+//! write once, at its start (an append takes its offset, the size, then),
+//! and closes the file once, at its end. A pwrite through a path and an
+//! append go this way. A pwrite through a held descriptor does not yet: a
+//! close of that descriptor by another task between its parts would have
+//! to wait for the write's reference to the file (fdget), which no model
+//! here keeps.
 //!
 //! Where the parts end is the target's choice (its folios); the model takes
 //! each part's range from it and writes the same bytes, so both sides show
@@ -15,14 +20,17 @@
 use crate::content::Source;
 use crate::crash_log::Call;
 use crate::model::Model;
-use crate::op::Reply;
+use crate::op::{Op, Reply};
 use crate::state::Ino;
 use crate::{Errno, Outcome};
 
-/// A pwrite of `pattern(seed, len)` at `offset` between its parts.
+/// open + a write of `pattern(seed, len)` (at EOF with `append`) + close,
+/// between its parts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingWrite {
     pub path: String,
+    pub append: bool,
+    /// Where it writes (an append's: the size when its first part opened).
     pub offset: u64,
     pub len: u32,
     pub seed: u64,
@@ -36,7 +44,33 @@ pub struct PendingWrite {
 
 impl PendingWrite {
     pub fn new(path: &str, offset: u64, len: u32, seed: u64) -> PendingWrite {
-        PendingWrite { path: path.to_string(), offset, len, seed, ino: None, done: 0, ended: None }
+        PendingWrite { path: path.to_string(), append: false, offset, len, seed, ino: None, done: 0, ended: None }
+    }
+
+    /// The write `op` is, before any part (None for any other op).
+    pub fn of(op: &Op) -> Option<PendingWrite> {
+        let (path, append, offset, len, seed) = match op {
+            Op::Write { path, offset, len, seed } => (path, false, *offset, *len, *seed),
+            Op::Append { path, len, seed } => (path, true, 0, *len, *seed),
+            _ => return None,
+        };
+        Some(PendingWrite { path: path.clone(), append, offset, len, seed, ino: None, done: 0, ended: None })
+    }
+
+    /// The whole op, as it was begun.
+    pub fn whole_op(&self) -> Op {
+        let (path, len, seed) = (self.path.clone(), self.len, self.seed);
+        if self.append {
+            Op::Append { path, len, seed }
+        } else {
+            Op::Write { path, offset: self.offset, len, seed }
+        }
+    }
+
+    /// An op writing `len` bytes where the next part starts, which a part
+    /// the target's memory cut short is cut from as a whole op would be.
+    pub fn part_op(&self, len: u32) -> Op {
+        Op::Write { path: self.path.clone(), offset: self.next_at(), len, seed: self.seed }
     }
 
     /// Whether any part ran: the file is open, and the rest of the write
@@ -83,12 +117,19 @@ impl PendingWrite {
 
 impl Model {
     /// Opens the write's file for its first part: the checks ext4 makes once,
-    /// before it copies anything. An error ends the write with it.
+    /// before it copies anything (and an append's offset). An error ends
+    /// the write with it.
     pub fn open_write_part(&mut self, w: &mut PendingWrite) -> Result<(), Errno> {
         if w.begun() {
             return Ok(());
         }
-        match self.open_for_write(&w.path, false) {
+        let opened = self.open_for_write(&w.path, w.append).and_then(|ino| {
+            if w.append {
+                w.offset = self.file(ino).ok_or(Errno::EISDIR)?.size;
+            }
+            Ok(ino)
+        });
+        match opened {
             Ok(ino) => {
                 w.ino = Some(ino);
                 Ok(())

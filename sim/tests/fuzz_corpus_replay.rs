@@ -156,6 +156,8 @@ fn journal_switch_corpus_replays() {
     // some meet a held lock after taking others, sleeping holding them.
     assert!(r.split_kinds.len() >= 9 && r.holding >= 3, "{} kinds split ({:?}), {} slept holding locks", r.split_kinds.len(), r.split_kinds, r.holding);
     assert!(r.flusher >= 5, "the flusher slept on {} write-backs", r.flusher);
+    // Writes in flight go on folio by folio with other tasks' steps between.
+    assert!(r.parts >= 5, "{} write parts", r.parts);
     // Reads and seeks of the switching file sleep on its own locks.
     for lock in ["invalidate_lock", "i_rwsem"] {
         assert!(r.sleeps_on.get(lock).is_some_and(|n| *n >= 2), "sleeps by lock: {:?}", r.sleeps_on);

@@ -71,7 +71,7 @@ impl<D: BlockDevice> Ext4<D> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
-            Op::Write { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
+            Op::Write { .. } | Op::Append { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })

@@ -5,8 +5,10 @@
 //! way: other writers wait, but reads, stat, FIEMAP, write-back and a crash
 //! may find the write part done. Each part here is one folio's copy: the
 //! folio cached at the write's position, or the one the page cache would
-//! make there. The write is checked once, by its first part's open, and
-//! closed once, when it returns.
+//! make there. The write is checked once, by its first part's open (where
+//! an append takes the size as its offset), and closed once, when it
+//! returns. A pwrite through a path and an append go this way (not yet a
+//! pwrite through a held descriptor: see the model's `write_parts`).
 
 use std::ops::Range;
 
@@ -26,6 +28,8 @@ pub struct WriteInFlight {
     pub(super) whole: WholeOp,
     /// The file, once the first part opened it.
     ino: Option<InodeNumber>,
+    /// Where the write starts, once its first part opened the file.
+    offset: u64,
     /// Bytes written so far.
     done: u64,
     /// The answer, once a part failed or fell short.
@@ -42,16 +46,18 @@ pub struct PartRan {
 
 impl WriteInFlight {
     pub(super) fn new(whole: WholeOp) -> WriteInFlight {
-        WriteInFlight { whole, ino: None, done: 0, ended: None }
+        WriteInFlight { whole, ino: None, offset: 0, done: 0, ended: None }
     }
 
     pub(super) fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
     }
 
-    fn fields(&self) -> Option<(&str, u64, u64, u64)> {
+    /// (path, append, its offset before the open, length, seed).
+    fn fields(&self) -> Option<(&str, bool, u64, u64, u64)> {
         match &self.whole.op {
-            Op::Write { path, offset, len, seed } => Some((path, *offset, u64::from(*len), *seed)),
+            Op::Write { path, offset, len, seed } => Some((path, false, *offset, u64::from(*len), *seed)),
+            Op::Append { path, len, seed } => Some((path, true, 0, u64::from(*len), *seed)),
             _ => None,
         }
     }
@@ -60,7 +66,7 @@ impl WriteInFlight {
     /// file's i_rwsem (a first half that took nothing has no part to run
     /// until its second half) and has bytes left.
     pub fn has_more(&self) -> bool {
-        self.whole.held.is_some() && self.ended.is_none() && self.fields().is_some_and(|(_, _, len, _)| self.done < len)
+        self.whole.held.is_some() && self.ended.is_none() && self.fields().is_some_and(|(_, _, _, len, _)| self.done < len)
     }
 
     fn note(&mut self, wanted: u64, got: Result<u64, Errno>) {
@@ -137,16 +143,17 @@ impl<D: BlockDevice> Ext4<D> {
     /// One part: the open and its checks first if none ran yet, then the
     /// copy into the next folio (or, with `rest`, of everything left).
     fn run_write_part(&mut self, w: &mut WriteInFlight, rest: bool) -> PartRan {
-        let Some((path, offset, len, seed)) = w.fields().map(|(p, o, l, s)| (p.to_string(), o, l, s)) else {
+        let Some((path, append, offset, len, seed)) = w.fields().map(|(p, a, o, l, s)| (p.to_string(), a, o, l, s)) else {
             return PartRan { range: 0..0, got: Err(Errno::EINVAL) };
         };
-        let at = offset + w.done;
-        let opened = self.prepare_change(self.blocks_for_bytes(len - w.done)).and_then(|()| self.make_room_for_edges());
-        let ino = match (opened, w.ino) {
-            (Err(e), _) => Err(e),
-            (Ok(()), Some(ino)) => Ok(ino),
-            (Ok(()), None) => self.open_for_write(&path, false),
+        let ino = match w.ino {
+            Some(ino) => self.prepare_part(len - w.done).map(|()| ino),
+            None => self.open_write(&path, append, offset, len).map(|(ino, offset)| {
+                w.offset = offset;
+                ino
+            }),
         };
+        let at = w.offset + w.done;
         let ino = match ino {
             Ok(ino) => ino,
             Err(e) => {
@@ -155,7 +162,8 @@ impl<D: BlockDevice> Ext4<D> {
             }
         };
         w.ino = Some(ino);
-        let end = if rest { offset + len } else { self.write_part_end(ino, at, offset + len) };
+        let end = w.offset + len;
+        let end = if rest { end } else { self.write_part_end(ino, at, end) };
         let mut data = vec![0u8; (end - at) as usize];
         ext4_model::pattern::pattern_at(seed, w.done, &mut data);
         let got = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, at, &data));
@@ -168,6 +176,21 @@ impl<D: BlockDevice> Ext4<D> {
         }
         w.note(end - at, got);
         PartRan { range: at..end, got }
+    }
+
+    /// What a handle start asks before a write copies `len` bytes.
+    fn prepare_part(&mut self, len: u64) -> Result<(), Errno> {
+        self.prepare_change(self.blocks_for_bytes(len))?;
+        self.make_room_for_edges()
+    }
+
+    /// The first part's open and checks, in the order the whole op makes
+    /// them: the file and where the write starts (an append's: the size).
+    fn open_write(&mut self, path: &str, append: bool, offset: u64, len: u64) -> Result<(InodeNumber, u64), Errno> {
+        self.prepare_part(len)?;
+        let ino = self.open_for_write(path, append)?;
+        let offset = if append { self.node(ino)?.disk.size } else { offset };
+        Ok((ino, offset))
     }
 
     /// Where a write's part starting at `at` ends: its first folio's end,
@@ -184,7 +207,7 @@ impl<D: BlockDevice> Ext4<D> {
 impl WriteInFlight {
     /// [`WriteInFlight::has_more`] once its locks are handed back.
     fn has_more_unlocked(&self) -> bool {
-        self.ended.is_none() && self.fields().is_some_and(|(_, _, len, _)| self.done < len)
+        self.ended.is_none() && self.fields().is_some_and(|(_, _, _, len, _)| self.done < len)
     }
 }
 
@@ -215,6 +238,18 @@ mod tests {
         assert_eq!(fs.finish_split(SecondHalf::Write(w)), Ok(Reply::Written(9000)));
         assert_eq!(fs.read("/f", 1000, 9000).unwrap(), expect);
         assert!(fs.locks_held().is_empty(), "every lock given back");
+    }
+
+    #[test]
+    fn an_append_takes_the_size_at_its_first_part_as_its_offset() {
+        let mut fs = mounted_with("max_folio_order=0");
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[1; 100]).unwrap();
+        let Some(Ok(SecondHalf::Write(mut w))) = fs.begin_split(&Op::Append { path: "/f".into(), len: 5000, seed: 2 }) else { panic!() };
+        let first = fs.write_part(&mut w).unwrap();
+        assert_eq!((first.range, first.got), (100..4096, Ok(3996)));
+        assert_eq!(fs.finish_split(SecondHalf::Write(w)), Ok(Reply::Written(5000)));
+        assert_eq!(fs.read("/f", 100, 5000).unwrap(), ext4_model::op::pattern(2, 5000));
     }
 
     #[test]

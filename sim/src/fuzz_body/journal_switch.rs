@@ -204,6 +204,8 @@ pub struct SwitchReach {
     pub crashes: u64,
     /// Write-backs the flusher slept on, holding their folio locks.
     pub flusher: u64,
+    /// Folios buffered writes in flight copied with other steps between.
+    pub parts: u64,
     /// Kinds of op begun as split halves.
     pub split_kinds: std::collections::BTreeSet<OpKind>,
 }
@@ -219,6 +221,7 @@ impl SwitchReach {
         self.holding += s.lock_sleeps_holding;
         self.crashes += s.crashes;
         self.flusher += s.flusher_flights;
+        self.parts += s.write_parts;
         self.split_kinds.extend(run.steps.iter().filter_map(|st| if let crate::trace::Step::Begin(op) = st { Some(op.kind()) } else { None }));
     }
 
@@ -232,7 +235,7 @@ impl SwitchReach {
         let short = |have: u64, want: u64| want.saturating_sub(have);
         let locks: u64 = goal.sleeps_on.iter().map(|(lock, &n)| short(self.sleeps_on(lock), n)).sum();
         let kinds = goal.split_kinds.difference(&self.split_kinds).count() as u64;
-        short(self.switches, goal.switches) + short(self.sleeps, goal.sleeps) + short(self.holding, goal.holding) + short(self.crashes, goal.crashes) + short(self.flusher, goal.flusher) + locks + kinds
+        short(self.switches, goal.switches) + short(self.sleeps, goal.sleeps) + short(self.holding, goal.holding) + short(self.crashes, goal.crashes) + short(self.flusher, goal.flusher) + short(self.parts, goal.parts) + locks + kinds
     }
 }
 
@@ -248,6 +251,7 @@ fn seed_goal() -> SwitchReach {
         holding: 5,
         crashes: 15,
         flusher: 8,
+        parts: 8,
         split_kinds: kinds.into_iter().collect(),
     }
 }

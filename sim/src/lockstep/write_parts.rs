@@ -46,11 +46,11 @@ impl<T: Target> Lockstep<T> {
             }
             Ok(()) => {
                 let len = range.end - range.start;
-                let part = Op::Write { path: w.path.clone(), offset: range.start, len: u32::try_from(len).unwrap_or(u32::MAX), seed: w.seed };
+                let part = w.part_op(u32::try_from(len).unwrap_or(u32::MAX));
                 let pending = w.clone();
                 let answer = self.model_answer(&part, flight.index, &actual, |m, op| match op {
                     Op::Write { len, .. } => m.write_part(&pending, u64::from(*len)).map(Reply::Written),
-                    _ => unreachable!("a part is cut as a write"),
+                    _ => Err(ext4_model::Errno::EINVAL),
                 })?;
                 w.note_part(len, answer.clone().map(|r| if let Reply::Written(n) = r { n } else { 0 }));
                 answer
@@ -58,6 +58,9 @@ impl<T: Target> Lockstep<T> {
         };
         self.trace.write(&[PART_MARK]);
         hash_outcome(&mut self.trace, &expected);
+        // The op's latency counts its parts; a finish counts from here.
+        flight.begun_ns = flight.begun_ns.saturating_add(self.spent_ns());
+        self.op_start_ns = self.target.now_ns();
         if self.fault_pending() {
             // Not compared: the resync after it drops the write.
             return Ok(true);
