@@ -43,10 +43,6 @@ pub struct PendingWrite {
 }
 
 impl PendingWrite {
-    pub fn new(path: &str, offset: u64, len: u32, seed: u64) -> PendingWrite {
-        PendingWrite { path: path.to_string(), append: false, offset, len, seed, ino: None, done: 0, ended: None }
-    }
-
     /// The write `op` is, before any part (None for any other op).
     pub fn of(op: &Op) -> Option<PendingWrite> {
         let (path, append, offset, len, seed) = match op {
@@ -178,6 +174,10 @@ mod tests {
     use super::*;
     use crate::{FileSystem, MountConfig, Op};
 
+    fn write(path: &str, offset: u64, len: u32, seed: u64) -> PendingWrite {
+        PendingWrite::of(&Op::Write { path: path.into(), offset, len, seed }).unwrap()
+    }
+
     fn model() -> Model {
         let mut m = Model::new(&MountConfig::default()).unwrap();
         m.create("/f", 0o644).unwrap();
@@ -189,7 +189,7 @@ mod tests {
         let mut whole = model();
         whole.apply(&Op::Write { path: "/f".into(), offset: 1000, len: 20_000, seed: 9 }).unwrap();
         let mut parted = model();
-        let mut w = PendingWrite::new("/f", 1000, 20_000, 9);
+        let mut w = write("/f", 1000, 20_000, 9);
         parted.open_write_part(&mut w).unwrap();
         for len in [3096, 8192, 8712] {
             let got = parted.write_part(&w, len);
@@ -206,7 +206,7 @@ mod tests {
         let mut m = model();
         m.mkdir("/d", 0o755).unwrap();
         m.create("/d/f", 0o644).unwrap();
-        let mut w = PendingWrite::new("/d/f", 0, 8192, 4);
+        let mut w = write("/d/f", 0, 8192, 4);
         m.open_write_part(&mut w).unwrap();
         let got = m.write_part(&w, 4096);
         w.note_part(4096, got);
@@ -216,11 +216,11 @@ mod tests {
         w.note_part(4096, got);
         assert_eq!(m.stat("/e/f").unwrap().size, 8192, "the rest went to the file the write opened");
 
-        let mut short = PendingWrite::new("/g", 0, 100, 1);
+        let mut short = write("/g", 0, 100, 1);
         short.note_part(50, Ok(50));
         short.note_part(50, Err(Errno::ENOSPC));
         assert_eq!((short.answer(), short.has_more()), (Ok(50), false));
-        let mut failed = PendingWrite::new("/missing", 0, 100, 1);
+        let mut failed = write("/missing", 0, 100, 1);
         assert_eq!(m.open_write_part(&mut failed), Err(Errno::ENOENT));
         assert_eq!(m.finish_write(failed), Err(Errno::ENOENT));
     }

@@ -327,11 +327,17 @@ impl<T: Target> Lockstep<T> {
             self.start_op(&op);
         }
         let actual = self.target.finish_split(target);
-        let expected = match model {
-            // Done whole now: it may run out of memory as a whole op may.
-            Pending::Whole(whole) => self.model_answer(&whole, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?,
-            Pending::Write(w) if !w.begun() => self.model_answer(&op, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?,
-            model => self.model.finish_split(model),
+        let whole = match &model {
+            Pending::Whole(_) => true,
+            Pending::Write(w) => !w.begun(),
+            _ => false,
+        };
+        let expected = if whole {
+            // Done whole now (the op begun): it may run out of memory as a
+            // whole op may.
+            self.model_answer(&op, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?
+        } else {
+            self.model.finish_split(model)
         };
         self.trace.write(&[FINISH_MARK]);
         let spent = self.spent_ns();
@@ -380,19 +386,30 @@ impl<T: Target> Lockstep<T> {
             self.stats.faults += 1;
             return Ok(expected);
         }
-        if let Err(d) = agrees(&expected, &actual) {
-            if self.target_ran_short(&expected, &actual) {
-                self.stats.space_resyncs += 1;
-                self.space_short = true;
-                return Ok(expected);
-            }
-            let detail = if actual.is_err() { self.target.explain_last_error() } else { None };
-            return Err(Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model: expected, actual, why: d.0, detail })));
-        }
-        if expected.is_ok() {
+        if self.hold_to_model(op, index, &expected, actual, "")? && expected.is_ok() {
             self.learn_folio_choice(op);
         }
         Ok(expected)
+    }
+
+    /// Holds the target's answer to the model's: true when they agree,
+    /// false when the nearly full target ran short where the model had room
+    /// (the model takes the target's state next), else the divergence
+    /// (`what` says which part of the op answered).
+    fn hold_to_model(&mut self, op: &Op, index: u64, expected: &Outcome, actual: Outcome, what: &str) -> Result<bool, Failure> {
+        let Err(d) = agrees(expected, &actual) else { return Ok(true) };
+        if self.target_ran_short(expected, &actual) {
+            self.stats.space_resyncs += 1;
+            self.space_short = true;
+            return Ok(false);
+        }
+        Err(self.diverged(index, op, expected.clone(), actual, format!("{what}{}", d.0)))
+    }
+
+    /// The divergence of `op`, with what lies behind the target's errno.
+    fn diverged(&mut self, index: u64, op: &Op, model: Outcome, actual: Outcome, why: String) -> Failure {
+        let detail = if actual.is_err() { self.target.explain_last_error() } else { None };
+        Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model, actual, why, detail }))
     }
 
     /// A mapped write's fault backs its whole folio, and the folio's size

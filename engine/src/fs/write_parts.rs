@@ -66,7 +66,12 @@ impl WriteInFlight {
     /// file's i_rwsem (a first half that took nothing has no part to run
     /// until its second half) and has bytes left.
     pub fn has_more(&self) -> bool {
-        self.whole.held.is_some() && self.ended.is_none() && self.fields().is_some_and(|(_, _, _, len, _)| self.done < len)
+        self.whole.held.is_some() && self.has_more_unlocked()
+    }
+
+    /// [`WriteInFlight::has_more`] once its locks are handed back.
+    fn has_more_unlocked(&self) -> bool {
+        self.ended.is_none() && self.fields().is_some_and(|(_, _, _, len, _)| self.done < len)
     }
 
     fn note(&mut self, wanted: u64, got: Result<u64, Errno>) {
@@ -201,13 +206,6 @@ impl<D: BlockDevice> Ext4<D> {
         let geo = ctx.pages.geometry();
         let folio = ctx.pages.first_write_folio(ino, orders, geo.pages_covering(at..end));
         folio.end.saturating_mul(geo.page_size()).clamp(at + 1, end)
-    }
-}
-
-impl WriteInFlight {
-    /// [`WriteInFlight::has_more`] once its locks are handed back.
-    fn has_more_unlocked(&self) -> bool {
-        self.ended.is_none() && self.fields().is_some_and(|(_, _, _, len, _)| self.done < len)
     }
 }
 

@@ -3,14 +3,15 @@
 //! The target picks where the part ends (its folio); the model writes the
 //! same bytes and must give the same answer.
 
-use ext4_model::agree::agrees;
 use ext4_model::{Op, Outcome, Pending, Reply};
 
 use super::{hash_outcome, Lockstep};
-use crate::failure::{Divergence, Failure};
+use crate::failure::Failure;
 use crate::target::{InFlight, Target};
 
 const PART_MARK: u8 = 0xA0;
+/// What a part's divergence begins with.
+const PART: &str = "a part of the write: ";
 
 impl<T: Target> Lockstep<T> {
     /// Whether `flight` can take effect one more part now.
@@ -42,7 +43,7 @@ impl<T: Target> Lockstep<T> {
             Ok(()) if range.is_empty() => Ok(Reply::Written(0)),
             Ok(()) if range.start != w.next_at() => {
                 let why = format!("the target's part starts at byte {} where the write stands at {}", range.start, w.next_at());
-                return Err(self.part_diverged(flight.index, &flight.op, Ok(Reply::Written(0)), actual, why));
+                return Err(self.diverged(flight.index, &flight.op, Ok(Reply::Written(0)), actual, format!("{PART}{why}")));
             }
             Ok(()) => {
                 let len = range.end - range.start;
@@ -65,19 +66,7 @@ impl<T: Target> Lockstep<T> {
             // Not compared: the resync after it drops the write.
             return Ok(true);
         }
-        if let Err(d) = agrees(&expected, &actual) {
-            if self.target_ran_short(&expected, &actual) {
-                self.stats.space_resyncs += 1;
-                self.space_short = true;
-                return Ok(true);
-            }
-            return Err(self.part_diverged(flight.index, &flight.op, expected, actual, d.0));
-        }
+        self.hold_to_model(&flight.op, flight.index, &expected, actual, PART)?;
         Ok(true)
-    }
-
-    fn part_diverged(&mut self, index: u64, op: &Op, model: Outcome, actual: Outcome, why: String) -> Failure {
-        let detail = if actual.is_err() { self.target.explain_last_error() } else { None };
-        Failure::Divergence(Box::new(Divergence { index, op: op.clone(), model, actual, why: format!("a part of the write: {why}"), detail }))
     }
 }
