@@ -29,17 +29,27 @@ impl Fnv64 {
     /// chain would bound the speed), folded into the state, then the tail
     /// word-wise and byte-wise. Deterministic like `write`.
     pub fn write_bulk(&mut self, bytes: &[u8]) {
+        self.write_bulk_seeing_nonzero(bytes);
+    }
+
+    /// [`Fnv64::write_bulk`], answering whether any byte was non-zero: the
+    /// image hash skips zero chunks, and one pass over a chunk is half the
+    /// memory traffic of a zero scan and then the hash.
+    pub fn write_bulk_seeing_nonzero(&mut self, bytes: &[u8]) -> bool {
         let word = |b: &[u8]| {
             let mut w = [0u8; 8];
             w.copy_from_slice(b);
             u64::from_le_bytes(w)
         };
+        let mut any = 0u64;
         let mut blocks = bytes.chunks_exact(32);
         if bytes.len() >= 32 {
             let mut lanes = [self.0, self.0.rotate_left(16), self.0.rotate_left(32), self.0.rotate_left(48)];
             for block in &mut blocks {
                 for (lane, w) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-                    *lane = (*lane ^ word(w)).wrapping_mul(PRIME);
+                    let w = word(w);
+                    any |= w;
+                    *lane = (*lane ^ w).wrapping_mul(PRIME);
                 }
             }
             for lane in lanes {
@@ -48,9 +58,13 @@ impl Fnv64 {
         }
         let mut words = blocks.remainder().chunks_exact(8);
         for w in &mut words {
-            self.0 = (self.0 ^ word(w)).wrapping_mul(PRIME);
+            let w = word(w);
+            any |= w;
+            self.0 = (self.0 ^ w).wrapping_mul(PRIME);
         }
-        self.write(words.remainder());
+        let tail = words.remainder();
+        self.write(tail);
+        any != 0 || tail.iter().any(|&b| b != 0)
     }
 
     pub const fn finish(&self) -> u64 {
@@ -124,12 +138,12 @@ impl ImageHasher {
             "chunks must be hashed in ascending offset order"
         );
         self.last_offset = Some(offset);
-        if data.iter().all(|&byte| byte == 0) {
-            return;
-        }
-        self.state.write(&offset.to_le_bytes());
         // Word-wise: the image hash is the costliest part of a short run.
-        self.state.write_bulk(data);
+        let mut next = self.state;
+        next.write(&offset.to_le_bytes());
+        if next.write_bulk_seeing_nonzero(data) {
+            self.state = next;
+        }
     }
 
     pub const fn finish(&self) -> u64 {
@@ -177,7 +191,17 @@ mod tests {
     fn zero_chunks_do_not_count_but_offsets_do() {
         let mut empty = ImageHasher::new();
         empty.add_chunk(0, &[0; 16]);
+        empty.add_chunk(4096, &[0; 4096]);
         assert_eq!(empty.finish(), ImageHasher::new().finish());
+
+        // One non-zero byte anywhere, in a word or in the tail, counts.
+        for (len, at) in [(4096, 0), (4096, 4095), (4096, 2050), (4099, 4098), (20, 17)] {
+            let mut data = vec![0u8; len];
+            data[at] = 1;
+            let mut one = ImageHasher::new();
+            one.add_chunk(0, &data);
+            assert_ne!(one.finish(), ImageHasher::new().finish(), "{len} bytes, non-zero at {at}");
+        }
 
         let mut at_zero = ImageHasher::new();
         at_zero.add_chunk(0, &[7; 16]);
