@@ -24,6 +24,11 @@ pub enum Call {
     /// of `seed` at `offset`, to the inode the write opened (its name may
     /// have changed since; the replay numbers inodes as the live model did).
     WritePart { ino: crate::state::Ino, offset: u64, len: u64, seed: u64, at: u64 },
+    /// A write through `slot` took reference `id` to its file
+    /// ([`crate::Model::fdget`]): a close of the slot now defers the release.
+    FdGet { slot: u8, id: u64 },
+    /// The write returned and dropped reference `id`.
+    FdPut { id: u64 },
 }
 
 /// The state at the last sync and every call since.

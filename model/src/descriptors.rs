@@ -7,10 +7,17 @@
 //! the descriptor. The last close frees it (ext4_evict_inode) and takes it
 //! off the list; a crash in between leaves the list to mount, which frees
 //! every inode on it (ext4_orphan_cleanup), so no orphan outlives a crash.
+//!
+//! A write through a descriptor takes its own reference to the file at its
+//! start (fdget: the tasks share one descriptor table) and drops it when it
+//! returns (fdput). A close of that descriptor by another task meanwhile
+//! takes the slot away at once, but the file's release (ext4_release_file,
+//! and the eviction of an orphan) waits for the write's fdput.
 
 use crate::content::Source;
+use crate::crash_log::Call;
 use crate::model::{inode_blocks, Model};
-use crate::state::{Ino, Node};
+use crate::state::{FdRef, Ino, Node};
 use crate::vfs::LOFF_MAX;
 use crate::Errno;
 
@@ -20,18 +27,61 @@ impl Model {
     pub(crate) fn do_open(&mut self, path: &str, slot: u8) -> Result<(), Errno> {
         let ino = self.open_for_write(path, false)?;
         if let Some(old) = self.st.slots.insert(slot, ino) {
-            self.release_slot(old);
+            self.close_slot_file(slot, old);
         }
         Ok(())
     }
 
     pub(crate) fn do_close(&mut self, slot: u8) -> Result<(), Errno> {
         let ino = self.st.slots.remove(&slot).ok_or(Errno::EBADF)?;
-        self.release_slot(ino);
+        self.close_slot_file(slot, ino);
         Ok(())
     }
 
-    fn slot_file(&self, slot: u8) -> Result<Ino, Errno> {
+    /// The slot no longer holds `ino`: its release now, or at the fdput of
+    /// a write in flight through it.
+    fn close_slot_file(&mut self, slot: u8, ino: Ino) {
+        let mut held = false;
+        for r in self.st.fd_refs.values_mut().filter(|r| r.slot == Some(slot)) {
+            r.slot = None;
+            held = true;
+        }
+        if !held {
+            self.release_slot(ino);
+        }
+    }
+
+    /// fdget for a write through `slot`: the id of its reference to the
+    /// slot's file. Logged, so a crash check's replay defers the same
+    /// closes.
+    pub(crate) fn fdget(&mut self, slot: u8) -> Result<(u64, Ino), Errno> {
+        let ino = self.slot_file(slot)?;
+        let id = self.st.next_fd_ref;
+        self.record(|| Call::FdGet { slot, id });
+        self.take_fd_ref(slot, id);
+        Ok((id, ino))
+    }
+
+    /// Replays a logged fdget with the id it had.
+    pub(crate) fn take_fd_ref(&mut self, slot: u8, id: u64) {
+        if let Some(&ino) = self.st.slots.get(&slot) {
+            self.st.next_fd_ref = self.st.next_fd_ref.max(id + 1);
+            let earlier = self.st.fd_refs.insert(id, FdRef { slot: Some(slot), ino });
+            debug_assert!(earlier.is_none(), "descriptor reference {id} taken twice");
+        }
+    }
+
+    /// fdput: a file whose slot closed meanwhile is released now.
+    pub(crate) fn fdput(&mut self, id: u64) {
+        self.record(|| Call::FdPut { id });
+        if let Some(FdRef { slot: None, ino }) = self.st.fd_refs.remove(&id) {
+            if self.st.inodes.contains_key(&ino) {
+                self.release_slot(ino);
+            }
+        }
+    }
+
+    pub(crate) fn slot_file(&self, slot: u8) -> Result<Ino, Errno> {
         self.st.slots.get(&slot).copied().ok_or(Errno::EBADF)
     }
 

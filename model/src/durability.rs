@@ -177,6 +177,15 @@ impl Model {
                 self.replay_write_part(*ino, *offset, *len, *seed, *at);
                 Ok(())
             }
+            Call::FdGet { slot, id } => {
+                self.record(|| Call::FdGet { slot: *slot, id: *id });
+                self.take_fd_ref(*slot, *id);
+                Ok(())
+            }
+            Call::FdPut { id } => {
+                self.fdput(*id);
+                Ok(())
+            }
         };
     }
 }

@@ -329,6 +329,14 @@ impl Model {
                 return Err(format!("slot {slot} holds {ino}, not a live regular file"));
             }
         }
+        for (id, r) in &st.fd_refs {
+            if !st.inodes.get(&r.ino).is_some_and(|i| matches!(i.node, Node::File(_))) {
+                return Err(format!("a write's descriptor reference {id} holds {}, not a live regular file", r.ino));
+            }
+            if r.slot.is_some_and(|s| st.slots.get(&s) != Some(&r.ino)) {
+                return Err(format!("a write's descriptor reference {id} names slot {:?}, which no longer holds {}", r.slot, r.ino));
+            }
+        }
         for (ino, inode) in &st.inodes {
             let orphan = inode.links == 0 && matches!(inode.node, Node::File(_)) && st.is_open(*ino);
             if !reachable.contains(ino) && !orphan {

@@ -83,6 +83,19 @@ pub struct State {
     /// Descriptor slots held across ops: slot -> the regular file it has
     /// open. An inode here with no links is an orphan.
     pub slots: BTreeMap<u8, Ino>,
+    /// Descriptors that writes in flight hold (fdget's reference), by the
+    /// id each write keeps (`crate::descriptors`).
+    pub fd_refs: BTreeMap<u64, FdRef>,
+    pub next_fd_ref: u64,
+}
+
+/// A descriptor's file that a write in flight holds: `slot` while the
+/// slot still holds it, None once the slot closed (the file's release then
+/// waits for the write's fdput).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FdRef {
+    pub slot: Option<u8>,
+    pub ino: Ino,
 }
 
 impl State {
@@ -98,7 +111,7 @@ impl State {
         };
         inodes.insert(ROOT_INO, dir(BTreeMap::from([("lost+found".to_string(), LOST_FOUND_INO)]), ROOT_INO, 0o755));
         inodes.insert(LOST_FOUND_INO, dir(BTreeMap::new(), ROOT_INO, 0o700));
-        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, synced_at: 0, touched: BTreeSet::new(), used_blocks: 0, slots: BTreeMap::new() }
+        State { inodes, next_ino: FIRST_FREE_INO, seq: 0, namespace_floor: 0, synced_at: 0, touched: BTreeSet::new(), used_blocks: 0, slots: BTreeMap::new(), fd_refs: BTreeMap::new(), next_fd_ref: 0 }
     }
 
     pub fn inode(&self, ino: Ino) -> &Inode {
@@ -131,9 +144,10 @@ impl State {
         }
     }
 
-    /// Whether a descriptor slot holds `ino` open.
+    /// Whether a descriptor holds `ino` open: a slot, or a closed slot's
+    /// file that a write in flight still holds.
     pub fn is_open(&self, ino: Ino) -> bool {
-        self.slots.values().any(|i| *i == ino)
+        self.slots.values().any(|i| *i == ino) || self.fd_refs.values().any(|r| r.slot.is_none() && r.ino == ino)
     }
 
     pub fn is_dir(&self, ino: Ino) -> bool {

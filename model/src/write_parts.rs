@@ -7,11 +7,12 @@
 //! crash can come in between and see the write part done: the first folios
 //! written and the size grown over them, the rest not yet. Ext4 checks the
 //! write once, at its start (an append takes its offset, the size, then),
-//! and closes the file once, at its end. A pwrite through a path and an
-//! append go this way. A pwrite through a held descriptor does not yet: a
-//! close of that descriptor by another task between its parts would have
-//! to wait for the write's reference to the file (fdget), which no model
-//! here keeps.
+//! and closes the file once, at its end. A pwrite through a path, an append
+//! and a pwrite through a held descriptor go this way; the last checks the
+//! descriptor at its start and holds its file (fdget) until it returns, so
+//! a close of the descriptor by another task between its parts leaves the
+//! rest of the write, and the file's release, to the write
+//! (`crate::descriptors`).
 //!
 //! Where the parts end is the target's choice (its folios); the model takes
 //! each part's range from it and writes the same bytes, so both sides show
@@ -24,18 +25,30 @@ use crate::op::{Op, Reply};
 use crate::state::Ino;
 use crate::{Errno, Outcome};
 
-/// open + a write of `pattern(seed, len)` (at EOF with `append`) + close,
-/// between its parts.
+/// Where a write in flight goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteTo {
+    /// pwrite through a path: open, write at the offset, close.
+    Path(String),
+    /// Append through a path: the offset is the size at the open.
+    Append(String),
+    /// pwrite through a held descriptor: no open or close of its own.
+    Slot(u8),
+}
+
+/// A write of `pattern(seed, len)` between its parts: through a path
+/// (open + write + close) or a held descriptor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingWrite {
-    pub path: String,
-    pub append: bool,
+    pub to: WriteTo,
     /// Where it writes (an append's: the size when its first part opened).
     pub offset: u64,
     pub len: u32,
     pub seed: u64,
     /// The file, once the first part opened it.
     ino: Option<Ino>,
+    /// A descriptor write's reference to its file, from its first part.
+    fd_ref: Option<u64>,
     /// Bytes written so far (the next part starts at `offset + done`).
     pub done: u64,
     /// The answer, once a part failed or fell short: later parts write nothing.
@@ -45,28 +58,33 @@ pub struct PendingWrite {
 impl PendingWrite {
     /// The write `op` is, before any part (None for any other op).
     pub fn of(op: &Op) -> Option<PendingWrite> {
-        let (path, append, offset, len, seed) = match op {
-            Op::Write { path, offset, len, seed } => (path, false, *offset, *len, *seed),
-            Op::Append { path, len, seed } => (path, true, 0, *len, *seed),
+        let (to, offset, len, seed) = match op {
+            Op::Write { path, offset, len, seed } => (WriteTo::Path(path.clone()), *offset, *len, *seed),
+            Op::Append { path, len, seed } => (WriteTo::Append(path.clone()), 0, *len, *seed),
+            Op::WriteFd { slot, offset, len, seed } => (WriteTo::Slot(*slot), *offset, *len, *seed),
             _ => return None,
         };
-        Some(PendingWrite { path: path.clone(), append, offset, len, seed, ino: None, done: 0, ended: None })
+        Some(PendingWrite { to, offset, len, seed, ino: None, fd_ref: None, done: 0, ended: None })
     }
 
     /// The whole op, as it was begun.
     pub fn whole_op(&self) -> Op {
-        let (path, len, seed) = (self.path.clone(), self.len, self.seed);
-        if self.append {
-            Op::Append { path, len, seed }
-        } else {
-            Op::Write { path, offset: self.offset, len, seed }
+        let (len, seed) = (self.len, self.seed);
+        match &self.to {
+            WriteTo::Path(path) => Op::Write { path: path.clone(), offset: self.offset, len, seed },
+            WriteTo::Append(path) => Op::Append { path: path.clone(), len, seed },
+            WriteTo::Slot(slot) => Op::WriteFd { slot: *slot, offset: self.offset, len, seed },
         }
     }
 
     /// An op writing `len` bytes where the next part starts, which a part
     /// the target's memory cut short is cut from as a whole op would be.
     pub fn part_op(&self, len: u32) -> Op {
-        Op::Write { path: self.path.clone(), offset: self.next_at(), len, seed: self.seed }
+        let (offset, seed) = (self.next_at(), self.seed);
+        match &self.to {
+            WriteTo::Path(path) | WriteTo::Append(path) => Op::Write { path: path.clone(), offset, len, seed },
+            WriteTo::Slot(slot) => Op::WriteFd { slot: *slot, offset, len, seed },
+        }
     }
 
     /// Whether any part ran: the file is open, and the rest of the write
@@ -113,18 +131,23 @@ impl PendingWrite {
 
 impl Model {
     /// Opens the write's file for its first part: the checks ext4 makes once,
-    /// before it copies anything (and an append's offset). An error ends
-    /// the write with it.
+    /// before it copies anything (and an append's offset; a descriptor's
+    /// reference to its file). An error ends the write with it.
     pub fn open_write_part(&mut self, w: &mut PendingWrite) -> Result<(), Errno> {
         if w.begun() {
             return Ok(());
         }
-        let opened = self.open_for_write(&w.path, w.append).and_then(|ino| {
-            if w.append {
+        let opened = match &w.to {
+            WriteTo::Path(path) => self.open_for_write(path, false),
+            WriteTo::Append(path) => self.open_for_write(path, true).and_then(|ino| {
                 w.offset = self.file(ino).ok_or(Errno::EISDIR)?.size;
-            }
-            Ok(ino)
-        });
+                Ok(ino)
+            }),
+            WriteTo::Slot(slot) => self.open_slot_write(*slot, w.offset).map(|(id, ino)| {
+                w.fd_ref = Some(id);
+                ino
+            }),
+        };
         match opened {
             Ok(ino) => {
                 w.ino = Some(ino);
@@ -135,6 +158,19 @@ impl Model {
                 Err(e)
             }
         }
+    }
+
+    /// A descriptor write's checks in pwrite's order (the offset, the
+    /// descriptor, immutable since the open), then its fdget.
+    fn open_slot_write(&mut self, slot: u8, offset: u64) -> Result<(u64, Ino), Errno> {
+        if offset > crate::vfs::LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.slot_file(slot)?;
+        if self.immutable(ino) {
+            return Err(Errno::EPERM);
+        }
+        self.fdget(slot)
     }
 
     /// Writes bytes `w.done..w.done + len` of the pattern at
@@ -151,9 +187,12 @@ impl Model {
         self.write_at(ino, offset, len as usize, Source::Pattern { seed, at })
     }
 
-    /// The write returns: its file closes (a release like any write's).
+    /// The write returns: a path's file closes (a release like any
+    /// write's), a descriptor's reference is dropped.
     pub fn finish_write(&mut self, w: PendingWrite) -> Outcome {
-        if let Some(ino) = w.ino.filter(|i| self.st.inodes.contains_key(i)) {
+        if let Some(id) = w.fd_ref {
+            self.fdput(id);
+        } else if let Some(ino) = w.ino.filter(|i| self.st.inodes.contains_key(i)) {
             self.release(ino);
         }
         w.answer().map(Reply::Written)
@@ -223,5 +262,38 @@ mod tests {
         let mut failed = write("/missing", 0, 100, 1);
         assert_eq!(m.open_write_part(&mut failed), Err(Errno::ENOENT));
         assert_eq!(m.finish_write(failed), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn a_descriptor_closed_between_parts_keeps_its_file_until_the_write_returns() {
+        let mut m = model();
+        m.apply(&Op::Open { path: "/f".into(), slot: 2 }).unwrap();
+        m.unlink("/f").unwrap();
+        let used = m.st.used_blocks;
+        let mut w = PendingWrite::of(&Op::WriteFd { slot: 2, offset: 0, len: 8192, seed: 3 }).unwrap();
+        m.open_write_part(&mut w).unwrap();
+        let got = m.write_part(&w, 4096);
+        w.note_part(4096, got);
+        // Another task closes the descriptor: the slot goes now, the orphan stays.
+        m.apply(&Op::Close { slot: 2 }).unwrap();
+        assert_eq!(m.apply(&Op::FsyncFd { slot: 2 }), Err(Errno::EBADF));
+        let ino = w.ino.unwrap();
+        assert!(m.st.inodes.contains_key(&ino) && m.st.is_open(ino), "the write still holds the file");
+        m.check_invariants().unwrap();
+        // A new file in the slot is not the one the write goes on with.
+        m.create("/g", 0o644).unwrap();
+        m.apply(&Op::Open { path: "/g".into(), slot: 2 }).unwrap();
+        let got = m.write_part(&w, 4096);
+        w.note_part(4096, got);
+        assert_eq!(m.stat("/g").unwrap().size, 0);
+        assert_eq!(m.finish_write(w), Ok(Reply::Written(8192)));
+        assert!(!m.st.inodes.contains_key(&ino), "freed at the write's fdput");
+        assert_eq!(m.st.used_blocks, used, "with its blocks");
+        m.check_invariants().unwrap();
+
+        // A descriptor write checks its slot once, at its first part.
+        let mut bad = PendingWrite::of(&Op::WriteFd { slot: 5, offset: 0, len: 10, seed: 1 }).unwrap();
+        assert_eq!(m.open_write_part(&mut bad), Err(Errno::EBADF));
+        assert_eq!(m.finish_write(bad), Err(Errno::EBADF));
     }
 }

@@ -593,6 +593,7 @@ impl Target for EngineTarget {
                 ("freed at close", Figure::Count(orphans.freed_at_close)),
                 ("freed at mount", Figure::Count(orphans.freed_at_mount)),
                 ("truncated at mount", Figure::Count(orphans.truncated_at_mount)),
+                ("closes under a write", Figure::Count(orphans.closes_under_write)),
             ]),
         ));
         let timers = fs.timer_stats();

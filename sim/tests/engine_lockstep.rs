@@ -232,6 +232,20 @@ fn replay_passes(text: &str) -> ext4_sim::run::RunResult {
     r
 }
 
+/// A shrunk trace lost the finish of task 0's descriptor write, which
+/// waits on the i_rwsem task 1's write holds; before task 0's next op the
+/// replay finishes the holder first, as a sleeping finish would, instead
+/// of running the wait into a refusal (EDEADLK, which the shrinker had
+/// taken for the failure it was chasing).
+#[test]
+fn regression_a_finish_a_shrunk_trace_lost_waits_for_the_lock_holder() {
+    let text = "# ext4sim trace v1\nseed 29\ntasks 2\nfsck_every 0\ntask 1\nop create path=\"/a\" perm=644\n\
+op open path=\"/a\" slot=1\nbegin pwrite slot=1 offset=0 len=1 seed=1\ntask 0\n\
+begin pwrite slot=1 offset=0 len=1 seed=2\nbegin append path=\"/a\" len=1 seed=3\n";
+    let r = replay_passes(text);
+    assert_eq!(r.stats.ops, 5, "every op returned");
+}
+
 /// Found by `ext4sim run --seed 14 --ops 2000 --crash-every 200`: a crash kept
 /// an extending write's data past the old EOF but lost its size; a later
 /// extension must not show those bytes (ext4 zeroes past EOF in the page cache).

@@ -226,6 +226,8 @@ pub struct Ext4<D: BlockDevice> {
     locks: locks::Locks,
     /// Descriptor slots held across ops: slot -> inode ([`orphan`]).
     slots: BTreeMap<u8, InodeNumber>,
+    /// Descriptors that writes in flight hold ([`orphan::FdRefs`]).
+    fd_refs: orphan::FdRefs,
     /// The on-disk orphan chain in order, head (`s_last_orphan`) first.
     orphans: Vec<InodeNumber>,
     orphan_stats: OrphanStats,
@@ -371,6 +373,7 @@ impl<D: BlockDevice> Ext4<D> {
             committing: None,
             locks: locks::Locks::default(),
             slots: BTreeMap::new(),
+            fd_refs: orphan::FdRefs::default(),
             orphans: Vec::new(),
             orphan_stats: OrphanStats::default(),
             timers,
@@ -517,6 +520,7 @@ impl<D: BlockDevice> Ext4<D> {
             committing: self.committing.clone(),
             locks: self.locks.clone(),
             slots: self.slots.clone(),
+            fd_refs: self.fd_refs.clone(),
             orphans: self.orphans.clone(),
             orphan_stats: self.orphan_stats,
             timers: self.timers.clone(),

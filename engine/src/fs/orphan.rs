@@ -12,10 +12,17 @@
 //! use is dropped there, as the kernel drops it, and the engine's fsck
 //! reports what it leaked.
 //!
+//! A write through a descriptor holds the descriptor's file from its start
+//! (fdget: the tasks share one table) to its return (fdput). A close of the
+//! descriptor by another task between the write's parts takes the slot away
+//! at once; the file's release, and an orphan's eviction, wait for the fdput.
+//!
 //! Without a journal ext4 keeps no list (ext4_orphan_add returns early),
 //! and a crash may leak the inode. With the orphan_file feature ext4 uses
 //! the orphan file first and the list when that is full; the engine always
 //! uses the list, which e2fsck and the kernel read on either image.
+
+use std::collections::BTreeMap;
 
 use ext4_model::Errno;
 
@@ -36,6 +43,9 @@ pub struct OrphanStats {
     pub freed_at_mount: u64,
     /// Chain members with links that mount truncated to their size.
     pub truncated_at_mount: u64,
+    /// Closes of a descriptor a write in flight held: the release waited
+    /// for the write's fdput.
+    pub closes_under_write: u64,
 }
 
 impl std::ops::AddAssign for OrphanStats {
@@ -44,32 +54,82 @@ impl std::ops::AddAssign for OrphanStats {
         self.freed_at_close += o.freed_at_close;
         self.freed_at_mount += o.freed_at_mount;
         self.truncated_at_mount += o.truncated_at_mount;
+        self.closes_under_write += o.closes_under_write;
     }
 }
 
+/// A descriptor's file held by a write in flight: `slot` while the slot
+/// still holds it, None once the slot closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FdRef {
+    slot: Option<u8>,
+    ino: InodeNumber,
+}
+
+/// The references writes in flight hold, by the id each write keeps.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FdRefs {
+    refs: BTreeMap<u64, FdRef>,
+    next: u64,
+}
+
 impl<D: BlockDevice> Ext4<D> {
-    /// Whether a descriptor slot holds `ino`.
+    /// Whether a descriptor holds `ino` open: a slot, or a closed slot's
+    /// file that a write in flight still holds.
     pub(crate) fn is_open(&self, ino: InodeNumber) -> bool {
-        self.slots.values().any(|i| *i == ino)
+        self.slots.values().any(|i| *i == ino) || self.fd_refs.refs.values().any(|r| r.slot.is_none() && r.ino == ino)
     }
 
     /// open(O_RDWR) into `slot`, then the slot's old descriptor closes.
     pub(crate) fn do_open(&mut self, path: &str, slot: u8) -> std::result::Result<(), Errno> {
         let ino = self.open_for_write(path, false)?;
         match self.slots.insert(slot, ino) {
-            Some(old) => self.release_slot(old),
+            Some(old) => self.close_slot_file(slot, old),
             None => Ok(()),
         }
     }
 
     pub(crate) fn do_close(&mut self, slot: u8) -> std::result::Result<(), Errno> {
         let ino = self.slots.remove(&slot).ok_or(Errno::EBADF)?;
+        self.close_slot_file(slot, ino)
+    }
+
+    /// The slot no longer holds `ino`: its release now, or at the fdput of
+    /// a write in flight through it.
+    fn close_slot_file(&mut self, slot: u8, ino: InodeNumber) -> std::result::Result<(), Errno> {
+        #[cfg(feature = "test-hooks")]
+        if self.bug_close_ignores_writes() {
+            return self.release_slot(ino);
+        }
+        let mut held = false;
+        for r in self.fd_refs.refs.values_mut().filter(|r| r.slot == Some(slot)) {
+            r.slot = None;
+            held = true;
+        }
+        if held {
+            self.orphan_stats.closes_under_write += 1;
+            return Ok(());
+        }
         self.release_slot(ino)
     }
 
-    /// Whether a descriptor slot holds `ino` open.
-    pub(crate) fn slots_hold(&self, ino: InodeNumber) -> bool {
-        self.slots.values().any(|&i| i == ino)
+    /// fdget for a write through `slot`: the id of its reference to the
+    /// slot's file, and the file.
+    pub(crate) fn fdget(&mut self, slot: u8) -> std::result::Result<(u64, InodeNumber), Errno> {
+        let ino = self.slot_file(slot)?;
+        let id = self.fd_refs.next;
+        self.fd_refs.next += 1;
+        debug_assert!(!self.fd_refs.refs.values().any(|r| r.ino == ino), "two writes in flight hold inode {ino}, whose i_rwsem each holds");
+        self.fd_refs.refs.insert(id, FdRef { slot: Some(slot), ino });
+        Ok((id, ino))
+    }
+
+    /// fdput: a file whose slot closed meanwhile is released now.
+    pub(crate) fn fdput(&mut self, id: u64) -> std::result::Result<(), Errno> {
+        match self.fd_refs.refs.remove(&id) {
+            Some(FdRef { slot: None, ino }) => self.release_slot(ino),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn slot_file(&self, slot: u8) -> std::result::Result<InodeNumber, Errno> {
@@ -89,9 +149,14 @@ impl<D: BlockDevice> Ext4<D> {
         released
     }
 
-    /// The process exits before an unmount: every slot closes.
+    /// The process exits before an unmount: every slot closes, and the
+    /// files of slots closed under writes that never returned are released.
     pub(crate) fn close_every_slot(&mut self) -> std::result::Result<(), Errno> {
         let mut first = Ok(());
+        let detached: Vec<InodeNumber> = std::mem::take(&mut self.fd_refs.refs).into_values().filter(|r| r.slot.is_none()).map(|r| r.ino).collect();
+        for ino in detached {
+            first = first.and(self.release_slot(ino));
+        }
         while let Some((_, ino)) = self.slots.pop_first() {
             first = first.and(self.release_slot(ino));
         }

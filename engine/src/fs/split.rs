@@ -9,7 +9,8 @@
 //! - ops that sleep on I/O holding their inode's locks (`lock_plan`): the
 //!   first half takes the locks, the second gives them back and runs the
 //!   op whole, so it takes effect after whatever ran in between. A
-//!   buffered pwrite may go on folio by folio in between (`write_parts`).
+//!   buffered pwrite (by path or through a held descriptor) may go on
+//!   folio by folio in between (`write_parts`).
 
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
@@ -71,7 +72,7 @@ impl<D: BlockDevice> Ext4<D> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
-            Op::Write { .. } | Op::Append { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
+            Op::Write { .. } | Op::Append { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })

@@ -67,6 +67,10 @@ pub enum InjectedBug {
     /// folio, at write_end), so whatever runs between its parts sees the
     /// file grown over bytes not yet written.
     WritePartSizesWholeWrite,
+    /// A close of a descriptor releases its file at once although a write
+    /// through it is in flight (no wait for the write's fdput): an unlinked
+    /// file is freed under the write's remaining parts.
+    CloseIgnoresWriteInFlight,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,6 +120,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_sizes_whole_write(&self) -> bool {
         self.bug.bug == Some(InjectedBug::WritePartSizesWholeWrite)
+    }
+
+    pub(crate) fn bug_close_ignores_writes(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::CloseIgnoresWriteInFlight)
     }
 
     pub(crate) fn bug_keeps_lock_on_failed_flush(&self) -> bool {

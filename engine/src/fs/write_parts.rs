@@ -7,8 +7,9 @@
 //! folio cached at the write's position, or the one the page cache would
 //! make there. The write is checked once, by its first part's open (where
 //! an append takes the size as its offset), and closed once, when it
-//! returns. A pwrite through a path and an append go this way (not yet a
-//! pwrite through a held descriptor: see the model's `write_parts`).
+//! returns. A pwrite through a path, an append and a pwrite through a held
+//! descriptor go this way; the last holds the descriptor's file from its
+//! first part to its return (fdget, `orphan`), and closes nothing.
 
 use std::ops::Range;
 
@@ -30,10 +31,19 @@ pub struct WriteInFlight {
     ino: Option<InodeNumber>,
     /// Where the write starts, once its first part opened the file.
     offset: u64,
+    /// A descriptor write's reference to its file, from its first part.
+    fd_ref: Option<u64>,
     /// Bytes written so far.
     done: u64,
     /// The answer, once a part failed or fell short.
     ended: Option<Result<u64, Errno>>,
+}
+
+/// Where a write in flight goes, from its op.
+enum WriteTo<'a> {
+    Path(&'a str),
+    Append(&'a str),
+    Slot(u8),
 }
 
 /// What one part did: the bytes it set out to write (empty when the open
@@ -46,18 +56,19 @@ pub struct PartRan {
 
 impl WriteInFlight {
     pub(super) fn new(whole: WholeOp) -> WriteInFlight {
-        WriteInFlight { whole, ino: None, offset: 0, done: 0, ended: None }
+        WriteInFlight { whole, ino: None, offset: 0, fd_ref: None, done: 0, ended: None }
     }
 
     pub(super) fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
     }
 
-    /// (path, append, its offset before the open, length, seed).
-    fn fields(&self) -> Option<(&str, bool, u64, u64, u64)> {
+    /// (where it goes, its offset before the open, length, seed).
+    fn fields(&self) -> Option<(WriteTo<'_>, u64, u64, u64)> {
         match &self.whole.op {
-            Op::Write { path, offset, len, seed } => Some((path, false, *offset, u64::from(*len), *seed)),
-            Op::Append { path, len, seed } => Some((path, true, 0, u64::from(*len), *seed)),
+            Op::Write { path, offset, len, seed } => Some((WriteTo::Path(path), *offset, u64::from(*len), *seed)),
+            Op::Append { path, len, seed } => Some((WriteTo::Append(path), 0, u64::from(*len), *seed)),
+            Op::WriteFd { slot, offset, len, seed } => Some((WriteTo::Slot(*slot), *offset, u64::from(*len), *seed)),
             _ => None,
         }
     }
@@ -71,7 +82,7 @@ impl WriteInFlight {
 
     /// [`WriteInFlight::has_more`] once its locks are handed back.
     fn has_more_unlocked(&self) -> bool {
-        self.ended.is_none() && self.fields().is_some_and(|(_, _, _, len, _)| self.done < len)
+        self.ended.is_none() && self.fields().is_some_and(|(_, _, len, _)| self.done < len)
     }
 
     fn note(&mut self, wanted: u64, got: Result<u64, Errno>) {
@@ -110,8 +121,14 @@ impl<D: BlockDevice> Ext4<D> {
             // From an earlier mount: the op died with it.
             return None;
         }
-        if w.ino.is_none() && self.open_path(w.fields()?.0).ok() != w.locked_inode() {
-            return None;
+        if w.ino.is_none() {
+            let now = match w.fields()?.0 {
+                WriteTo::Path(path) | WriteTo::Append(path) => self.open_path(path).ok(),
+                WriteTo::Slot(slot) => self.slot_file(slot).ok(),
+            };
+            if now != w.locked_inode() {
+                return None;
+            }
         }
         self.give_back(&plan.steps, holder);
         let ran = self.run_write_part(w, false);
@@ -139,24 +156,25 @@ impl<D: BlockDevice> Ext4<D> {
             self.run_write_part(&mut w, true);
         }
         let answer = w.ended.unwrap_or(Ok(w.done));
-        match w.ino {
-            Some(ino) => self.closing(ino, answer).map(Reply::Written),
-            None => answer.map(Reply::Written),
+        match (w.fd_ref, w.ino) {
+            (Some(id), _) => {
+                let put = self.fdput(id);
+                answer.and_then(|n| put.map(|()| Reply::Written(n)))
+            }
+            (None, Some(ino)) => self.closing(ino, answer).map(Reply::Written),
+            (None, None) => answer.map(Reply::Written),
         }
     }
 
     /// One part: the open and its checks first if none ran yet, then the
     /// copy into the next folio (or, with `rest`, of everything left).
     fn run_write_part(&mut self, w: &mut WriteInFlight, rest: bool) -> PartRan {
-        let Some((path, append, offset, len, seed)) = w.fields().map(|(p, a, o, l, s)| (p.to_string(), a, o, l, s)) else {
+        let Some((offset, len, seed)) = w.fields().map(|(_, o, l, s)| (o, l, s)) else {
             return PartRan { range: 0..0, got: Err(Errno::EINVAL) };
         };
         let ino = match w.ino {
             Some(ino) => self.prepare_part(len - w.done).map(|()| ino),
-            None => self.open_write(&path, append, offset, len).map(|(ino, offset)| {
-                w.offset = offset;
-                ino
-            }),
+            None => self.open_write(w, offset, len),
         };
         let at = w.offset + w.done;
         let ino = match ino {
@@ -190,12 +208,38 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     /// The first part's open and checks, in the order the whole op makes
-    /// them: the file and where the write starts (an append's: the size).
-    fn open_write(&mut self, path: &str, append: bool, offset: u64, len: u64) -> Result<(InodeNumber, u64), Errno> {
-        self.prepare_part(len)?;
-        let ino = self.open_for_write(path, append)?;
-        let offset = if append { self.node(ino)?.disk.size } else { offset };
-        Ok((ino, offset))
+    /// them: the file and where the write starts (an append's: the size),
+    /// or a descriptor's checks and its reference to the file.
+    fn open_write(&mut self, w: &mut WriteInFlight, offset: u64, len: u64) -> Result<InodeNumber, Errno> {
+        let (ino, offset) = match w.fields().ok_or(Errno::EINVAL)?.0 {
+            WriteTo::Path(path) => {
+                let path = path.to_string();
+                self.prepare_part(len)?;
+                (self.open_for_write(&path, false)?, offset)
+            }
+            WriteTo::Append(path) => {
+                let path = path.to_string();
+                self.prepare_part(len)?;
+                let ino = self.open_for_write(&path, true)?;
+                (ino, self.node(ino)?.disk.size)
+            }
+            WriteTo::Slot(slot) => {
+                // pwrite's order: the offset, the descriptor, immutable since the open.
+                if offset > ext4_model::vfs::LOFF_MAX {
+                    return Err(Errno::EINVAL);
+                }
+                let ino = self.slot_file(slot)?;
+                if self.immutable(ino)? {
+                    return Err(Errno::EPERM);
+                }
+                self.prepare_part(len)?;
+                let (id, ino) = self.fdget(slot)?;
+                w.fd_ref = Some(id);
+                (ino, offset)
+            }
+        };
+        w.offset = offset;
+        Ok(ino)
     }
 
     /// Where a write's part starting at `at` ends: its first folio's end,
@@ -248,6 +292,32 @@ mod tests {
         assert_eq!((first.range, first.got), (100..4096, Ok(3996)));
         assert_eq!(fs.finish_split(SecondHalf::Write(w)), Ok(Reply::Written(5000)));
         assert_eq!(fs.read("/f", 100, 5000).unwrap(), ext4_model::op::pattern(2, 5000));
+    }
+
+    #[test]
+    fn a_descriptor_closed_between_parts_keeps_its_file_until_the_write_returns() {
+        let mut fs = mounted_with("max_folio_order=0");
+        fs.create("/f", 0o644).unwrap();
+        fs.open("/f", 2).unwrap();
+        fs.unlink("/f").unwrap();
+        let write = Op::WriteFd { slot: 2, offset: 0, len: 9000, seed: 6 };
+        let Some(Ok(SecondHalf::Write(mut w))) = fs.begin_split(&write) else { panic!("a descriptor's pwrite splits as a write") };
+        let first = fs.write_part(&mut w).unwrap();
+        assert_eq!((first.range, first.got), (0..4096, Ok(4096)));
+        // Another task closes the descriptor: the slot goes, the file stays.
+        fs.close(2).unwrap();
+        assert_eq!(fs.fsync_fd(2), Err(ext4_model::Errno::EBADF));
+        assert_eq!((fs.orphan_stats().freed_at_close, fs.orphan_stats().closes_under_write), (0, 1), "the write still holds the orphan");
+        let second = fs.write_part(&mut w).unwrap();
+        assert_eq!((second.range, second.got), (4096..8192, Ok(4096)));
+        assert_eq!(fs.finish_split(SecondHalf::Write(w)), Ok(Reply::Written(9000)));
+        assert_eq!(fs.orphan_stats().freed_at_close, 1, "freed at the write's fdput");
+        fs.check_allocator().unwrap();
+        assert!(fs.locks_held().is_empty(), "every lock given back");
+
+        // A descriptor write checks its slot once, at its first part.
+        let Some(Ok(half)) = fs.begin_split(&Op::WriteFd { slot: 4, offset: 0, len: 10, seed: 1 }) else { panic!() };
+        assert_eq!(fs.finish_split(half), Err(ext4_model::Errno::EBADF));
     }
 
     #[test]

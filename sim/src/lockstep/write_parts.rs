@@ -50,7 +50,7 @@ impl<T: Target> Lockstep<T> {
                 let part = w.part_op(u32::try_from(len).unwrap_or(u32::MAX));
                 let pending = w.clone();
                 let answer = self.model_answer(&part, flight.index, &actual, |m, op| match op {
-                    Op::Write { len, .. } => m.write_part(&pending, u64::from(*len)).map(Reply::Written),
+                    Op::Write { len, .. } | Op::WriteFd { len, .. } => m.write_part(&pending, u64::from(*len)).map(Reply::Written),
                     _ => Err(ext4_model::Errno::EINVAL),
                 })?;
                 w.note_part(len, answer.clone().map(|r| if let Reply::Written(n) = r { n } else { 0 }));

@@ -271,11 +271,11 @@ impl Replay {
             st.switch_to(task);
         }
         // A task's op returns before its next begins (a shrunk trace may
-        // have lost the finish between them).
-        if matches!(self.steps.peek(), Some(Step::Op(_) | Step::Begin(_))) && st.flights.has_flight(st.task) {
-            return Ok(Some(Step::Finish));
-        }
+        // have lost the finish between them); that finish may sleep like
+        // any other.
+        let lost_finish = matches!(self.steps.peek(), Some(Step::Op(_) | Step::Begin(_))) && st.flights.has_flight(st.task);
         let sleeps = match self.steps.peek() {
+            _ if lost_finish => finish_sleeps(st, st.task),
             // Such an op begins holding what it can take; its second half
             // is what sleeps.
             Some(Step::Begin(op)) if op.sleeps_holding_locks() => None,
@@ -299,6 +299,9 @@ impl Replay {
             st.ls.note_lock_sleep(&lock);
             self.resume = Some(st.task);
             st.switch_to(holder);
+            return Ok(Some(Step::Finish));
+        }
+        if lost_finish {
             return Ok(Some(Step::Finish));
         }
         match self.steps.next() {
