@@ -58,7 +58,7 @@ impl Model {
             Op::Fsync { path } => self.begin_fsync(path, false).map(Pending::Fsync),
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
-            Op::Write { .. } | Op::Append { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
+            Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })

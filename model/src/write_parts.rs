@@ -7,8 +7,9 @@
 //! crash can come in between and see the write part done: the first folios
 //! written and the size grown over them, the rest not yet. Ext4 checks the
 //! write once, at its start (an append takes its offset, the size, then),
-//! and closes the file once, at its end. A pwrite through a path, an append
-//! and a pwrite through a held descriptor go this way; the last checks the
+//! and closes the file once, at its end. A pwrite through a path, an append,
+//! a rewrite (whose first part makes the open's truncation to 0) and a
+//! pwrite through a held descriptor go this way; the last checks the
 //! descriptor at its start and holds its file (fdget) until it returns, so
 //! a close of the descriptor by another task between its parts leaves the
 //! rest of the write, and the file's release, to the write
@@ -32,6 +33,9 @@ pub enum WriteTo {
     Path(String),
     /// Append through a path: the offset is the size at the open.
     Append(String),
+    /// open(O_TRUNC) through a path, then a write at 0: the first part
+    /// truncates.
+    Rewrite(String),
     /// pwrite through a held descriptor: no open or close of its own.
     Slot(u8),
 }
@@ -61,6 +65,7 @@ impl PendingWrite {
         let (to, offset, len, seed) = match op {
             Op::Write { path, offset, len, seed } => (WriteTo::Path(path.clone()), *offset, *len, *seed),
             Op::Append { path, len, seed } => (WriteTo::Append(path.clone()), 0, *len, *seed),
+            Op::Rewrite { path, len, seed } => (WriteTo::Rewrite(path.clone()), 0, *len, *seed),
             Op::WriteFd { slot, offset, len, seed } => (WriteTo::Slot(*slot), *offset, *len, *seed),
             _ => return None,
         };
@@ -73,6 +78,7 @@ impl PendingWrite {
         match &self.to {
             WriteTo::Path(path) => Op::Write { path: path.clone(), offset: self.offset, len, seed },
             WriteTo::Append(path) => Op::Append { path: path.clone(), len, seed },
+            WriteTo::Rewrite(path) => Op::Rewrite { path: path.clone(), len, seed },
             WriteTo::Slot(slot) => Op::WriteFd { slot: *slot, offset: self.offset, len, seed },
         }
     }
@@ -82,7 +88,7 @@ impl PendingWrite {
     pub fn part_op(&self, len: u32) -> Op {
         let (offset, seed) = (self.next_at(), self.seed);
         match &self.to {
-            WriteTo::Path(path) | WriteTo::Append(path) => Op::Write { path: path.clone(), offset, len, seed },
+            WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path) => Op::Write { path: path.clone(), offset, len, seed },
             WriteTo::Slot(slot) => Op::WriteFd { slot: *slot, offset, len, seed },
         }
     }
@@ -143,6 +149,13 @@ impl Model {
                 w.offset = self.file(ino).ok_or(Errno::EISDIR)?.size;
                 Ok(ino)
             }),
+            WriteTo::Rewrite(path) => {
+                // Logged as its own call, as a whole rewrite logs it: a
+                // crash may fall between the truncate and the parts.
+                let path = path.clone();
+                self.record(|| Call::Op(Op::Truncate { path: path.clone(), size: 0 }));
+                self.open_for_write(&path, false).inspect(|&ino| self.truncate_inode(ino, 0))
+            }
             WriteTo::Slot(slot) => self.open_slot_write(*slot, w.offset).map(|(id, ino)| {
                 w.fd_ref = Some(id);
                 ino
@@ -211,7 +224,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{FileSystem, MountConfig, Op};
+    use crate::{FileSystem, MountConfig, Op, Pending};
 
     fn write(path: &str, offset: u64, len: u32, seed: u64) -> PendingWrite {
         PendingWrite::of(&Op::Write { path: path.into(), offset, len, seed }).unwrap()
@@ -262,6 +275,27 @@ mod tests {
         let mut failed = write("/missing", 0, 100, 1);
         assert_eq!(m.open_write_part(&mut failed), Err(Errno::ENOENT));
         assert_eq!(m.finish_write(failed), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn a_rewrite_in_parts_leaves_what_the_whole_rewrite_leaves() {
+        let mut whole = model();
+        whole.write("/f", 0, &[1; 20_000]).unwrap();
+        let mut parted = whole.clone();
+        let rewrite = Op::Rewrite { path: "/f".into(), len: 6000, seed: 4 };
+        assert_eq!(whole.apply(&rewrite), Ok(Reply::Written(6000)));
+        let mut w = PendingWrite::of(&rewrite).unwrap();
+        parted.open_write_part(&mut w).unwrap();
+        // Sizes looked up without a stat: its descriptor's close would be a
+        // release, taking the truncate's auto_da_alloc as any close does.
+        let size = |m: &Model| m.file(m.open_path("/f").unwrap()).unwrap().size;
+        assert_eq!(size(&parted), 0, "the open truncated");
+        let got = parted.write_part(&w, 4096);
+        w.note_part(4096, got);
+        assert_eq!(size(&parted), 4096);
+        assert_eq!(parted.finish_split(Pending::Write(w)), Ok(Reply::Written(6000)));
+        assert_eq!(parted.read("/f", 0, 30_000), whole.read("/f", 0, 30_000));
+        assert_eq!(parted.fiemap("/f", crate::op::FiemapRequest::whole(0)), whole.fiemap("/f", crate::op::FiemapRequest::whole(0)), "the close's auto_da_alloc too");
     }
 
     #[test]

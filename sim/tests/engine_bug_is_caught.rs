@@ -561,6 +561,31 @@ fn a_write_in_flight_is_seen_part_done_between_its_folios() {
     }
 }
 
+/// A rewrite (open with O_TRUNC, write at 0, close) in flight: its first
+/// part truncates and copies the first folio, so another task sees the old
+/// bytes gone and the new ones part written; a crash between parts
+/// recovers to an allowed state (the truncate and each part are calls of
+/// their own in the crash log). The twin that publishes the whole size at
+/// the first folio diverges at the stat.
+#[test]
+fn a_rewrite_in_flight_is_seen_truncated_and_part_written() {
+    let text = "# ext4sim trace v1\nseed 1\nmount max_folio_order=0\ntasks 2\nfsck_every 0\n\
+                op create path=\"/a\" perm=644\nop write path=\"/a\" offset=0 len=20000 seed=3\nop sync\n\
+                begin rewrite path=\"/a\" len=9000 seed=7\npart\n\
+                task 1\nop stat path=\"/a\"\nop read path=\"/a\" offset=0 len=20000\nop fsync path=\"/a\"\n\
+                task 0\npart\n\
+                task 1\ncrash seed=5\nop stat path=\"/a\"\n";
+    let t = Trace::parse(text).unwrap();
+    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
+    assert!(r.failure.is_none(), "{:?}", r.failure);
+    assert_eq!((r.stats.write_parts, r.stats.crashes), (2, 1));
+    let bad = run_steps(&Buggy(InjectedBug::WritePartSizesWholeWrite), &t.spec, &t.steps).unwrap();
+    match &bad.failure {
+        Some(Failure::Divergence(d)) => assert!(matches!(d.op, ext4_model::Op::Stat { .. }), "{d:?}"),
+        other => panic!("the twin shows a size ahead of its folios: {other:?}"),
+    }
+}
+
 /// A pwrite through a descriptor whose file has no name left: another task
 /// closes the descriptor between the write's parts. The slot goes at once,
 /// but the file (an orphan) must live until the write returns, its rest

@@ -72,7 +72,7 @@ impl<D: BlockDevice> Ext4<D> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
-            Op::Write { .. } | Op::Append { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
+            Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })

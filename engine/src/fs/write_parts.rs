@@ -7,8 +7,9 @@
 //! folio cached at the write's position, or the one the page cache would
 //! make there. The write is checked once, by its first part's open (where
 //! an append takes the size as its offset), and closed once, when it
-//! returns. A pwrite through a path, an append and a pwrite through a held
-//! descriptor go this way; the last holds the descriptor's file from its
+//! returns. A pwrite through a path, an append, a rewrite (its first part
+//! makes the open's truncation) and a pwrite through a held descriptor go
+//! this way; the last holds the descriptor's file from its
 //! first part to its return (fdget, `orphan`), and closes nothing.
 
 use std::ops::Range;
@@ -43,6 +44,8 @@ pub struct WriteInFlight {
 enum WriteTo<'a> {
     Path(&'a str),
     Append(&'a str),
+    /// open(O_TRUNC) then a write at 0: the first part truncates.
+    Rewrite(&'a str),
     Slot(u8),
 }
 
@@ -68,6 +71,7 @@ impl WriteInFlight {
         match &self.whole.op {
             Op::Write { path, offset, len, seed } => Some((WriteTo::Path(path), *offset, u64::from(*len), *seed)),
             Op::Append { path, len, seed } => Some((WriteTo::Append(path), 0, u64::from(*len), *seed)),
+            Op::Rewrite { path, len, seed } => Some((WriteTo::Rewrite(path), 0, u64::from(*len), *seed)),
             Op::WriteFd { slot, offset, len, seed } => Some((WriteTo::Slot(*slot), *offset, u64::from(*len), *seed)),
             _ => None,
         }
@@ -123,7 +127,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         if w.ino.is_none() {
             let now = match w.fields()?.0 {
-                WriteTo::Path(path) | WriteTo::Append(path) => self.open_path(path).ok(),
+                WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path) => self.open_path(path).ok(),
                 WriteTo::Slot(slot) => self.slot_file(slot).ok(),
             };
             if now != w.locked_inode() {
@@ -223,6 +227,18 @@ impl<D: BlockDevice> Ext4<D> {
                 let ino = self.open_for_write(&path, true)?;
                 (ino, self.node(ino)?.disk.size)
             }
+            WriteTo::Rewrite(path) => {
+                let path = path.to_string();
+                self.prepare_part(len)?;
+                let ino = self.open_for_write(&path, false)?;
+                // The open's truncation, under the i_rwsem the write holds;
+                // if it fails, the file closes with its error.
+                let truncated = self.under_inode_lock(ino, Lock::InodeRwsem, false, "do_truncate", |fs| fs.truncate_inode(ino, 0));
+                if let Err(e) = truncated {
+                    return self.closing(ino, Err(e));
+                }
+                (ino, 0)
+            }
             WriteTo::Slot(slot) => {
                 // pwrite's order: the offset, the descriptor, immutable since the open.
                 if offset > ext4_model::vfs::LOFF_MAX {
@@ -318,6 +334,21 @@ mod tests {
         // A descriptor write checks its slot once, at its first part.
         let Some(Ok(half)) = fs.begin_split(&Op::WriteFd { slot: 4, offset: 0, len: 10, seed: 1 }) else { panic!() };
         assert_eq!(fs.finish_split(half), Err(ext4_model::Errno::EBADF));
+    }
+
+    #[test]
+    fn a_rewrite_truncates_at_its_first_part_then_goes_folio_by_folio() {
+        let mut fs = mounted_with("max_folio_order=0");
+        fs.create("/f", 0o644).unwrap();
+        fs.write("/f", 0, &[1; 20_000]).unwrap();
+        let Some(Ok(SecondHalf::Write(mut w))) = fs.begin_split(&Op::Rewrite { path: "/f".into(), len: 6000, seed: 4 }) else { panic!("a rewrite splits as a write") };
+        let first = fs.write_part(&mut w).unwrap();
+        assert_eq!((first.range, first.got), (0..4096, Ok(4096)));
+        // The old bytes went with the open's truncation.
+        assert_eq!(fs.stat("/f").unwrap().size, 4096);
+        assert_eq!(fs.finish_split(SecondHalf::Write(w)), Ok(Reply::Written(6000)));
+        assert_eq!(fs.read("/f", 0, 20_000).unwrap(), ext4_model::op::pattern(4, 6000));
+        assert!(fs.locks_held().is_empty(), "every lock given back");
     }
 
     #[test]

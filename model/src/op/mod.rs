@@ -278,7 +278,9 @@ impl Op {
     /// in write-back (s_writepages_rwsem shared), and directory ops, which
     /// read directory blocks and start handles holding their parent's
     /// i_rwsem (shared for readdir) and the i_rwsem of what they unlink,
-    /// link or move. They take effect whole in their second half.
+    /// link or move. They take effect whole in their second half, but
+    /// buffered writes (by path, append, rewrite, through a descriptor),
+    /// which may go on folio by folio before it (`crate::write_parts`).
     pub fn sleeps_holding_locks(&self) -> bool {
         matches!(
             self,
@@ -294,6 +296,7 @@ impl Op {
                 | Op::Write { .. }
                 | Op::WriteFd { .. }
                 | Op::Append { .. }
+                | Op::Rewrite { .. }
                 | Op::Truncate { .. }
                 | Op::Fallocate { .. }
                 | Op::DirectWrite { .. }
