@@ -520,20 +520,28 @@ fn a_cluster_freed_while_its_file_still_maps_blocks_of_it_is_caught() {
 /// trace with a part in it, and the real engine passes that trace.
 #[test]
 fn a_write_publishing_its_whole_size_at_its_first_folio_is_caught_between_its_parts() {
-    let bug = Buggy(InjectedBug::WritePartSizesWholeWrite);
+    let shrunk = found_by_four_tasks(InjectedBug::WritePartSizesWholeWrite, 100);
+    assert!(shrunk.trace.steps.contains(&ext4_sim::trace::Step::Part), "only a part shows it: {:?}", shrunk.trace.steps);
+}
+
+/// The first of `seeds` random runs of four tasks with crashes that the
+/// twin `bug` fails and the real engine passes, shrunk: the shrunk trace
+/// replays the failure, and the real engine passes it.
+fn found_by_four_tasks(bug: InjectedBug, seeds: u64) -> ext4_sim::run::ShrunkTrace {
+    let buggy = Buggy(bug);
     let spec = |seed| RunSpec { tasks: 4, crash_every: 150, ..RunSpec::new(seed, 1000, MountConfig::default()) };
-    let (seed, failing) = (0..100)
-        .map(|s| (s, run_seed(&bug, &spec(s)).unwrap()))
+    let (seed, failing) = (0..seeds)
+        .map(|s| (s, run_seed(&buggy, &spec(s)).unwrap()))
         .find(|(_, r)| r.failure.is_some())
-        .expect("100 seeds of four tasks see some write between its parts");
+        .unwrap_or_else(|| panic!("{seeds} seeds of four tasks catch {bug:?}"));
     let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
     assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
-    let shrunk = shrink_failure(&bug, &failing).unwrap();
+    let shrunk = shrink_failure(&buggy, &failing).unwrap();
     assert!(shrunk.replays, "the shrunk trace replays");
-    assert!(shrunk.trace.steps.contains(&ext4_sim::trace::Step::Part), "only a part shows it: {:?}", shrunk.trace.steps);
+    eprintln!("{bug:?} found at seed {seed}: {:?}; shrunk to {} steps in {} runs:\n{}", failing.failure.as_ref().map(|f| f.to_string()), shrunk.trace.steps.len(), shrunk.runs, shrunk.trace.to_text());
     let again = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
-    assert!(again.failure.is_none(), "{:?}", again.failure);
-    eprintln!("found at seed {seed}: {:?}; shrunk to {} steps in {} runs:\n{}", failing.failure.map(|f| f.to_string()), shrunk.trace.steps.len(), shrunk.runs, shrunk.trace.to_text());
+    assert!(again.failure.is_none(), "the real engine fails the shrunk trace: {:?}", again.failure);
+    shrunk
 }
 
 /// A pwrite of three order-0 folios in flight: another task reads, stats
@@ -632,22 +640,10 @@ fn a_descriptor_closed_under_a_write_in_flight_keeps_its_file_until_the_write_re
 /// so it takes some seeds.
 #[test]
 fn a_close_freeing_the_file_under_a_write_in_flight_is_found_by_random_tasks() {
-    let bug = Buggy(InjectedBug::CloseIgnoresWriteInFlight);
-    let spec = |seed| RunSpec { tasks: 4, crash_every: 150, ..RunSpec::new(seed, 1000, MountConfig::default()) };
-    let (seed, failing) = (0..400)
-        .map(|s| (s, run_seed(&bug, &spec(s)).unwrap()))
-        .find(|(_, r)| r.failure.is_some())
-        .expect("400 seeds of four tasks close some descriptor under a write");
-    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
-    assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
-    let shrunk = shrink_failure(&bug, &failing).unwrap();
-    assert!(shrunk.replays, "the shrunk trace replays");
-    assert!(shrunk.trace.steps.contains(&ext4_sim::trace::Step::Part), "the close falls between parts: {:?}", shrunk.trace.steps);
+    let shrunk = found_by_four_tasks(InjectedBug::CloseIgnoresWriteInFlight, 400);
+    let steps = &shrunk.trace.steps;
+    let part = steps.iter().position(|s| *s == ext4_sim::trace::Step::Part).unwrap_or_else(|| panic!("the close falls between parts: {steps:?}"));
     // A close, or an open into the slot (whose dup2 closes what it held).
-    let part = shrunk.trace.steps.iter().position(|s| *s == ext4_sim::trace::Step::Part).unwrap_or(0);
     let closes = |s: &ext4_sim::trace::Step| matches!(s, ext4_sim::trace::Step::Op(ext4_model::Op::Close { .. } | ext4_model::Op::Open { .. }));
-    assert!(shrunk.trace.steps[part..].iter().any(closes), "the descriptor closes after the part: {:?}", shrunk.trace.steps);
-    eprintln!("found at seed {seed}: {:?}; shrunk to {} steps in {} runs:\n{}", failing.failure.as_ref().map(|f| f.to_string()), shrunk.trace.steps.len(), shrunk.runs, shrunk.trace.to_text());
-    let again = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
-    assert!(again.failure.is_none(), "{:?}", again.failure);
+    assert!(steps[part..].iter().any(closes), "the descriptor closes after the part: {steps:?}");
 }
