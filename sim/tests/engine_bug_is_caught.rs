@@ -558,9 +558,7 @@ fn a_write_in_flight_is_seen_part_done_between_its_folios() {
                 task 0\npart\n\
                 task 1\nop read path=\"/a\" offset=0 len=16384\nop stat path=\"/a\"\nop fsync path=\"/a\"\n\
                 crash seed=5\nop stat path=\"/a\"\n";
-    let t = Trace::parse(text).unwrap();
-    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
-    assert!(r.failure.is_none(), "{:?}", r.failure);
+    let (t, r) = real_engine_passes(text);
     assert_eq!(r.stats.write_parts, 2, "both parts ran before the crash");
     let bad = run_steps(&Buggy(InjectedBug::WritePartSizesWholeWrite), &t.spec, &t.steps).unwrap();
     match &bad.failure {
@@ -583,9 +581,7 @@ fn a_rewrite_in_flight_is_seen_truncated_and_part_written() {
                 task 1\nop stat path=\"/a\"\nop read path=\"/a\" offset=0 len=20000\nop fsync path=\"/a\"\n\
                 task 0\npart\n\
                 task 1\ncrash seed=5\nop stat path=\"/a\"\n";
-    let t = Trace::parse(text).unwrap();
-    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
-    assert!(r.failure.is_none(), "{:?}", r.failure);
+    let (t, r) = real_engine_passes(text);
     assert_eq!((r.stats.write_parts, r.stats.crashes), (2, 1));
     let bad = run_steps(&Buggy(InjectedBug::WritePartSizesWholeWrite), &t.spec, &t.steps).unwrap();
     match &bad.failure {
@@ -611,9 +607,7 @@ fn a_descriptor_closed_under_a_write_in_flight_keeps_its_file_until_the_write_re
                 task 1\nop stat path=\"/b\"\nop read path=\"/b\" offset=0 len=16384\n\
                 task 0\nfinish\n\
                 task 1\nop sync\ncrash seed=3\nop stat path=\"/b\"\n";
-    let t = Trace::parse(text).unwrap();
-    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
-    assert!(r.failure.is_none(), "{:?}", r.failure);
+    let (t, r) = real_engine_passes(text);
     assert_eq!(r.stats.write_parts, 2, "two parts ran before the finish");
     let bad = run_steps(&Buggy(InjectedBug::CloseIgnoresWriteInFlight), &t.spec, &t.steps).unwrap();
     match &bad.failure {
@@ -629,9 +623,7 @@ fn a_descriptor_closed_under_a_write_in_flight_keeps_its_file_until_the_write_re
                    task 1\nop close slot=1\nop write path=\"/c\" offset=0 len=100 seed=2\nop fsync path=\"/c\"\n\
                    task 0\npart\n\
                    task 1\ncrash seed=3\nop stat path=\"/c\"\n";
-    let t = Trace::parse(crashed).unwrap();
-    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
-    assert!(r.failure.is_none(), "{:?}", r.failure);
+    let (_, r) = real_engine_passes(crashed);
     assert_eq!((r.stats.write_parts, r.stats.crashes), (2, 1));
 }
 
@@ -646,4 +638,12 @@ fn a_close_freeing_the_file_under_a_write_in_flight_is_found_by_random_tasks() {
     // A close, or an open into the slot (whose dup2 closes what it held).
     let closes = |s: &ext4_sim::trace::Step| matches!(s, ext4_sim::trace::Step::Op(ext4_model::Op::Close { .. } | ext4_model::Op::Open { .. }));
     assert!(steps[part..].iter().any(closes), "the descriptor closes after the part: {steps:?}");
+}
+
+/// A scripted trace, and the real engine's run of it, which passes.
+fn real_engine_passes(text: &str) -> (Trace, ext4_sim::run::RunResult) {
+    let t = Trace::parse(text).unwrap();
+    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
+    assert!(r.failure.is_none(), "{:?}", r.failure);
+    (t, r)
 }
