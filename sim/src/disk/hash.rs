@@ -29,27 +29,17 @@ impl Fnv64 {
     /// chain would bound the speed), folded into the state, then the tail
     /// word-wise and byte-wise. Deterministic like `write`.
     pub fn write_bulk(&mut self, bytes: &[u8]) {
-        self.write_bulk_seeing_nonzero(bytes);
-    }
-
-    /// [`Fnv64::write_bulk`], answering whether any byte was non-zero: the
-    /// image hash skips zero chunks, and one pass over a chunk is half the
-    /// memory traffic of a zero scan and then the hash.
-    pub fn write_bulk_seeing_nonzero(&mut self, bytes: &[u8]) -> bool {
         let word = |b: &[u8]| {
             let mut w = [0u8; 8];
             w.copy_from_slice(b);
             u64::from_le_bytes(w)
         };
-        let mut any = 0u64;
         let mut blocks = bytes.chunks_exact(32);
         if bytes.len() >= 32 {
             let mut lanes = [self.0, self.0.rotate_left(16), self.0.rotate_left(32), self.0.rotate_left(48)];
             for block in &mut blocks {
                 for (lane, w) in lanes.iter_mut().zip(block.chunks_exact(8)) {
-                    let w = word(w);
-                    any |= w;
-                    *lane = (*lane ^ w).wrapping_mul(PRIME);
+                    *lane = (*lane ^ word(w)).wrapping_mul(PRIME);
                 }
             }
             for lane in lanes {
@@ -58,13 +48,9 @@ impl Fnv64 {
         }
         let mut words = blocks.remainder().chunks_exact(8);
         for w in &mut words {
-            let w = word(w);
-            any |= w;
-            self.0 = (self.0 ^ w).wrapping_mul(PRIME);
+            self.0 = (self.0 ^ word(w)).wrapping_mul(PRIME);
         }
-        let tail = words.remainder();
-        self.write(tail);
-        any != 0 || tail.iter().any(|&b| b != 0)
+        self.write(words.remainder());
     }
 
     pub const fn finish(&self) -> u64 {
@@ -138,12 +124,12 @@ impl ImageHasher {
             "chunks must be hashed in ascending offset order"
         );
         self.last_offset = Some(offset);
-        // Word-wise: the image hash is the costliest part of a short run.
-        let mut next = self.state;
-        next.write(&offset.to_le_bytes());
-        if next.write_bulk_seeing_nonzero(data) {
-            self.state = next;
+        if data.iter().all(|&byte| byte == 0) {
+            return;
         }
+        self.state.write(&offset.to_le_bytes());
+        // Word-wise: the image hash is the costliest part of a short run.
+        self.state.write_bulk(data);
     }
 
     pub const fn finish(&self) -> u64 {
