@@ -57,13 +57,14 @@ impl Model {
     pub(crate) fn fdget(&mut self, slot: u8) -> Result<(u64, Ino), Errno> {
         let ino = self.slot_file(slot)?;
         let id = self.st.next_fd_ref;
-        self.record(|| Call::FdGet { slot, id });
         self.take_fd_ref(slot, id);
         Ok((id, ino))
     }
 
-    /// Replays a logged fdget with the id it had.
+    /// Takes reference `id` to the file of `slot`, logged (a replay takes
+    /// it with the id it had).
     pub(crate) fn take_fd_ref(&mut self, slot: u8, id: u64) {
+        self.record(|| Call::FdGet { slot, id });
         if let Some(&ino) = self.st.slots.get(&slot) {
             self.st.next_fd_ref = self.st.next_fd_ref.max(id + 1);
             let earlier = self.st.fd_refs.insert(id, FdRef { slot: Some(slot), ino });
@@ -81,7 +82,7 @@ impl Model {
         }
     }
 
-    pub(crate) fn slot_file(&self, slot: u8) -> Result<Ino, Errno> {
+    fn slot_file(&self, slot: u8) -> Result<Ino, Errno> {
         self.st.slots.get(&slot).copied().ok_or(Errno::EBADF)
     }
 
@@ -101,6 +102,13 @@ impl Model {
     /// an inode made immutable since the open (append-only is checked at
     /// open only), then the write as through a path.
     pub(crate) fn do_pwrite(&mut self, slot: u8, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
+        let ino = self.pwrite_checks(slot, offset)?;
+        self.write_at(ino, offset, len, source)
+    }
+
+    /// pwrite's checks in its order: the offset, the descriptor, immutable
+    /// since the open.
+    pub(crate) fn pwrite_checks(&self, slot: u8, offset: u64) -> Result<Ino, Errno> {
         if offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
@@ -108,7 +116,7 @@ impl Model {
         if self.immutable(ino) {
             return Err(Errno::EPERM);
         }
-        self.write_at(ino, offset, len, source)
+        Ok(ino)
     }
 
     /// fsync through a slot: as fsync of a path, on an orphan too.

@@ -178,7 +178,6 @@ impl Model {
                 Ok(())
             }
             Call::FdGet { slot, id } => {
-                self.record(|| Call::FdGet { slot: *slot, id: *id });
                 self.take_fd_ref(*slot, *id);
                 Ok(())
             }

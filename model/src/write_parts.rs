@@ -173,16 +173,9 @@ impl Model {
         }
     }
 
-    /// A descriptor write's checks in pwrite's order (the offset, the
-    /// descriptor, immutable since the open), then its fdget.
+    /// A descriptor write's checks, then its fdget.
     fn open_slot_write(&mut self, slot: u8, offset: u64) -> Result<(u64, Ino), Errno> {
-        if offset > crate::vfs::LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        let ino = self.slot_file(slot)?;
-        if self.immutable(ino) {
-            return Err(Errno::EPERM);
-        }
+        self.pwrite_checks(slot, offset)?;
         self.fdget(slot)
     }
 

@@ -21,6 +21,27 @@ impl<D: BlockDevice> Ext4<D> {
         let folio = u64::from(self.ctx.mount.page_size) << self.ctx.mount.min_folio_order;
         self.make_room(4 * folio, None).map_err(Errno::from)
     }
+
+    /// Before an op that changes `bytes` of a file's data: its handle's
+    /// credits and room, and room for its edge folios.
+    pub(super) fn prepare_data_change(&mut self, bytes: u64) -> Result<(), Errno> {
+        self.prepare_change(self.blocks_for_bytes(bytes))?;
+        self.make_room_for_edges()
+    }
+
+    /// pwrite's checks in its order: the offset (before the descriptor is
+    /// looked up), the descriptor, and ext4_write_checks' immutable since
+    /// the open (append-only is an open-time rule).
+    pub(super) fn pwrite_checks(&mut self, slot: u8, offset: u64) -> Result<crate::format::InodeNumber, Errno> {
+        if offset > ext4_model::vfs::LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.slot_file(slot)?;
+        if self.immutable(ino)? {
+            return Err(Errno::EPERM);
+        }
+        Ok(ino)
+    }
 }
 
 impl<D: BlockDevice> FileSystem for Ext4<D> {
@@ -66,8 +87,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_stat(path)
     }
     fn write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
-        self.make_room_for_edges()?;
+        self.prepare_data_change(data.len() as u64)?;
         self.do_write(path, offset, data)
     }
     fn read(&mut self, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
@@ -92,8 +112,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.sync_all()
     }
     fn fallocate(&mut self, path: &str, mode: FallocFlags, offset: u64, len: u64) -> Result<(), Errno> {
-        self.prepare_change(self.blocks_for_bytes(len))?;
-        self.make_room_for_edges()?;
+        self.prepare_data_change(len)?;
         self.do_fallocate(path, mode, offset, len)
     }
     fn fiemap(&mut self, path: &str, req: FiemapRequest) -> Result<Vec<FiemapExtent>, Errno> {
@@ -114,8 +133,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_lseek(path, offset, whence).map(SeekChoices::exactly)
     }
     fn rewrite(&mut self, path: &str, data: &[u8]) -> Result<u64, Errno> {
-        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
-        self.make_room_for_edges()?;
+        self.prepare_data_change(data.len() as u64)?;
         self.do_rewrite(path, data)
     }
     fn open(&mut self, path: &str, slot: u8) -> Result<(), Errno> {
@@ -135,16 +153,8 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.read_open(ino, offset, len)
     }
     fn pwrite(&mut self, slot: u8, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        if offset > ext4_model::vfs::LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        let ino = self.slot_file(slot)?;
-        // ext4_write_checks: immutable since the open; append-only is an open-time rule.
-        if self.immutable(ino)? {
-            return Err(Errno::EPERM);
-        }
-        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
-        self.make_room_for_edges()?;
+        let ino = self.pwrite_checks(slot, offset)?;
+        self.prepare_data_change(data.len() as u64)?;
         self.under_inode_lock(ino, super::locks::Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, offset, data))
     }
     fn fsync_fd(&mut self, slot: u8) -> Result<(), Errno> {
@@ -162,8 +172,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.truncate_checked(ino, size)
     }
     fn direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
-        self.prepare_change(self.blocks_for_bytes(data.len() as u64))?;
-        self.make_room_for_edges()?;
+        self.prepare_data_change(data.len() as u64)?;
         self.do_direct_write(path, offset, data)
     }
     fn map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {

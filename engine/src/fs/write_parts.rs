@@ -177,7 +177,7 @@ impl<D: BlockDevice> Ext4<D> {
             return PartRan { range: 0..0, got: Err(Errno::EINVAL) };
         };
         let ino = match w.ino {
-            Some(ino) => self.prepare_part(len - w.done).map(|()| ino),
+            Some(ino) => self.prepare_data_change(len - w.done).map(|()| ino),
             None => self.open_write(w, offset, len),
         };
         let at = w.offset + w.done;
@@ -205,56 +205,34 @@ impl<D: BlockDevice> Ext4<D> {
         PartRan { range: at..end, got }
     }
 
-    /// What a handle start asks before a write copies `len` bytes.
-    fn prepare_part(&mut self, len: u64) -> Result<(), Errno> {
-        self.prepare_change(self.blocks_for_bytes(len))?;
-        self.make_room_for_edges()
-    }
-
     /// The first part's open and checks, in the order the whole op makes
     /// them: the file and where the write starts (an append's: the size),
     /// or a descriptor's checks and its reference to the file.
     fn open_write(&mut self, w: &mut WriteInFlight, offset: u64, len: u64) -> Result<InodeNumber, Errno> {
-        let (ino, offset) = match w.fields().ok_or(Errno::EINVAL)?.0 {
-            WriteTo::Path(path) => {
-                let path = path.to_string();
-                self.prepare_part(len)?;
-                (self.open_for_write(&path, false)?, offset)
-            }
-            WriteTo::Append(path) => {
-                let path = path.to_string();
-                self.prepare_part(len)?;
-                let ino = self.open_for_write(&path, true)?;
-                (ino, self.node(ino)?.disk.size)
-            }
-            WriteTo::Rewrite(path) => {
-                let path = path.to_string();
-                self.prepare_part(len)?;
-                let ino = self.open_for_write(&path, false)?;
-                // The open's truncation, under the i_rwsem the write holds;
-                // if it fails, the file closes with its error.
-                let truncated = self.under_inode_lock(ino, Lock::InodeRwsem, false, "do_truncate", |fs| fs.truncate_inode(ino, 0));
-                if let Err(e) = truncated {
-                    return self.closing(ino, Err(e));
-                }
-                (ino, 0)
-            }
+        let (path, append, truncates) = match w.fields().ok_or(Errno::EINVAL)?.0 {
             WriteTo::Slot(slot) => {
-                // pwrite's order: the offset, the descriptor, immutable since the open.
-                if offset > ext4_model::vfs::LOFF_MAX {
-                    return Err(Errno::EINVAL);
-                }
-                let ino = self.slot_file(slot)?;
-                if self.immutable(ino)? {
-                    return Err(Errno::EPERM);
-                }
-                self.prepare_part(len)?;
+                self.pwrite_checks(slot, offset)?;
+                self.prepare_data_change(len)?;
                 let (id, ino) = self.fdget(slot)?;
                 w.fd_ref = Some(id);
-                (ino, offset)
+                w.offset = offset;
+                return Ok(ino);
             }
+            WriteTo::Path(path) => (path.to_string(), false, false),
+            WriteTo::Append(path) => (path.to_string(), true, false),
+            WriteTo::Rewrite(path) => (path.to_string(), false, true),
         };
-        w.offset = offset;
+        self.prepare_data_change(len)?;
+        let ino = self.open_for_write(&path, append)?;
+        if truncates {
+            // The open's truncation, under the i_rwsem the write holds; if
+            // it fails, the file closes with its error.
+            let truncated = self.under_inode_lock(ino, Lock::InodeRwsem, false, "do_truncate", |fs| fs.truncate_inode(ino, 0));
+            if let Err(e) = truncated {
+                return self.closing(ino, Err(e));
+            }
+        }
+        w.offset = if append { self.node(ino)?.disk.size } else { offset };
         Ok(ino)
     }
 
