@@ -66,6 +66,10 @@ pub struct FileData {
     /// Truncated to 0 since its last close: the next close starts write-back
     /// of its delayed blocks (auto_da_alloc). In memory only.
     pub da_alloc_close: bool,
+    /// A truncate in flight set the size and has not freed every block past
+    /// it yet: written blocks may lie past EOF until it returns. In memory
+    /// only.
+    pub truncating: bool,
 }
 
 pub use crate::vfs::block_span;
@@ -246,6 +250,17 @@ impl FileData {
         new_blocks
     }
 
+    /// truncate_pagecache over `span`: delayed blocks go with their folios,
+    /// and dirty unwritten blocks are unwritten again (their data never
+    /// reached the disk). Mapped blocks stay.
+    pub fn drop_cached(&mut self, span: Range<u64>) {
+        self.blocks.update(span, |a| match a {
+            Alloc::Delayed => None,
+            Alloc::UnwrittenDirty => Some(Alloc::Unwritten),
+            other => Some(*other),
+        });
+    }
+
     /// Drops blocks `span` entirely (allocation and content). Returns blocks freed.
     pub fn free_blocks(&mut self, span: Range<u64>, bs: u64) -> u64 {
         if span.is_empty() {
@@ -326,7 +341,7 @@ impl FileData {
         }
         // Only unwritten blocks may lie wholly past EOF: e2fsck rejects
         // initialised ones, and writeback never reaches dirty ones there.
-        let first_past = self.size.div_ceil(bs);
+        let first_past = if self.truncating { u64::MAX } else { self.size.div_ceil(bs) };
         for (r, a) in self.blocks.overlapping(first_past..u64::MAX) {
             if a != Alloc::Unwritten {
                 return Err(format!("blocks {r:?} past EOF {} are {a:?}", self.size));

@@ -64,6 +64,13 @@ impl Model {
     }
 
     pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        let ino = self.truncate_path_checks(path, size)?;
+        self.truncate_checked(ino, size)
+    }
+
+    /// truncate(2)'s checks up to the inode: the size, the path, a
+    /// directory, a read-only mount.
+    pub(crate) fn truncate_path_checks(&self, path: &str, size: u64) -> Result<Ino, Errno> {
         if size > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
@@ -72,20 +79,26 @@ impl Model {
             return Err(Errno::EISDIR);
         }
         self.writable()?;
-        // vfs_truncate: MAY_WRITE refuses an immutable inode, then IS_APPEND.
-        self.truncate_checked(ino, size)
+        Ok(ino)
     }
 
     /// The checks truncate and ftruncate share, once the inode is known:
     /// immutable or append-only is EPERM, past the largest file EFBIG.
     pub(crate) fn truncate_checked(&mut self, ino: Ino, size: u64) -> Result<(), Errno> {
+        self.truncate_inode_checks(ino, size)?;
+        self.truncate_inode(ino, size);
+        Ok(())
+    }
+
+    /// vfs_truncate's MAY_WRITE (an immutable inode), then IS_APPEND; then
+    /// the largest file.
+    pub(crate) fn truncate_inode_checks(&self, ino: Ino, size: u64) -> Result<(), Errno> {
         if self.restricted(ino) {
             return Err(Errno::EPERM);
         }
         if size > self.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
-        self.truncate_inode(ino, size);
         Ok(())
     }
 

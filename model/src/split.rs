@@ -11,11 +11,13 @@
 //!   in its second half, after whatever ran in between. A crash between
 //!   the halves leaves no trace of it, one outcome the kernel allows too.
 //!   A buffered pwrite may also take effect folio by folio in between
-//!   (`write_parts`): its second half then writes what is left.
+//!   (`write_parts`): its second half then writes what is left; a truncate
+//!   by path may free the file's blocks extent by extent (`truncate_parts`).
 
 use crate::model::{Call, Model};
 use crate::op::{Op, Reply};
 use crate::state::Ino;
+use crate::truncate_parts::PendingTruncate;
 use crate::write_parts::PendingWrite;
 use crate::{Errno, Outcome};
 
@@ -49,6 +51,9 @@ pub enum Pending {
     Whole(Op),
     /// A buffered pwrite, which may take effect part by part before its end.
     Write(PendingWrite),
+    /// A truncate by path, which may free blocks extent by extent before
+    /// its end.
+    Truncate(PendingTruncate),
 }
 
 impl Model {
@@ -59,6 +64,7 @@ impl Model {
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
+            Op::Truncate { .. } => PendingTruncate::of(op).map(Pending::Truncate).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -74,6 +80,8 @@ impl Model {
             Pending::JournalSwitch(p) => self.finish_journal_switch(p).map(|()| Reply::Done),
             Pending::Whole(op) => crate::fs::FileSystem::apply(self, &op),
             Pending::Write(w) if !w.begun() => crate::fs::FileSystem::apply(self, &w.whole_op()),
+            Pending::Truncate(t) if !t.begun() => crate::fs::FileSystem::apply(self, &t.whole_op()),
+            Pending::Truncate(t) => self.finish_truncate(t),
             Pending::Write(mut w) => {
                 if w.has_more() {
                     let rest = u64::from(w.len) - w.done;

@@ -377,7 +377,17 @@ impl Target for EngineTarget {
     }
 
     fn has_part(&self, half: &SecondHalf) -> bool {
-        matches!(half, SecondHalf::Write(w) if w.has_more())
+        match half {
+            SecondHalf::Write(w) => w.has_more(),
+            SecondHalf::Truncate(t) => t.has_more(),
+            _ => false,
+        }
+    }
+
+    fn truncate_part(&mut self, half: &mut SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
+        let SecondHalf::Truncate(t) = half else { return None };
+        let ran = self.fs.as_mut()?.truncate_part(t)?;
+        Some((ran.freed_from, ran.got))
     }
 
     fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {

@@ -89,6 +89,9 @@ pub struct OpStats {
     /// Parts of buffered writes in flight run before their second half
     /// (a folio each), other tasks' steps between them.
     pub write_parts: u64,
+    /// Parts of truncates in flight run before their second half (an
+    /// extent freed each).
+    pub truncate_parts: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -330,6 +333,7 @@ impl<T: Target> Lockstep<T> {
         let whole = match &model {
             Pending::Whole(_) => true,
             Pending::Write(w) => !w.begun(),
+            Pending::Truncate(t) => !t.begun(),
             _ => false,
         };
         let expected = if whole {
@@ -708,6 +712,7 @@ impl<T: Target> Lockstep<T> {
 }
 
 mod out_of_memory;
+mod truncate_parts;
 mod write_parts;
 #[cfg(test)]
 mod tests;

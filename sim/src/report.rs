@@ -142,6 +142,10 @@ pub fn preemption_points(r: &RunResult) -> BTreeMap<String, u64> {
     if r.stats.write_parts > 0 {
         by.insert("Write part".into(), r.stats.write_parts);
     }
+    // And each extent a truncate in flight frees: a handle restart.
+    if r.stats.truncate_parts > 0 {
+        by.insert("Truncate part".into(), r.stats.truncate_parts);
+    }
     by
 }
 
@@ -186,6 +190,7 @@ pub fn json(r: &RunResult) -> String {
         ("lock_sleeps_on", sleeps_on),
         ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
         ("write_parts", r.stats.write_parts.to_string()),
+        ("truncate_parts", r.stats.truncate_parts.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("space_resync_flights", r.stats.space_resync_flights.to_string()),
         ("enomem", r.stats.enomem.to_string()),

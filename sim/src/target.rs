@@ -189,13 +189,20 @@ pub trait Target: FileSystem {
         Ok(ext4_model::Reply::Done)
     }
     /// Whether a split op in flight can take effect one more part before
-    /// its second half (a buffered pwrite, folio by folio).
+    /// its second half (a buffered pwrite, folio by folio; a truncate,
+    /// extent by extent).
     fn has_part(&self, _half: &Self::SecondHalf) -> bool {
         false
     }
     /// Runs that part: the bytes it set out to write (empty when the write's
     /// open failed) and its answer. None when it had none to run.
     fn write_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {
+        None
+    }
+    /// Runs the next part of a truncate in flight (extent by extent): the
+    /// block where the blocks it freed begin (None when it freed none) and
+    /// its answer. None when it had none to run.
+    fn truncate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         None
     }
     /// The lock a second half would sleep on now (held by another split op).

@@ -4,40 +4,11 @@
 use ext4_engine::fs::test_hooks::InjectedBug;
 use ext4_model::MountConfig;
 use ext4_sim::run::{run_seed, run_steps, shrink_failure, RunSpec};
-use ext4_sim::target::TargetFactory;
-use ext4_sim::engine_target::{make_engine, EngineTarget};
 use ext4_sim::failure::Failure;
 use ext4_sim::trace::Trace;
 
-/// The engine with a bug injected, on every mount.
-struct Buggy(InjectedBug);
-
-impl TargetFactory for Buggy {
-    type Target = EngineTarget;
-    fn make(&self, spec: &RunSpec) -> Result<EngineTarget, String> {
-        let mut t = make_engine(spec)?;
-        t.after_mount(match self.0 {
-            InjectedBug::ReadFlipsLastByteAfterTruncate => |fs| fs.inject_bug(InjectedBug::ReadFlipsLastByteAfterTruncate),
-            InjectedBug::CommitReleasesEveryHold => |fs| fs.inject_bug(InjectedBug::CommitReleasesEveryHold),
-            InjectedBug::SwitchKeepsLockOnFailedFlush => |fs| fs.inject_bug(InjectedBug::SwitchKeepsLockOnFailedFlush),
-            InjectedBug::WriteBackDropsOtherRead => |fs| fs.inject_bug(InjectedBug::WriteBackDropsOtherRead),
-            InjectedBug::SynthesisedBitmapSkipsReservedGdt => |fs| fs.inject_bug(InjectedBug::SynthesisedBitmapSkipsReservedGdt),
-            InjectedBug::OrderedCommitsBeforeData => |fs| fs.inject_bug(InjectedBug::OrderedCommitsBeforeData),
-            InjectedBug::SeekIgnoresPageCache => |fs| fs.inject_bug(InjectedBug::SeekIgnoresPageCache),
-            InjectedBug::ReleaseForgetsTruncatedFile => |fs| fs.inject_bug(InjectedBug::ReleaseForgetsTruncatedFile),
-            InjectedBug::OrphanListForgotten => |fs| fs.inject_bug(InjectedBug::OrphanListForgotten),
-            InjectedBug::JournaledDataNeverLogged => |fs| fs.inject_bug(InjectedBug::JournaledDataNeverLogged),
-            InjectedBug::CutWriteAnswersEnomem => |fs| fs.inject_bug(InjectedBug::CutWriteAnswersEnomem),
-            InjectedBug::TruncateIgnoresFlusherFolios => |fs| fs.inject_bug(InjectedBug::TruncateIgnoresFlusherFolios),
-            InjectedBug::FreesPartlyUsedCluster => |fs| fs.inject_bug(InjectedBug::FreesPartlyUsedCluster),
-            InjectedBug::CollapseKeepsCachedExtents => |fs| fs.inject_bug(InjectedBug::CollapseKeepsCachedExtents),
-            InjectedBug::WriteBackKeepsCachedHoles => |fs| fs.inject_bug(InjectedBug::WriteBackKeepsCachedHoles),
-            InjectedBug::WritePartSizesWholeWrite => |fs| fs.inject_bug(InjectedBug::WritePartSizesWholeWrite),
-            InjectedBug::CloseIgnoresWriteInFlight => |fs| fs.inject_bug(InjectedBug::CloseIgnoresWriteInFlight),
-        });
-        Ok(t)
-    }
-}
+mod twins;
+use twins::{found_by_four_tasks, real_engine_passes, Buggy};
 
 #[test]
 fn injected_engine_bug_is_caught_shrunk_and_replayed() {
@@ -524,26 +495,6 @@ fn a_write_publishing_its_whole_size_at_its_first_folio_is_caught_between_its_pa
     assert!(shrunk.trace.steps.contains(&ext4_sim::trace::Step::Part), "only a part shows it: {:?}", shrunk.trace.steps);
 }
 
-/// The first of `seeds` random runs of four tasks with crashes that the
-/// twin `bug` fails and the real engine passes, shrunk: the shrunk trace
-/// replays the failure, and the real engine passes it.
-fn found_by_four_tasks(bug: InjectedBug, seeds: u64) -> ext4_sim::run::ShrunkTrace {
-    let buggy = Buggy(bug);
-    let spec = |seed| RunSpec { tasks: 4, crash_every: 150, ..RunSpec::new(seed, 1000, MountConfig::default()) };
-    let (seed, failing) = (0..seeds)
-        .map(|s| (s, run_seed(&buggy, &spec(s)).unwrap()))
-        .find(|(_, r)| r.failure.is_some())
-        .unwrap_or_else(|| panic!("{seeds} seeds of four tasks catch {bug:?}"));
-    let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
-    assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
-    let shrunk = shrink_failure(&buggy, &failing).unwrap();
-    assert!(shrunk.replays, "the shrunk trace replays");
-    eprintln!("{bug:?} found at seed {seed}: {:?}; shrunk to {} steps in {} runs:\n{}", failing.failure.as_ref().map(|f| f.to_string()), shrunk.trace.steps.len(), shrunk.runs, shrunk.trace.to_text());
-    let again = run_steps(&ext4_sim::engine_target::EngineFactory, &shrunk.trace.spec, &shrunk.trace.steps).unwrap();
-    assert!(again.failure.is_none(), "the real engine fails the shrunk trace: {:?}", again.failure);
-    shrunk
-}
-
 /// A pwrite of three order-0 folios in flight: another task reads, stats
 /// and maps the file after each part and sees it part done, then a crash
 /// between parts recovers to an allowed state. The real engine passes; the
@@ -638,12 +589,4 @@ fn a_close_freeing_the_file_under_a_write_in_flight_is_found_by_random_tasks() {
     // A close, or an open into the slot (whose dup2 closes what it held).
     let closes = |s: &ext4_sim::trace::Step| matches!(s, ext4_sim::trace::Step::Op(ext4_model::Op::Close { .. } | ext4_model::Op::Open { .. }));
     assert!(steps[part..].iter().any(closes), "the descriptor closes after the part: {steps:?}");
-}
-
-/// A scripted trace, and the real engine's run of it, which passes.
-fn real_engine_passes(text: &str) -> (Trace, ext4_sim::run::RunResult) {
-    let t = Trace::parse(text).unwrap();
-    let r = run_steps(&ext4_sim::engine_target::EngineFactory, &t.spec, &t.steps).unwrap();
-    assert!(r.failure.is_none(), "{:?}", r.failure);
-    (t, r)
 }

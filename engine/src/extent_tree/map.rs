@@ -68,6 +68,13 @@ impl ExtentMap {
         self.runs.iter().next_back().map_or(0, |(l, r)| l + r.len)
     }
 
+    /// Where the last run meeting `range` starts, clipped to the range:
+    /// the extent a truncate frees next (None when nothing is mapped there).
+    pub fn last_run_start(&self, range: Range<u64>) -> Option<u64> {
+        let (&l, r) = self.runs.range(..range.end).next_back()?;
+        (l + r.len > range.start).then(|| l.max(range.start))
+    }
+
     /// The run piece holding `lblk`, clipped to start there.
     pub fn lookup(&self, lblk: u64) -> Option<Piece> {
         let (&l, r) = self.runs.range(..=lblk).next_back()?;

@@ -107,14 +107,30 @@ impl<D: BlockDevice> Ctx<D> {
     /// Blocks `range` leave the file: cached data dropped (dirty or not),
     /// delayed extents and their reservation released, mapped blocks freed.
     pub fn discard_blocks(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) -> Result<(), Errno> {
+        self.drop_unmapped(ino, node, range.clone());
+        let end = range.end.min(node.map().end().max(range.start));
+        self.free_mapped(node, range.start..end, range)
+    }
+
+    /// What leaves `range` before any mapped block does (truncate_pagecache,
+    /// then ext4_truncate's extent status removal): cached data, delayed
+    /// extents and their reservation.
+    pub fn drop_unmapped(&mut self, ino: InodeNumber, node: &mut Node, range: Range<u64>) {
         self.alloc.discard_inode_preallocations(ino);
         self.pages.invalidate(ino, range.clone());
         let reserved_before = self.reserved_in(node, range.clone());
         node.es.remove_delayed(range.clone());
         node.quietly_written.remove(range.clone());
-        let end = range.end.min(node.map().end().max(range.start));
-        self.unmap_range(node, range.start..end)?;
         self.settle_reservation(node, range, reserved_before);
+    }
+
+    /// Mapped blocks `range` freed, the reservation of `settle` (which
+    /// holds it) moved to what is left: under bigalloc a cluster that loses
+    /// its last mapped block needs one again for its delayed blocks.
+    pub fn free_mapped(&mut self, node: &mut Node, range: Range<u64>, settle: Range<u64>) -> Result<(), Errno> {
+        let reserved_before = self.reserved_in(node, settle.clone());
+        self.unmap_range(node, range)?;
+        self.settle_reservation(node, settle, reserved_before);
         Ok(())
     }
 
@@ -289,6 +305,13 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     pub(crate) fn do_truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
+        let ino = self.truncate_path_checks(path, size)?;
+        self.truncate_checked(ino, size)
+    }
+
+    /// truncate(2)'s checks up to the inode: the size, the path, a
+    /// directory, a read-only mount.
+    pub(crate) fn truncate_path_checks(&mut self, path: &str, size: u64) -> Result<InodeNumber, Errno> {
         if size > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
@@ -297,38 +320,61 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(Errno::EISDIR);
         }
         self.ctx.writable()?;
-        // vfs_truncate: MAY_WRITE refuses an immutable inode, then IS_APPEND.
-        self.truncate_checked(ino, size)
+        Ok(ino)
     }
 
     /// The checks truncate and ftruncate share, once the inode is known:
     /// immutable or append-only is EPERM, past the largest file EFBIG.
     pub(crate) fn truncate_checked(&mut self, ino: InodeNumber, size: u64) -> Result<(), Errno> {
+        self.truncate_inode_checks(ino, size)?;
+        self.under_setattr_locks(ino, |fs| fs.truncate_inode(ino, size))
+    }
+
+    /// vfs_truncate's MAY_WRITE (an immutable inode), then IS_APPEND; then
+    /// the largest file.
+    pub(crate) fn truncate_inode_checks(&mut self, ino: InodeNumber, size: u64) -> Result<(), Errno> {
         if self.restricted(ino)? {
             return Err(Errno::EPERM);
         }
         if size > self.ctx.mount.max_file_size() {
             return Err(Errno::EFBIG);
         }
-        // ext4_setattr: the inode lock, inode_dio_wait, invalidate_lock.
+        Ok(())
+    }
+
+    /// `f` as ext4_setattr runs a size change: under the inode lock, after
+    /// inode_dio_wait, under invalidate_lock.
+    pub(crate) fn under_setattr_locks<T>(&mut self, ino: InodeNumber, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
         self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_setattr", |fs| {
             fs.dio_wait(ino)?;
-            fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_setattr", |fs| fs.truncate_inode(ino, size))
+            fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_setattr", f)
         })
     }
 
     /// ext4_setattr's size change, once the caller's checks passed.
     pub(crate) fn truncate_inode(&mut self, ino: InodeNumber, size: u64) -> Result<(), Errno> {
+        let Some(keep) = self.truncate_size(ino, size)? else { return Ok(()) };
+        let (ctx, node) = self.split(ino)?;
+        let end = node.map().end().max(keep);
+        ctx.free_mapped(node, keep..end, keep..u64::MAX)
+    }
+
+    /// A size change up to the mapped blocks it frees: the tail of the
+    /// last block zeroed, cached data and delayed blocks past it dropped,
+    /// the size and times set. Returns the first block past the new size
+    /// when the size did not grow (ext4_truncate runs even when it stays,
+    /// dropping preallocation past EOF): ext4_truncate frees its mapped
+    /// blocks from there on.
+    pub(crate) fn truncate_size(&mut self, ino: InodeNumber, size: u64) -> Result<Option<u64>, Errno> {
         let (ctx, node) = self.split(ino)?;
         let bs = ctx.bs();
         let old = node.disk.size;
-        // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
-        // ext4_block_truncate_page before the blocks go: a folio it cannot
-        // have leaves the file as it was.
-        if size <= old {
-            let keep = size.div_ceil(bs);
+        let keep = (size <= old).then(|| size.div_ceil(bs));
+        if let Some(keep) = keep {
+            // ext4_block_truncate_page before anything goes: a folio it
+            // cannot have leaves the file as it was.
             ctx.cache_zero(ino, node, size, keep * bs)?;
-            ctx.discard_blocks(ino, node, keep..u64::MAX)?;
+            ctx.drop_unmapped(ino, node, keep..u64::MAX);
             node.da_alloc_close |= size == 0 && ctx.mount.auto_da_alloc;
         }
         ctx.zero_past_eof(ino, node, old, size)?;
@@ -340,7 +386,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.mark_dirty(ino);
         #[cfg(feature = "test-hooks")]
         self.bug_saw_truncate();
-        Ok(())
+        Ok(keep)
     }
 }
 

@@ -83,6 +83,7 @@ mod timers;
 pub mod test_hooks;
 mod writeback;
 mod writepages;
+mod truncate_parts;
 mod write_parts;
 #[cfg(test)]
 mod data_path_tests;
@@ -110,6 +111,7 @@ use crate::pagecache::PageCache;
 pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket, WholeOp};
+pub use truncate_parts::{TruncateInFlight, TruncatePartRan};
 pub use write_parts::{PartRan, WriteInFlight};
 pub use timers::TimerStats;
 pub use flusher::{FlusherStats, FlusherStep};

@@ -19,6 +19,7 @@ use crate::device::BlockDevice;
 use super::journal_switch::SwitchTicket;
 use super::lock_plan::LockPlan;
 use super::locks::{Lock, LockHolder};
+use super::truncate_parts::TruncateInFlight;
 use super::write_parts::WriteInFlight;
 use super::Ext4;
 
@@ -32,6 +33,10 @@ pub enum SecondHalf {
     /// A buffered pwrite holding its file's i_rwsem, which may take effect
     /// part by part ([`Ext4::write_part`]) before its second half.
     Write(WriteInFlight),
+    /// A truncate by path holding its file's i_rwsem and invalidate_lock,
+    /// which may free the file's blocks extent by extent
+    /// ([`Ext4::truncate_part`]) before its second half.
+    Truncate(TruncateInFlight),
 }
 
 /// An op that sleeps holding its locks, between its halves.
@@ -42,6 +47,17 @@ pub struct WholeOp {
     pub(super) held: Option<(LockPlan, LockHolder)>,
 }
 
+impl WholeOp {
+    /// The inode whose i_rwsem its first half took.
+    pub(super) fn locked_inode(&self) -> Option<crate::format::InodeNumber> {
+        let (plan, _) = self.held.as_ref()?;
+        plan.steps.iter().find_map(|s| match s {
+            super::lock_plan::PlannedLock::Sem { ino, class: Lock::InodeRwsem, .. } => Some(*ino),
+            _ => None,
+        })
+    }
+}
+
 impl SecondHalf {
     /// The lock held until the second half runs, if any.
     pub fn holder(&self) -> Option<LockHolder> {
@@ -50,6 +66,7 @@ impl SecondHalf {
             SecondHalf::JournalSwitch(t) => t.holder(),
             SecondHalf::Whole(w) => w.held.as_ref().map(|(_, h)| *h),
             SecondHalf::Write(w) => w.whole.held.as_ref().map(|(_, h)| *h),
+            SecondHalf::Truncate(t) => t.whole.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -73,6 +90,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
+            Op::Truncate { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -85,6 +103,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::JournalSwitch(ticket) => self.finish_journal_switch(ticket).map(|()| Reply::Done),
             SecondHalf::Whole(w) => self.finish_whole(w),
             SecondHalf::Write(w) => self.finish_write(w),
+            SecondHalf::Truncate(t) => self.finish_truncate(t),
         }
     }
 
@@ -97,12 +116,21 @@ impl<D: BlockDevice> Ext4<D> {
     /// barrier). One that took none (its file was missing, or its first
     /// lock held) waits where [`Ext4::waits_for`] says.
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
-        let (SecondHalf::Whole(WholeOp { op, held }) | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held }, .. })) = half else { return None };
+        let (SecondHalf::Whole(WholeOp { op, held })
+        | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held }, .. })
+        | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held }, .. })) = half
+        else {
+            return None;
+        };
         let Some((plan, _)) = held else { return self.waits_for(op) };
         let own = held.as_ref().map(|(_, holder)| holder.number());
-        // A write whose parts began goes on with the file it opened, not
-        // with what its name leads to now.
-        let opened = matches!(half, SecondHalf::Write(w) if w.begun());
+        // A write or truncate whose parts began goes on with the file it
+        // opened, not with what its name leads to now.
+        let opened = match half {
+            SecondHalf::Write(w) => w.begun(),
+            SecondHalf::Truncate(t) => t.begun(),
+            _ => false,
+        };
         let beyond = if opened { None } else { self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))) };
         if let Some(lock) = beyond.or_else(|| self.folio_wait_except(op, own)) {
             return Some(lock);
@@ -125,7 +153,7 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// Up to the op's sleep: its locks, taken for a holder of its own, as
     /// far as they can be had now.
-    fn begin_whole(&mut self, op: &Op) -> Result<WholeOp, Errno> {
+    pub(super) fn begin_whole(&mut self, op: &Op) -> Result<WholeOp, Errno> {
         let Some(plan) = self.lock_plan(op) else { return Ok(WholeOp { op: op.clone(), held: None }) };
         let free = self.plan_free_prefix(&plan);
         if free == 0 {

@@ -71,6 +71,11 @@ pub enum InjectedBug {
     /// through it is in flight (no wait for the write's fdput): an unlinked
     /// file is freed under the write's remaining parts.
     CloseIgnoresWriteInFlight,
+    /// A shrinking truncate frees its blocks extent by extent without
+    /// putting the file on the orphan list first, so a crash after a commit
+    /// between its extents leaves written blocks past EOF that nothing
+    /// frees (ext4_setattr's ext4_orphan_add forgotten).
+    TruncateLeavesNoOrphan,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,6 +125,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_sizes_whole_write(&self) -> bool {
         self.bug.bug == Some(InjectedBug::WritePartSizesWholeWrite)
+    }
+
+    pub(crate) fn bug_truncate_leaves_no_orphan(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::TruncateLeavesNoOrphan)
     }
 
     pub(crate) fn bug_close_ignores_writes(&self) -> bool {

@@ -19,7 +19,6 @@ use ext4_model::{Errno, Op, Outcome, Reply};
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
-use super::lock_plan::PlannedLock;
 use super::locks::Lock;
 use super::split::WholeOp;
 use super::Ext4;
@@ -100,15 +99,6 @@ impl WriteInFlight {
             Err(e) => self.ended = Some(if self.done > 0 { Ok(self.done) } else { Err(e) }),
         }
     }
-
-    /// The inode whose i_rwsem the first half took.
-    fn locked_inode(&self) -> Option<InodeNumber> {
-        let (plan, _) = self.whole.held.as_ref()?;
-        plan.steps.iter().find_map(|s| match s {
-            PlannedLock::Sem { ino, class: Lock::InodeRwsem, .. } => Some(*ino),
-            _ => None,
-        })
-    }
 }
 
 impl<D: BlockDevice> Ext4<D> {
@@ -130,7 +120,7 @@ impl<D: BlockDevice> Ext4<D> {
                 WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path) => self.open_path(path).ok(),
                 WriteTo::Slot(slot) => self.slot_file(slot).ok(),
             };
-            if now != w.locked_inode() {
+            if now != w.whole.locked_inode() {
                 return None;
             }
         }

@@ -9,19 +9,29 @@ use super::{hash_outcome, Lockstep};
 use crate::failure::Failure;
 use crate::target::{InFlight, Target};
 
-const PART_MARK: u8 = 0xA0;
+pub(super) const PART_MARK: u8 = 0xA0;
 /// What a part's divergence begins with.
 const PART: &str = "a part of the write: ";
 
 impl<T: Target> Lockstep<T> {
     /// Whether `flight` can take effect one more part now.
     pub fn has_part(&self, flight: &InFlight<T::SecondHalf>) -> bool {
-        matches!(&flight.model, Pending::Write(w) if w.has_more()) && self.target.has_part(&flight.target)
+        let model = match &flight.model {
+            Pending::Write(w) => w.has_more(),
+            Pending::Truncate(t) => t.has_more(),
+            _ => false,
+        };
+        model && self.target.has_part(&flight.target)
     }
 
-    /// A `part` step: the next part of a pwrite in flight, other tasks'
-    /// steps before and after it; false when it had none.
+    /// A `part` step: the next part of a pwrite or truncate in flight,
+    /// other tasks' steps before and after it; false when it had none.
     pub fn part_step(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
+        if matches!(flight.model, Pending::Truncate(_)) {
+            let ran = self.truncate_part(flight)?;
+            self.stats.truncate_parts += u64::from(ran);
+            return Ok(ran);
+        }
         let ran = self.part(flight)?;
         self.stats.write_parts += u64::from(ran);
         Ok(ran)

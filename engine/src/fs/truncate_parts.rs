@@ -1,0 +1,307 @@
+//! A truncate that shrinks a file, between its halves, freeing its blocks
+//! extent by extent.
+//!
+//! ext4_setattr sets the new size and puts the file on the orphan list in
+//! one handle, drops the page cache past the size, then ext4_truncate
+//! frees the mapped blocks from the end back (ext4_ext_remove_space),
+//! restarting its handle when its credits run low: at each restart the
+//! running transaction may commit with the blocks part freed. It holds
+//! i_rwsem and invalidate_lock throughout, so writers, page faults and
+//! other truncates wait, while stat, FIEMAP, reads, write-back, commits
+//! and a crash may find it part done. After a crash the file is still on
+//! the orphan list, and mount finishes the truncate (`orphan`).
+//!
+//! Here the first part makes truncate(2)'s checks, the new size, the
+//! orphan entry and the page cache's drop, and frees the file's last
+//! extent; each later part frees the next last one; the second half frees
+//! what is left and takes the file off the list. Between parts the
+//! truncate holds its semaphores and no handle. A truncate that does not
+//! shrink, or runs without a journal (which keeps no orphan list), is done
+//! whole by its first part.
+
+use ext4_model::{Errno, Op, Outcome, Reply};
+
+use crate::device::BlockDevice;
+use crate::format::InodeNumber;
+
+use super::lock_plan::{LockPlan, PlannedLock};
+use super::split::WholeOp;
+use super::Ext4;
+
+/// A truncate between its halves ([`super::SecondHalf::Truncate`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct TruncateInFlight {
+    pub(super) whole: WholeOp,
+    /// Its first half took every lock of its plan: a part needs them all.
+    planned_all: bool,
+    /// The file, once the first part found it.
+    ino: Option<InodeNumber>,
+    /// The first block past the new size.
+    keep: u64,
+    /// The lowest block freed so far (mapped blocks from here on are gone).
+    freed_from: u64,
+    /// Mapped blocks remain in `keep..freed_from`.
+    more: bool,
+    /// The answer, once the first part failed or did the truncate whole.
+    ended: Option<Result<(), Errno>>,
+}
+
+/// What one part did: where the blocks it freed begin (None when it freed
+/// none) and its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TruncatePartRan {
+    pub freed_from: Option<u64>,
+    pub got: Result<(), Errno>,
+}
+
+impl TruncateInFlight {
+    pub(super) fn new(whole: WholeOp, planned_all: bool) -> TruncateInFlight {
+        TruncateInFlight { whole, planned_all, ino: None, keep: 0, freed_from: u64::MAX, more: true, ended: None }
+    }
+
+    pub(super) fn begun(&self) -> bool {
+        self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Whether a part could run now: the first, or one freeing another
+    /// extent, with every lock of the truncate held.
+    pub fn has_more(&self) -> bool {
+        self.whole.held.is_some() && self.planned_all && self.ended.is_none() && self.more
+    }
+}
+
+impl<D: BlockDevice> Ext4<D> {
+    /// The first half of a truncate by path: its locks, as far as they can
+    /// be had now.
+    pub(super) fn begin_truncate(&mut self, op: &Op) -> Result<TruncateInFlight, Errno> {
+        let planned = self.lock_plan(op).map(|p| p.steps.len());
+        let whole = self.begin_whole(op)?;
+        let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
+        Ok(TruncateInFlight::new(whole, planned.is_some() && took == planned))
+    }
+
+    /// Runs the next part of a truncate in flight, its semaphores still
+    /// held around it. None when it has no part to run, or when its name
+    /// now leads to another file than the one it locked (its second half
+    /// then does it whole, as any op's).
+    pub fn truncate_part(&mut self, t: &mut TruncateInFlight) -> Option<TruncatePartRan> {
+        if !t.has_more() {
+            return None;
+        }
+        let (plan, holder) = t.whole.held.clone()?;
+        if !self.locks.holds(holder) {
+            // From an earlier mount: the op died with it.
+            return None;
+        }
+        if t.ino.is_none() {
+            let Op::Truncate { path, .. } = &t.whole.op else { return None };
+            if self.open_path(path).ok() != t.whole.locked_inode() {
+                return None;
+            }
+        }
+        self.give_back(&plan.steps, holder);
+        let ran = match t.ino {
+            None => self.first_truncate_part(t),
+            Some(ino) => self.next_truncate_part(t, ino),
+        };
+        // Its handle restarts between parts, and the tail block's folio is
+        // done with: it sleeps holding only its semaphores.
+        let kept = LockPlan { steps: plan.steps.into_iter().filter(|s| matches!(s, PlannedLock::Sem { .. })).collect() };
+        if let Err(e) = self.take_plan(&kept.steps, holder) {
+            debug_assert!(false, "locks given back could not be taken again: {e}");
+        }
+        t.whole.held = Some((kept, holder));
+        Some(ran)
+    }
+
+    /// truncate(2)'s checks, then ext4_setattr up to its first extent freed.
+    fn first_truncate_part(&mut self, t: &mut TruncateInFlight) -> TruncatePartRan {
+        let Op::Truncate { path, size } = &t.whole.op else { return TruncatePartRan { freed_from: None, got: Err(Errno::EINVAL) } };
+        let (path, size) = (path.clone(), *size);
+        let begun = self.prepare_change(0).and_then(|()| self.make_room_for_edges()).and_then(|()| {
+            let ino = self.truncate_path_checks(&path, size)?;
+            self.truncate_inode_checks(ino, size)?;
+            Ok(ino)
+        });
+        let ino = match begun {
+            Ok(ino) => ino,
+            Err(e) => {
+                t.ended = Some(Err(e));
+                return TruncatePartRan { freed_from: None, got: Err(e) };
+            }
+        };
+        t.ino = Some(ino);
+        let shrinks = self.ctx.journal.is_some() && self.node(ino).is_ok_and(|n| size < n.disk.size);
+        if !shrinks {
+            let got = self.under_setattr_locks(ino, |fs| fs.truncate_inode(ino, size));
+            t.ended = Some(got);
+            return TruncatePartRan { freed_from: None, got };
+        }
+        let got = self.under_setattr_locks(ino, |fs| {
+            let keep = fs.truncate_size(ino, size)?.unwrap_or(u64::MAX);
+            // A crash from here on leaves the rest to mount's orphan cleanup.
+            #[cfg(feature = "test-hooks")]
+            if fs.bug_truncate_leaves_no_orphan() {
+                return Ok(keep);
+            }
+            if fs.node(ino)?.disk.links_count > 0 {
+                fs.orphan_add(ino)?;
+            }
+            Ok(keep)
+        });
+        match got {
+            Ok(keep) => {
+                t.keep = keep;
+                self.free_next_extent(t, ino)
+            }
+            Err(e) => {
+                t.ended = Some(Err(e));
+                TruncatePartRan { freed_from: None, got: Err(e) }
+            }
+        }
+    }
+
+    /// ext4_ext_remove_space after a handle restart: the next extent.
+    fn next_truncate_part(&mut self, t: &mut TruncateInFlight, ino: InodeNumber) -> TruncatePartRan {
+        if let Err(e) = self.prepare_change(0) {
+            t.ended = Some(Err(e));
+            return TruncatePartRan { freed_from: None, got: Err(e) };
+        }
+        self.free_next_extent(t, ino)
+    }
+
+    /// Frees the last extent the truncate has left, under its semaphores.
+    fn free_next_extent(&mut self, t: &mut TruncateInFlight, ino: InodeNumber) -> TruncatePartRan {
+        let (keep, below) = (t.keep, t.freed_from);
+        let got = self.under_setattr_locks(ino, |fs| {
+            let (ctx, node) = fs.split(ino)?;
+            let Some(start) = node.map().last_run_start(keep..below) else { return Ok(None) };
+            // Whole clusters, so a part never splits one (ext4's partial
+            // cluster is freed with the extent that empties it).
+            let ratio = 1u64 << ctx.cluster_bits();
+            let from = (start / ratio * ratio).max(keep);
+            ctx.free_mapped(node, from..below.min(node.map().end()), keep..u64::MAX)?;
+            fs.mark_dirty(ino);
+            Ok(Some(from))
+        });
+        match got {
+            Ok(freed) => {
+                t.freed_from = freed.unwrap_or(keep);
+                t.more = self.node(ino).is_ok_and(|n| n.map().last_run_start(keep..t.freed_from).is_some());
+                TruncatePartRan { freed_from: freed, got: Ok(()) }
+            }
+            Err(e) => {
+                t.ended = Some(Err(e));
+                TruncatePartRan { freed_from: None, got: Err(e) }
+            }
+        }
+    }
+
+    /// The second half: whole if no part ran, else the blocks left freed
+    /// and the file off the orphan list.
+    pub(super) fn finish_truncate(&mut self, t: TruncateInFlight) -> Outcome {
+        if !t.begun() {
+            return self.finish_whole(t.whole);
+        }
+        if let Some((plan, holder)) = &t.whole.held {
+            if !self.locks.holds(*holder) {
+                // From an earlier mount: the op died with it.
+                return Err(Errno::EINVAL);
+            }
+            self.give_back(&plan.steps, *holder);
+        }
+        if let Some(answer) = t.ended {
+            return answer.map(|()| Reply::Done);
+        }
+        let Some(ino) = t.ino else { return Err(Errno::EINVAL) };
+        let (keep, below) = (t.keep, t.freed_from);
+        self.prepare_change(0)?;
+        self.under_setattr_locks(ino, |fs| {
+            let (ctx, node) = fs.split(ino)?;
+            ctx.free_mapped(node, keep..below.min(node.map().end()).max(keep), keep..u64::MAX)?;
+            fs.mark_dirty(ino);
+            if fs.node(ino)?.disk.links_count > 0 {
+                fs.orphan_del(ino)?;
+            }
+            Ok(Reply::Done)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ext4_model::{Errno, FileSystem, Op, Reply};
+
+    use crate::fixtures::mounted_with;
+    use crate::fs::SecondHalf;
+
+    /// A file of three extents: blocks 0..4, 10..14 and 20..24 written.
+    fn three_extents(fs: &mut crate::fs::Ext4<crate::device_mem::MemDevice>) {
+        fs.create("/f", 0o644).unwrap();
+        for at in [0u64, 10, 20] {
+            fs.write("/f", at * 4096, &[7; 4 * 4096]).unwrap();
+        }
+        fs.sync().unwrap();
+    }
+
+    fn begin(fs: &mut crate::fs::Ext4<crate::device_mem::MemDevice>, size: u64) -> crate::fs::TruncateInFlight {
+        let Some(Ok(SecondHalf::Truncate(t))) = fs.begin_split(&Op::Truncate { path: "/f".into(), size }) else { panic!("a truncate splits as a truncate") };
+        t
+    }
+
+    #[test]
+    fn a_shrinking_truncate_frees_extent_by_extent_from_the_end() {
+        let mut fs = mounted_with("");
+        three_extents(&mut fs);
+        let mut t = begin(&mut fs, 6000);
+        let first = fs.truncate_part(&mut t).unwrap();
+        assert_eq!((first.freed_from, first.got), (Some(20), Ok(())), "the last extent first");
+        // Another task sees the new size, and the blocks not yet freed.
+        let st = fs.stat("/f").unwrap();
+        assert_eq!((st.size, st.blocks), (6000, 8 * 8));
+        assert_eq!(fs.orphan_stats().added, 1, "on the orphan list until it returns");
+        let second = fs.truncate_part(&mut t).unwrap();
+        assert_eq!(second.freed_from, Some(10));
+        assert_eq!(fs.stat("/f").unwrap().blocks, 4 * 8);
+        let third = fs.truncate_part(&mut t).unwrap();
+        assert_eq!(third.freed_from, Some(2), "the first extent from the new size on");
+        assert!(!t.has_more(), "what is left is inside the new size");
+        assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Ok(Reply::Done));
+        assert_eq!(fs.stat("/f").unwrap().blocks, 2 * 8, "blocks 0 and 1 hold the 6000 bytes");
+        assert_eq!(fs.read("/f", 0, 10_000).unwrap(), vec![7; 6000]);
+        assert!(fs.locks_held().is_empty(), "every lock given back");
+        fs.check_allocator().unwrap();
+    }
+
+    #[test]
+    fn between_parts_a_truncate_holds_its_semaphores_but_no_handle() {
+        let mut fs = mounted_with("");
+        three_extents(&mut fs);
+        let mut t = begin(&mut fs, 0);
+        fs.truncate_part(&mut t).unwrap();
+        let held: Vec<_> = fs.locks_held().into_iter().map(|(lock, _)| lock).collect();
+        assert!(held.contains(&crate::fs::locks::Lock::InodeRwsem) && held.contains(&crate::fs::locks::Lock::InvalidateLock), "{held:?}");
+        assert!(!held.contains(&crate::fs::locks::Lock::JournalHandle), "{held:?}");
+        // So another task's sync commits the truncate part done.
+        fs.sync().unwrap();
+        assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Ok(Reply::Done));
+        assert_eq!(fs.stat("/f").unwrap().blocks, 0);
+    }
+
+    #[test]
+    fn a_truncate_that_grows_or_fails_is_done_by_its_first_part() {
+        let mut fs = mounted_with("");
+        three_extents(&mut fs);
+        let mut t = begin(&mut fs, 1 << 20);
+        let ran = fs.truncate_part(&mut t).unwrap();
+        assert_eq!((ran.freed_from, ran.got), (None, Ok(())));
+        assert!(!t.has_more());
+        assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Ok(Reply::Done));
+        assert_eq!(fs.stat("/f").unwrap().size, 1 << 20);
+        fs.chattr("/f", ext4_model::op::ChattrFlag::Append, true).unwrap();
+        let mut t = begin(&mut fs, 0);
+        assert_eq!(fs.truncate_part(&mut t).unwrap().got, Err(Errno::EPERM));
+        assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Err(Errno::EPERM));
+        assert!(fs.locks_held().is_empty());
+    }
+}

@@ -1,0 +1,202 @@
+//! A truncate that shrinks a file, freeing its blocks extent by extent.
+//!
+//! ext4 sets the new size, puts the file on the orphan list and drops the
+//! page cache past the size first, then frees the mapped blocks from the
+//! end back, letting the journal commit between extents. It holds i_rwsem
+//! and invalidate_lock throughout, so only ops that look (stat, FIEMAP,
+//! reads), write-back, commits and a crash come in between: they see the
+//! new size with some blocks past it not yet freed. A crash leaves the file
+//! on the orphan list, and mount finishes the truncate, so the crash log
+//! holds the whole truncate from its first part on.
+//!
+//! Which extent each part frees is the target's choice (its layout); the
+//! model takes where the freed blocks begin from it and frees the same
+//! blocks, so both sides show the same part-done truncate. A truncate that
+//! does not shrink, or runs without a journal, is done whole by its first
+//! part.
+
+use crate::crash_log::Call;
+use crate::model::Model;
+use crate::op::{Op, Reply};
+use crate::state::Ino;
+use crate::{Errno, Outcome};
+
+/// A truncate by path between its parts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingTruncate {
+    pub path: String,
+    pub size: u64,
+    /// The file, once the first part found it.
+    ino: Option<Ino>,
+    /// The first block past the new size.
+    keep: u64,
+    /// The answer, once the first part failed or did the truncate whole.
+    ended: Option<Result<(), Errno>>,
+}
+
+impl PendingTruncate {
+    /// The truncate `op` is, before any part (None for any other op).
+    pub fn of(op: &Op) -> Option<PendingTruncate> {
+        let Op::Truncate { path, size } = op else { return None };
+        Some(PendingTruncate { path: path.clone(), size: *size, ino: None, keep: 0, ended: None })
+    }
+
+    pub fn whole_op(&self) -> Op {
+        Op::Truncate { path: self.path.clone(), size: self.size }
+    }
+
+    /// Whether any part ran.
+    pub fn begun(&self) -> bool {
+        self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Ends the truncate with `answer` before any part (the target had no
+    /// memory for its first).
+    pub fn end_with(&mut self, answer: Errno) {
+        self.ended = Some(Err(answer));
+    }
+
+    /// Whether a part may still free something (the target knows whether
+    /// mapped blocks are left).
+    pub fn has_more(&self) -> bool {
+        self.ended.is_none()
+    }
+}
+
+impl Model {
+    /// A part of a truncate in flight. The first makes truncate(2)'s
+    /// checks and the size change (whole, unless it shrinks a journaled
+    /// file); each part then frees the blocks from `freed_from` on, where
+    /// the target freed them. A `freed_from` before the new size is the
+    /// target's error, answered EIO.
+    pub fn truncate_part(&mut self, t: &mut PendingTruncate, freed_from: Option<u64>) -> Result<(), Errno> {
+        if t.ended.is_some() {
+            return Err(Errno::EINVAL);
+        }
+        if t.ino.is_none() {
+            let (path, size) = (t.path.clone(), t.size);
+            self.record(|| Call::Op(Op::Truncate { path: path.clone(), size }));
+            let found = self.truncate_path_checks(&path, size).and_then(|ino| self.truncate_inode_checks(ino, size).map(|()| ino));
+            let ino = match found {
+                Ok(ino) => ino,
+                Err(e) => {
+                    t.ended = Some(Err(e));
+                    return Err(e);
+                }
+            };
+            t.ino = Some(ino);
+            let shrinks = self.mount.data.is_some() && self.file(ino).is_some_and(|f| size < f.size);
+            if !shrinks {
+                self.truncate_inode(ino, size);
+                t.ended = Some(Ok(()));
+                return Ok(());
+            }
+            t.keep = self.shrink_to(ino, size);
+        }
+        let (Some(ino), Some(from)) = (t.ino, freed_from) else { return Ok(()) };
+        if from < t.keep || !self.st.inodes.contains_key(&ino) {
+            return Err(Errno::EIO);
+        }
+        self.free_past(ino, t.keep, from);
+        Ok(())
+    }
+
+    /// The truncate returns: the blocks left past the size are freed.
+    pub fn finish_truncate(&mut self, t: PendingTruncate) -> Outcome {
+        if let Some(answer) = t.ended {
+            return answer.map(|()| Reply::Done);
+        }
+        let Some(ino) = t.ino else { return Err(Errno::EINVAL) };
+        if self.st.inodes.contains_key(&ino) {
+            self.free_past(ino, t.keep, t.keep);
+            self.file_mut(ino).truncating = false;
+        }
+        Ok(Reply::Done)
+    }
+
+    /// The size change up to the mapped blocks: the size, the tail of the
+    /// last block and what lay past it zeroed, cached data and delayed
+    /// blocks past it dropped. Returns the first block past the size.
+    fn shrink_to(&mut self, ino: Ino, size: u64) -> u64 {
+        let (bs, ratio) = (self.bs(), self.ratio());
+        let keep = size.div_ceil(bs);
+        let file = self.file_mut(ino);
+        let held = file.allocated_clusters_in(keep..u64::MAX, ratio);
+        file.drop_cached(keep..u64::MAX);
+        file.zero_bytes(size, u64::MAX);
+        file.size = size;
+        file.disksize = None;
+        file.truncating = true;
+        let freed = held - file.allocated_clusters_in(keep..u64::MAX, ratio);
+        self.st.used_blocks -= freed * ratio;
+        self.truncated_to_zero(ino);
+        self.touch_datasync(ino);
+        keep
+    }
+
+    /// Frees the blocks of `ino` from block `from` on, clusters counted
+    /// over everything past `keep`.
+    fn free_past(&mut self, ino: Ino, keep: u64, from: u64) {
+        let (bs, ratio) = (self.bs(), self.ratio());
+        let file = self.file_mut(ino);
+        let held = file.allocated_clusters_in(keep..u64::MAX, ratio);
+        file.free_blocks(from..u64::MAX, bs);
+        let freed = held - file.allocated_clusters_in(keep..u64::MAX, ratio);
+        self.st.used_blocks -= freed * ratio;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::FileSystem;
+    use crate::MountConfig;
+
+    fn model_with_three_extents() -> Model {
+        let mut m = Model::new(&MountConfig::default()).unwrap();
+        m.create("/f", 0o644).unwrap();
+        for at in [0u64, 10, 20] {
+            m.write("/f", at * 4096, &[7; 4 * 4096]).unwrap();
+        }
+        m.sync().unwrap();
+        m
+    }
+
+    #[test]
+    fn parts_give_what_the_whole_truncate_gives_and_show_blocks_not_yet_freed() {
+        let mut whole = model_with_three_extents();
+        whole.truncate("/f", 6000).unwrap();
+        let mut parted = model_with_three_extents();
+        let op = Op::Truncate { path: "/f".into(), size: 6000 };
+        let mut t = PendingTruncate::of(&op).unwrap();
+        parted.truncate_part(&mut t, Some(20)).unwrap();
+        let st = parted.stat("/f").unwrap();
+        assert_eq!((st.size, st.blocks), (6000, 8 * 8), "the size is new, blocks 2..4 and 10..14 not yet freed");
+        parted.truncate_part(&mut t, Some(10)).unwrap();
+        assert_eq!(parted.stat("/f").unwrap().blocks, 4 * 8);
+        assert_eq!(parted.finish_truncate(t), Ok(Reply::Done));
+        assert_eq!(parted.stat("/f"), whole.stat("/f"));
+        assert_eq!(parted.read("/f", 0, 10_000), whole.read("/f", 0, 10_000));
+        assert_eq!(parted.used_blocks(), whole.used_blocks());
+    }
+
+    #[test]
+    fn a_part_that_frees_inside_the_new_size_is_an_error() {
+        let mut m = model_with_three_extents();
+        let mut t = PendingTruncate::of(&Op::Truncate { path: "/f".into(), size: 6000 }).unwrap();
+        assert_eq!(m.truncate_part(&mut t, Some(1)), Err(Errno::EIO));
+    }
+
+    #[test]
+    fn a_growing_or_refused_truncate_is_over_at_its_first_part() {
+        let mut m = model_with_three_extents();
+        let mut t = PendingTruncate::of(&Op::Truncate { path: "/f".into(), size: 1 << 20 }).unwrap();
+        assert_eq!(m.truncate_part(&mut t, None), Ok(()));
+        assert!(!t.has_more());
+        assert_eq!(m.finish_truncate(t), Ok(Reply::Done));
+        assert_eq!(m.stat("/f").unwrap().size, 1 << 20);
+        let mut t = PendingTruncate::of(&Op::Truncate { path: "/none".into(), size: 0 }).unwrap();
+        assert_eq!(m.truncate_part(&mut t, None), Err(Errno::ENOENT));
+        assert_eq!(m.finish_truncate(t), Err(Errno::ENOENT));
+    }
+}
