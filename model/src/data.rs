@@ -250,15 +250,22 @@ impl FileData {
         new_blocks
     }
 
-    /// truncate_pagecache over `span`: delayed blocks go with their folios,
-    /// and dirty unwritten blocks are unwritten again (their data never
-    /// reached the disk). Mapped blocks stay.
+    /// truncate_pagecache over `span`: dirty folios go unwritten. Mapped
+    /// blocks stay until freed. Which dirty blocks write-back reached
+    /// before is ext4's choice (a partial write-back maps what its folios
+    /// hold), which the model does not follow: a delayed block goes with
+    /// its folio or was mapped and stays (`maybe_allocated`), and a dirty
+    /// unwritten one stays unwritten or was written (`Zeroed`).
     pub fn drop_cached(&mut self, span: Range<u64>) {
+        let delayed: Vec<Range<u64>> = self.blocks.overlapping(span.clone()).into_iter().filter(|(_, a)| *a == Alloc::Delayed).map(|(r, _)| r).collect();
         self.blocks.update(span, |a| match a {
             Alloc::Delayed => None,
-            Alloc::UnwrittenDirty => Some(Alloc::Unwritten),
+            Alloc::UnwrittenDirty => Some(Alloc::Zeroed),
             other => Some(*other),
         });
+        for r in delayed {
+            self.maybe_allocated.insert(r, ());
+        }
     }
 
     /// Drops blocks `span` entirely (allocation and content). Returns blocks freed.

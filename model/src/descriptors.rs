@@ -131,11 +131,16 @@ impl Model {
     /// descriptor), then IS_APPEND, then ext4_setattr's immutable (both
     /// EPERM), then EFBIG.
     pub(crate) fn do_ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
+        let ino = self.ftruncate_checks(slot, size)?;
+        self.truncate_checked(ino, size)
+    }
+
+    /// ftruncate's checks up to the inode: the size, the descriptor.
+    pub(crate) fn ftruncate_checks(&self, slot: u8, size: u64) -> Result<Ino, Errno> {
         if size > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
-        let ino = self.slot_file(slot)?;
-        self.truncate_checked(ino, size)
+        self.slot_file(slot)
     }
 
     /// ext4_release_file for a slot's descriptor, then the last close of

@@ -46,6 +46,6 @@ pub use mapped_write::BlockStates;
 pub use fs::FileSystem;
 pub use model::{Limits, Model};
 pub use split::{Pending, PendingFsync, PendingSwitch};
-pub use truncate_parts::PendingTruncate;
+pub use truncate_parts::{PendingTruncate, TruncateOf};
 pub use write_parts::PendingWrite;
 pub use op::{ChattrFlag, CutShort, DirEntry, FallocFlags, FiemapExtent, FiemapRequest, FileKind, Op, OpKind, Outcome, RenameFlags, Reply, SeekChoices, SeekWhence, Stat};

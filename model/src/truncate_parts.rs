@@ -7,7 +7,9 @@
 //! reads), write-back, commits and a crash come in between: they see the
 //! new size with some blocks past it not yet freed. A crash leaves the file
 //! on the orphan list, and mount finishes the truncate, so the crash log
-//! holds the whole truncate from its first part on.
+//! holds the whole truncate from its first part on. An ftruncate holds its
+//! descriptor's file from its first part to its return, as a write through
+//! a descriptor does (`crate::descriptors`).
 //!
 //! Which extent each part frees is the target's choice (its layout); the
 //! model takes where the freed blocks begin from it and frees the same
@@ -21,13 +23,25 @@ use crate::op::{Op, Reply};
 use crate::state::Ino;
 use crate::{Errno, Outcome};
 
-/// A truncate by path between its parts.
+/// What a truncate in flight truncates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TruncateOf {
+    /// truncate(2) of a path.
+    Path(String),
+    /// ftruncate(2) of a held descriptor: its first part takes a reference
+    /// to the descriptor's file (fdget), which its return drops.
+    Slot(u8),
+}
+
+/// A truncate or ftruncate between its parts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingTruncate {
-    pub path: String,
+    pub of: TruncateOf,
     pub size: u64,
     /// The file, once the first part found it.
     ino: Option<Ino>,
+    /// An ftruncate's reference to its file, from its first part.
+    fd_ref: Option<u64>,
     /// The first block past the new size.
     keep: u64,
     /// The answer, once the first part failed or did the truncate whole.
@@ -37,12 +51,19 @@ pub struct PendingTruncate {
 impl PendingTruncate {
     /// The truncate `op` is, before any part (None for any other op).
     pub fn of(op: &Op) -> Option<PendingTruncate> {
-        let Op::Truncate { path, size } = op else { return None };
-        Some(PendingTruncate { path: path.clone(), size: *size, ino: None, keep: 0, ended: None })
+        let (of, size) = match op {
+            Op::Truncate { path, size } => (TruncateOf::Path(path.clone()), *size),
+            Op::FtruncateFd { slot, size } => (TruncateOf::Slot(*slot), *size),
+            _ => return None,
+        };
+        Some(PendingTruncate { of, size, ino: None, fd_ref: None, keep: 0, ended: None })
     }
 
     pub fn whole_op(&self) -> Op {
-        Op::Truncate { path: self.path.clone(), size: self.size }
+        match &self.of {
+            TruncateOf::Path(path) => Op::Truncate { path: path.clone(), size: self.size },
+            TruncateOf::Slot(slot) => Op::FtruncateFd { slot: *slot, size: self.size },
+        }
     }
 
     /// Whether any part ran.
@@ -74,9 +95,17 @@ impl Model {
             return Err(Errno::EINVAL);
         }
         if t.ino.is_none() {
-            let (path, size) = (t.path.clone(), t.size);
-            self.record(|| Call::Op(Op::Truncate { path: path.clone(), size }));
-            let found = self.truncate_path_checks(&path, size).and_then(|ino| self.truncate_inode_checks(ino, size).map(|()| ino));
+            let (whole, size) = (t.whole_op(), t.size);
+            self.record(|| Call::Op(whole));
+            let found = match t.of.clone() {
+                TruncateOf::Path(path) => self.truncate_path_checks(&path, size).and_then(|ino| self.truncate_inode_checks(ino, size).map(|()| ino)),
+                TruncateOf::Slot(slot) => self.ftruncate_checks(slot, size).and_then(|ino| {
+                    self.truncate_inode_checks(ino, size)?;
+                    let (id, ino) = self.fdget(slot)?;
+                    t.fd_ref = Some(id);
+                    Ok(ino)
+                }),
+            };
             let ino = match found {
                 Ok(ino) => ino,
                 Err(e) => {
@@ -101,17 +130,24 @@ impl Model {
         Ok(())
     }
 
-    /// The truncate returns: the blocks left past the size are freed.
+    /// The truncate returns: the blocks left past the size are freed, and
+    /// an ftruncate drops its reference to the file (fdput).
     pub fn finish_truncate(&mut self, t: PendingTruncate) -> Outcome {
-        if let Some(answer) = t.ended {
-            return answer.map(|()| Reply::Done);
+        let answer = match (t.ended, t.ino) {
+            (Some(answer), _) => answer,
+            (None, Some(ino)) => {
+                if self.st.inodes.contains_key(&ino) {
+                    self.free_past(ino, t.keep, t.keep);
+                    self.file_mut(ino).truncating = false;
+                }
+                Ok(())
+            }
+            (None, None) => Err(Errno::EINVAL),
+        };
+        if let Some(id) = t.fd_ref {
+            self.fdput(id);
         }
-        let Some(ino) = t.ino else { return Err(Errno::EINVAL) };
-        if self.st.inodes.contains_key(&ino) {
-            self.free_past(ino, t.keep, t.keep);
-            self.file_mut(ino).truncating = false;
-        }
-        Ok(Reply::Done)
+        answer.map(|()| Reply::Done)
     }
 
     /// The size change up to the mapped blocks: the size, the tail of the
@@ -178,6 +214,23 @@ mod tests {
         assert_eq!(parted.stat("/f"), whole.stat("/f"));
         assert_eq!(parted.read("/f", 0, 10_000), whole.read("/f", 0, 10_000));
         assert_eq!(parted.used_blocks(), whole.used_blocks());
+    }
+
+    #[test]
+    fn an_ftruncate_keeps_its_unlinked_file_past_a_close_until_it_returns() {
+        let mut m = model_with_three_extents();
+        let with_f = m.inode_count();
+        m.open("/f", 3).unwrap();
+        m.unlink("/f").unwrap();
+        let mut t = PendingTruncate::of(&Op::FtruncateFd { slot: 3, size: 0 }).unwrap();
+        m.truncate_part(&mut t, Some(20)).unwrap();
+        m.close(3).unwrap();
+        let before = m.used_blocks();
+        m.truncate_part(&mut t, Some(10)).unwrap();
+        assert_eq!(m.used_blocks(), before - 4, "the file is still there, losing its blocks");
+        assert_eq!(m.finish_truncate(t), Ok(Reply::Done));
+        assert_eq!(m.inode_count(), with_f - 1, "freed at the fdput");
+        m.check_invariants().unwrap();
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub enum SecondHalf {
     /// A buffered pwrite holding its file's i_rwsem, which may take effect
     /// part by part ([`Ext4::write_part`]) before its second half.
     Write(WriteInFlight),
-    /// A truncate by path holding its file's i_rwsem and invalidate_lock,
+    /// A truncate or ftruncate holding its file's i_rwsem and invalidate_lock,
     /// which may free the file's blocks extent by extent
     /// ([`Ext4::truncate_part`]) before its second half.
     Truncate(TruncateInFlight),
@@ -90,7 +90,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
-            Op::Truncate { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
+            Op::Truncate { .. } | Op::FtruncateFd { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })

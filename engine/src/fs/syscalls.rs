@@ -29,6 +29,18 @@ impl<D: BlockDevice> Ext4<D> {
         self.make_room_for_edges()
     }
 
+    /// ftruncate's checks up to the inode: the size, the descriptor; then
+    /// the handle and room for the tail block's folio.
+    pub(super) fn ftruncate_checks(&mut self, slot: u8, size: u64) -> Result<crate::format::InodeNumber, Errno> {
+        if size > ext4_model::vfs::LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let ino = self.slot_file(slot)?;
+        self.prepare_change(0)?;
+        self.make_room_for_edges()?;
+        Ok(ino)
+    }
+
     /// pwrite's checks in its order: the offset (before the descriptor is
     /// looked up), the descriptor, and ext4_write_checks' immutable since
     /// the open (append-only is an open-time rule).
@@ -162,12 +174,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.sync_file(ino)
     }
     fn ftruncate(&mut self, slot: u8, size: u64) -> Result<(), Errno> {
-        if size > ext4_model::vfs::LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        let ino = self.slot_file(slot)?;
-        self.prepare_change(0)?;
-        self.make_room_for_edges()?;
+        let ino = self.ftruncate_checks(slot, size)?;
         // IS_APPEND (do_sys_ftruncate), then immutable (ext4_setattr).
         self.truncate_checked(ino, size)
     }

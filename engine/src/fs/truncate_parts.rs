@@ -11,10 +11,12 @@
 //! and a crash may find it part done. After a crash the file is still on
 //! the orphan list, and mount finishes the truncate (`orphan`).
 //!
-//! Here the first part makes truncate(2)'s checks, the new size, the
-//! orphan entry and the page cache's drop, and frees the file's last
-//! extent; each later part frees the next last one; the second half frees
-//! what is left and takes the file off the list. Between parts the
+//! Here the first part makes truncate(2)'s or ftruncate(2)'s checks (an
+//! ftruncate then holds its descriptor's file until it returns, as fdget
+//! does, so a close between parts leaves the file's release to it), the
+//! new size, the orphan entry and the page cache's drop, and frees the
+//! file's last extent; each later part frees the next last one; the second
+//! half frees what is left and takes the file off the list. Between parts the
 //! truncate holds its semaphores and no handle. A truncate that does not
 //! shrink, or runs without a journal (which keeps no orphan list), is done
 //! whole by its first part.
@@ -36,6 +38,9 @@ pub struct TruncateInFlight {
     planned_all: bool,
     /// The file, once the first part found it.
     ino: Option<InodeNumber>,
+    /// An ftruncate's reference to its descriptor's file, from its first
+    /// part to its return (fdget).
+    fd_ref: Option<u64>,
     /// The first block past the new size.
     keep: u64,
     /// The lowest block freed so far (mapped blocks from here on are gone).
@@ -56,7 +61,7 @@ pub struct TruncatePartRan {
 
 impl TruncateInFlight {
     pub(super) fn new(whole: WholeOp, planned_all: bool) -> TruncateInFlight {
-        TruncateInFlight { whole, planned_all, ino: None, keep: 0, freed_from: u64::MAX, more: true, ended: None }
+        TruncateInFlight { whole, planned_all, ino: None, fd_ref: None, keep: 0, freed_from: u64::MAX, more: true, ended: None }
     }
 
     pub(super) fn begun(&self) -> bool {
@@ -71,8 +76,8 @@ impl TruncateInFlight {
 }
 
 impl<D: BlockDevice> Ext4<D> {
-    /// The first half of a truncate by path: its locks, as far as they can
-    /// be had now.
+    /// The first half of a truncate or ftruncate: its locks, as far as
+    /// they can be had now.
     pub(super) fn begin_truncate(&mut self, op: &Op) -> Result<TruncateInFlight, Errno> {
         let planned = self.lock_plan(op).map(|p| p.steps.len());
         let whole = self.begin_whole(op)?;
@@ -94,8 +99,12 @@ impl<D: BlockDevice> Ext4<D> {
             return None;
         }
         if t.ino.is_none() {
-            let Op::Truncate { path, .. } = &t.whole.op else { return None };
-            if self.open_path(path).ok() != t.whole.locked_inode() {
+            let now = match &t.whole.op {
+                Op::Truncate { path, .. } => self.open_path(path).ok(),
+                Op::FtruncateFd { slot, .. } => self.slot_file(*slot).ok(),
+                _ => None,
+            };
+            if now != t.whole.locked_inode() {
                 return None;
             }
         }
@@ -114,16 +123,25 @@ impl<D: BlockDevice> Ext4<D> {
         Some(ran)
     }
 
-    /// truncate(2)'s checks, then ext4_setattr up to its first extent freed.
+    /// truncate(2)'s or ftruncate(2)'s checks (an ftruncate then takes its
+    /// reference to the file), then ext4_setattr up to its first extent
+    /// freed.
     fn first_truncate_part(&mut self, t: &mut TruncateInFlight) -> TruncatePartRan {
-        let Op::Truncate { path, size } = &t.whole.op else { return TruncatePartRan { freed_from: None, got: Err(Errno::EINVAL) } };
-        let (path, size) = (path.clone(), *size);
-        let begun = self.prepare_change(0).and_then(|()| self.make_room_for_edges()).and_then(|()| {
-            let ino = self.truncate_path_checks(&path, size)?;
-            self.truncate_inode_checks(ino, size)?;
-            Ok(ino)
-        });
-        let ino = match begun {
+        let begun = match t.whole.op.clone() {
+            Op::Truncate { path, size } => self.prepare_change(0).and_then(|()| self.make_room_for_edges()).and_then(|()| {
+                let ino = self.truncate_path_checks(&path, size)?;
+                self.truncate_inode_checks(ino, size)?;
+                Ok((ino, size))
+            }),
+            Op::FtruncateFd { slot, size } => self.ftruncate_checks(slot, size).and_then(|ino| {
+                self.truncate_inode_checks(ino, size)?;
+                let (id, ino) = self.fdget(slot)?;
+                t.fd_ref = Some(id);
+                Ok((ino, size))
+            }),
+            _ => Err(Errno::EINVAL),
+        };
+        let (ino, size) = match begun {
             Ok(ino) => ino,
             Err(e) => {
                 t.ended = Some(Err(e));
@@ -210,20 +228,27 @@ impl<D: BlockDevice> Ext4<D> {
             }
             self.give_back(&plan.steps, *holder);
         }
-        if let Some(answer) = t.ended {
-            return answer.map(|()| Reply::Done);
-        }
-        let Some(ino) = t.ino else { return Err(Errno::EINVAL) };
-        let (keep, below) = (t.keep, t.freed_from);
+        let answer = match (t.ended, t.ino) {
+            (Some(answer), _) => answer,
+            (None, Some(ino)) => self.free_the_rest(ino, t.keep, t.freed_from),
+            (None, None) => Err(Errno::EINVAL),
+        };
+        let put = t.fd_ref.map_or(Ok(()), |id| self.fdput(id));
+        answer.and(put).map(|()| Reply::Done)
+    }
+
+    /// ext4_truncate's last extents, then ext4_setattr's ext4_orphan_del.
+    fn free_the_rest(&mut self, ino: InodeNumber, keep: u64, below: u64) -> Result<(), Errno> {
         self.prepare_change(0)?;
         self.under_setattr_locks(ino, |fs| {
             let (ctx, node) = fs.split(ino)?;
             ctx.free_mapped(node, keep..below.min(node.map().end()).max(keep), keep..u64::MAX)?;
             fs.mark_dirty(ino);
+            // An unlinked file stays on the list until its last close.
             if fs.node(ino)?.disk.links_count > 0 {
                 fs.orphan_del(ino)?;
             }
-            Ok(Reply::Done)
+            Ok(())
         })
     }
 }
@@ -286,6 +311,24 @@ mod tests {
         fs.sync().unwrap();
         assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Ok(Reply::Done));
         assert_eq!(fs.stat("/f").unwrap().blocks, 0);
+    }
+
+    #[test]
+    fn an_ftruncate_holds_its_file_until_it_returns_though_its_descriptor_closes() {
+        let mut fs = mounted_with("");
+        three_extents(&mut fs);
+        fs.open("/f", 3).unwrap();
+        fs.unlink("/f").unwrap();
+        let Some(Ok(SecondHalf::Truncate(mut t))) = fs.begin_split(&Op::FtruncateFd { slot: 3, size: 0 }) else { panic!("an ftruncate splits as a truncate") };
+        assert_eq!(fs.truncate_part(&mut t).unwrap().freed_from, Some(20));
+        // Another task closes the descriptor: the unlinked file stays.
+        fs.close(3).unwrap();
+        assert_eq!((fs.orphan_stats().freed_at_close, fs.orphan_stats().closes_under_write), (0, 1));
+        assert_eq!(fs.truncate_part(&mut t).unwrap().freed_from, Some(10));
+        assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Ok(Reply::Done));
+        assert_eq!(fs.orphan_stats().freed_at_close, 1, "freed at the ftruncate's fdput");
+        fs.check_allocator().unwrap();
+        assert!(fs.locks_held().is_empty());
     }
 
     #[test]

@@ -272,7 +272,7 @@ impl Op {
     }
 
     /// Ops that may sleep on I/O holding their inode's locks, split there:
-    /// i_rwsem (buffered and direct writes, truncate and fallocate, which
+    /// i_rwsem (buffered and direct writes, truncate, ftruncate and fallocate, which
     /// may take invalidate_lock too; shared by a direct read),
     /// invalidate_lock shared (a page fault, a read's readahead), sync(2)
     /// in write-back (s_writepages_rwsem shared), and directory ops, which
@@ -280,7 +280,8 @@ impl Op {
     /// i_rwsem (shared for readdir) and the i_rwsem of what they unlink,
     /// link or move. They take effect whole in their second half, but
     /// buffered writes (by path, append, rewrite, through a descriptor),
-    /// which may go on folio by folio before it (`crate::write_parts`).
+    /// which may go on folio by folio before it (`crate::write_parts`), and
+    /// shrinking truncates, extent by extent (`crate::truncate_parts`).
     pub fn sleeps_holding_locks(&self) -> bool {
         matches!(
             self,
@@ -298,6 +299,7 @@ impl Op {
                 | Op::Append { .. }
                 | Op::Rewrite { .. }
                 | Op::Truncate { .. }
+                | Op::FtruncateFd { .. }
                 | Op::Fallocate { .. }
                 | Op::DirectWrite { .. }
                 | Op::DirectRead { .. }
