@@ -11,8 +11,9 @@
 //!   in its second half, after whatever ran in between. A crash between
 //!   the halves leaves no trace of it, one outcome the kernel allows too.
 //!   A buffered pwrite may also take effect folio by folio in between
-//!   (`write_parts`): its second half then writes what is left; a truncate
-//!   by path may free the file's blocks extent by extent (`truncate_parts`).
+//!   (`write_parts`): its second half then writes what is left; a
+//!   shrinking truncate or ftruncate may free the file's blocks extent by
+//!   extent (`truncate_parts`).
 
 use crate::model::{Call, Model};
 use crate::op::{Op, Reply};
@@ -51,7 +52,7 @@ pub enum Pending {
     Whole(Op),
     /// A buffered pwrite, which may take effect part by part before its end.
     Write(PendingWrite),
-    /// A truncate by path, which may free blocks extent by extent before
+    /// A truncate or ftruncate, which may free blocks extent by extent before
     /// its end.
     Truncate(PendingTruncate),
 }
@@ -64,7 +65,7 @@ impl Model {
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
-            Op::Truncate { .. } => PendingTruncate::of(op).map(Pending::Truncate).ok_or(Errno::EINVAL),
+            Op::Truncate { .. } | Op::FtruncateFd { .. } => PendingTruncate::of(op).map(Pending::Truncate).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })

@@ -27,7 +27,7 @@ const CRASH_BETWEEN_EXTENTS: &str = "# ext4sim trace v1\nseed 1\nmount \ntasks 2
 fn a_truncate_in_flight_is_seen_part_done_and_a_crash_between_extents_is_finished_at_mount() {
     let (t, r) = real_engine_passes(CRASH_BETWEEN_EXTENTS);
     assert_eq!((r.stats.truncate_parts, r.stats.crashes), (1, 1), "one extent freed before the crash");
-    assert_eq!(truncated_at_mount(&r), 1, "mount finished the truncate");
+    assert_eq!(orphan_figure(&r, "truncated at mount"), 1, "mount finished the truncate");
     let bad = run_steps(&Buggy(InjectedBug::TruncateLeavesNoOrphan), &t.spec, &t.steps).unwrap();
     // The recovered image's fsck finds what e2fsck would: written blocks
     // past EOF that no orphan entry finishes.
@@ -45,11 +45,38 @@ fn a_truncate_that_leaves_no_orphan_is_found_by_random_tasks() {
     assert!(steps[part..].iter().any(|s| matches!(s, ext4_sim::trace::Step::Crash { .. })), "a crash after the part: {steps:?}");
 }
 
-/// The run report's count of orphan-list files mount truncated.
-fn truncated_at_mount(r: &RunResult) -> u64 {
+/// An unlinked file held by a descriptor, ftruncated to 0: another task
+/// closes the descriptor after the first extent is freed, then creates,
+/// writes and fsyncs another file; a crash after the ftruncate returns.
+/// The file lives until the ftruncate's fdput, which frees it.
+///
+/// The twin whose close releases the file at once is invisible here: the
+/// new file gets the freed inode's number, whose i_rwsem and
+/// invalidate_lock the ftruncate still holds, so nothing can give it
+/// blocks for the ftruncate's later parts to free (its write waits until
+/// the ftruncate returns).
+#[test]
+fn an_ftruncate_in_flight_keeps_its_file_past_a_close_of_its_descriptor() {
+    let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nfsck_every 0\n\
+        op create path=\"/a\" perm=644\n\
+        op write path=\"/a\" offset=0 len=16384 seed=1\n\
+        op write path=\"/a\" offset=40960 len=16384 seed=2\nop sync\n\
+        op open path=\"/a\" slot=3\nop unlink path=\"/a\"\n\
+        begin ftruncate slot=3 size=0\npart\n\
+        task 1\nop close slot=3\nop create path=\"/b\" perm=644\nop write path=\"/b\" offset=0 len=8192 seed=3\nop fsync path=\"/b\"\n\
+        task 0\npart\nfinish\n\
+        task 1\nop stat path=\"/b\"\nop read path=\"/b\" offset=0 len=8192\nop sync\ncrash seed=2\nop stat path=\"/b\"\n";
+    let (_, r) = real_engine_passes(text);
+    assert_eq!((r.stats.truncate_parts, r.stats.crashes), (2, 1));
+    assert_eq!(orphan_figure(&r, "closes under a write"), 1, "the close left the file to the ftruncate");
+    assert_eq!(orphan_figure(&r, "freed at close"), 1, "freed at the ftruncate's fdput");
+}
+
+/// A count of the run report's orphans figure.
+fn orphan_figure(r: &RunResult, name: &str) -> u64 {
     let Some((_, Figure::Group(orphans))) = r.report.iter().find(|(k, _)| k == "orphans") else { panic!("the report has no orphans figure") };
-    match orphans.iter().find(|(k, _)| k == "truncated at mount") {
+    match orphans.iter().find(|(k, _)| k == name) {
         Some((_, Figure::Count(n))) => *n,
-        other => panic!("truncated at mount: {other:?}"),
+        other => panic!("{name}: {other:?}"),
     }
 }

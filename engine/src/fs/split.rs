@@ -10,7 +10,8 @@
 //!   first half takes the locks, the second gives them back and runs the
 //!   op whole, so it takes effect after whatever ran in between. A
 //!   buffered pwrite (by path or through a held descriptor) may go on
-//!   folio by folio in between (`write_parts`).
+//!   folio by folio in between (`write_parts`), and a shrinking truncate
+//!   or ftruncate extent by extent (`truncate_parts`).
 
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
