@@ -37,7 +37,11 @@ impl FileData {
         // when the I/O ends: to the size, every dirty block being on its way.
         self.disksize = None;
         let converting: Vec<_> = self.blocks.iter().filter(|(_, a)| **a == Alloc::UnwrittenDirty).map(|(r, _)| r).collect();
+        let dirty: Vec<_> = self.blocks.iter().filter(|(_, a)| matches!(**a, Alloc::Delayed | Alloc::UnwrittenDirty)).map(|(r, _)| r).collect();
         self.blocks.update(0..u64::MAX, |a| Some(if *a == Alloc::Delayed { Alloc::UnwrittenDirty } else { *a }));
+        for r in dirty {
+            self.submitted.insert(r, ());
+        }
         for r in converting {
             self.zeroout_around(r, bs);
         }

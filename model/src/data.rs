@@ -66,6 +66,13 @@ pub struct FileData {
     /// Truncated to 0 since its last close: the next close starts write-back
     /// of its delayed blocks (auto_da_alloc). In memory only.
     pub da_alloc_close: bool,
+    /// Dirty blocks whose write-back was submitted (filemap_flush) while
+    /// their extent stays unwritten until the I/O ends: their buffer heads
+    /// are mapped and no longer unwritten (mpage_process_page), so a write
+    /// ending in one moves i_disksize at once, as into a written block. A
+    /// write into an unwritten block (fallocated) has an unwritten buffer
+    /// head and does not. Only read with the block's state.
+    pub submitted: RangeMap<()>,
     /// A truncate in flight set the size and has not freed every block past
     /// it yet: written blocks may lie past EOF until it returns. In memory
     /// only.
@@ -164,7 +171,12 @@ impl FileData {
         if offset + len > self.size {
             // ext4_da_should_update_i_disksize: only a delayed write whose
             // last byte lands in a written block moves i_disksize at once.
-            let last_written = self.blocks.get((offset + len - 1) / bs) == Some(&Alloc::Written);
+            let last = (offset + len - 1) / bs;
+            let last_written = match self.blocks.get(last) {
+                Some(Alloc::Written) => true,
+                Some(Alloc::UnwrittenDirty) => self.submitted.get(last).is_some(),
+                _ => false,
+            };
             self.disksize = if fill == Alloc::Delayed && !last_written { Some(self.disksize.unwrap_or(self.size)) } else { None };
         }
         self.content.put(offset, len, source);
@@ -244,6 +256,7 @@ impl FileData {
             let converts = matches!(old, Alloc::Unwritten | Alloc::Zeroed);
             self.blocks.insert(r.clone(), if converts { Alloc::UnwrittenDirty } else { old });
             if converts {
+                self.submitted.remove(r.clone());
                 self.zeroout_around(r, bs);
             }
         }
@@ -274,6 +287,7 @@ impl FileData {
             return 0;
         }
         self.maybe_allocated.remove(span.clone());
+        self.submitted.remove(span.clone());
         let freed: u64 = self.blocks.overlapping(span.clone()).iter().map(|(r, _)| r.end - r.start).sum();
         self.blocks.remove(span.clone());
         self.content.clear(byte_span(&span, bs));
@@ -312,6 +326,7 @@ impl FileData {
     pub fn shift_blocks(&mut self, from: u64, delta: i64, bs: u64) {
         self.blocks.shift_from(from, delta);
         self.maybe_allocated.shift_from(from, delta);
+        self.submitted.shift_from(from, delta);
         self.content.shift_from(from * bs, delta * bs as i64);
     }
 

@@ -319,6 +319,22 @@ mod tests {
         assert_eq!(m.apply(&Op::DirectWrite { path: "/".into(), offset: 0, len: 512, seed: 1 }), Err(Errno::EISDIR));
     }
 
+    /// Found by a four-task swarm (seed 3710, bs=64k,ps=4k), shrunk to these
+    /// ops, and settled by the host kernel (6.18): a write ending in a block
+    /// a close's flush already submitted moves i_disksize at once (the
+    /// flush cleared its buffer's unwritten bit), so the misaligned direct
+    /// write after it is not extending and keeps the preallocation past EOF.
+    #[test]
+    fn a_write_into_a_flushed_block_moves_disksize_so_a_refused_direct_write_keeps_preallocation() {
+        let mut m = model("");
+        m.apply(&Op::Rewrite { path: "/f".into(), len: 1, seed: 1 }).unwrap();
+        m.apply(&Op::Write { path: "/f".into(), offset: 0, len: 2, seed: 2 }).unwrap();
+        m.apply(&Op::Fallocate { path: "/f".into(), mode: FallocFlags(FallocFlags::KEEP_SIZE), offset: 0, len: 16384 }).unwrap();
+        assert_eq!(m.apply(&Op::DirectWrite { path: "/f".into(), offset: 0, len: 2, seed: 3 }), Err(Errno::EINVAL));
+        let Ok(Reply::Stat(st)) = m.apply(&Op::Stat { path: "/f".into() }) else { panic!() };
+        assert_eq!((st.size, st.blocks), (2, 4 * 8), "blocks 1..4 stay past EOF");
+    }
+
     #[test]
     fn data_journal_inodes_take_the_buffered_path() {
         let mut m = model("data=journal");
