@@ -166,6 +166,35 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(WholeOp { op: op.clone(), held: Some((taken, holder)) })
     }
 
+    /// Before a part of a split op in flight: the locks its first half took
+    /// (and still holds on this mount), handed back for the part to take
+    /// again itself. None when it holds none, or when `found` (its file,
+    /// looked up again before its first part) is not the inode it locked:
+    /// its second half then does it whole, as any op's.
+    pub(super) fn hand_back_for_part(&mut self, whole: &WholeOp, found: Option<Option<crate::format::InodeNumber>>) -> Option<(LockPlan, LockHolder)> {
+        let (plan, holder) = whole.held.clone()?;
+        if !self.locks.holds(holder) {
+            // From an earlier mount: the op died with it.
+            return None;
+        }
+        if found.is_some_and(|now| now != whole.locked_inode()) {
+            return None;
+        }
+        self.give_back(&plan.steps, holder);
+        Some((plan, holder))
+    }
+
+    /// After the part: the steps of `plan` that `keep` picks taken again
+    /// (nothing ran in between, so it is as if they had been kept); what
+    /// the op holds now.
+    pub(super) fn take_back_after_part(&mut self, plan: LockPlan, holder: LockHolder, keep: fn(&super::lock_plan::PlannedLock) -> bool) -> (LockPlan, LockHolder) {
+        let kept = LockPlan { steps: plan.steps.into_iter().filter(|s| keep(s)).collect() };
+        if let Err(e) = self.take_plan(&kept.steps, holder) {
+            debug_assert!(false, "locks given back could not be taken again: {e}");
+        }
+        (kept, holder)
+    }
+
     /// The locks handed back and taken again by the op, run whole: nothing
     /// runs between, so it is as if it had kept them.
     pub(super) fn finish_whole(&mut self, w: WholeOp) -> Outcome {

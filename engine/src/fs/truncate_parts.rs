@@ -26,7 +26,7 @@ use ext4_model::{Errno, Op, Outcome, Reply};
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
-use super::lock_plan::{LockPlan, PlannedLock};
+use super::lock_plan::PlannedLock;
 use super::split::WholeOp;
 use super::Ext4;
 
@@ -93,33 +93,20 @@ impl<D: BlockDevice> Ext4<D> {
         if !t.has_more() {
             return None;
         }
-        let (plan, holder) = t.whole.held.clone()?;
-        if !self.locks.holds(holder) {
-            // From an earlier mount: the op died with it.
-            return None;
-        }
-        if t.ino.is_none() {
-            let now = match &t.whole.op {
-                Op::Truncate { path, .. } => self.open_path(path).ok(),
-                Op::FtruncateFd { slot, .. } => self.slot_file(*slot).ok(),
-                _ => None,
-            };
-            if now != t.whole.locked_inode() {
-                return None;
-            }
-        }
-        self.give_back(&plan.steps, holder);
+        let found = match (t.ino, &t.whole.op) {
+            (Some(_), _) => None,
+            (None, Op::Truncate { path, .. }) => Some(self.open_path(path).ok()),
+            (None, Op::FtruncateFd { slot, .. }) => Some(self.slot_file(*slot).ok()),
+            (None, _) => return None,
+        };
+        let (plan, holder) = self.hand_back_for_part(&t.whole, found)?;
         let ran = match t.ino {
             None => self.first_truncate_part(t),
             Some(ino) => self.next_truncate_part(t, ino),
         };
         // Its handle restarts between parts, and the tail block's folio is
         // done with: it sleeps holding only its semaphores.
-        let kept = LockPlan { steps: plan.steps.into_iter().filter(|s| matches!(s, PlannedLock::Sem { .. })).collect() };
-        if let Err(e) = self.take_plan(&kept.steps, holder) {
-            debug_assert!(false, "locks given back could not be taken again: {e}");
-        }
-        t.whole.held = Some((kept, holder));
+        t.whole.held = Some(self.take_back_after_part(plan, holder, |s| matches!(s, PlannedLock::Sem { .. })));
         Some(ran)
     }
 

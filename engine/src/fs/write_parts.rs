@@ -110,26 +110,14 @@ impl<D: BlockDevice> Ext4<D> {
         if !w.has_more() {
             return None;
         }
-        let (plan, holder) = w.whole.held.clone()?;
-        if !self.locks.holds(holder) {
-            // From an earlier mount: the op died with it.
-            return None;
-        }
-        if w.ino.is_none() {
-            let now = match w.fields()?.0 {
-                WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path) => self.open_path(path).ok(),
-                WriteTo::Slot(slot) => self.slot_file(slot).ok(),
-            };
-            if now != w.whole.locked_inode() {
-                return None;
-            }
-        }
-        self.give_back(&plan.steps, holder);
+        let found = match (w.ino, w.fields()?.0) {
+            (Some(_), _) => None,
+            (None, WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path)) => Some(self.open_path(path).ok()),
+            (None, WriteTo::Slot(slot)) => Some(self.slot_file(slot).ok()),
+        };
+        let (plan, holder) = self.hand_back_for_part(&w.whole, found)?;
         let ran = self.run_write_part(w, false);
-        // Nothing ran in between: as if the locks had been kept.
-        if let Err(e) = self.take_plan(&plan.steps, holder) {
-            debug_assert!(false, "locks given back could not be taken again: {e}");
-        }
+        w.whole.held = Some(self.take_back_after_part(plan, holder, |_| true));
         Some(ran)
     }
 

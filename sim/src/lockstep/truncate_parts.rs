@@ -5,8 +5,7 @@
 
 use ext4_model::{Errno, Outcome, Pending, Reply};
 
-use super::write_parts::PART_MARK;
-use super::{hash_outcome, Lockstep};
+use super::Lockstep;
 use crate::failure::Failure;
 use crate::target::{InFlight, Target};
 
@@ -38,18 +37,7 @@ impl<T: Target> Lockstep<T> {
         } else {
             self.model.truncate_part(t, freed_from).map(|()| Reply::Done)
         };
-        self.trace.write(&[PART_MARK]);
-        hash_outcome(&mut self.trace, &expected);
-        if let Some(from) = freed_from {
-            self.trace.write(&from.to_le_bytes());
-        }
-        flight.begun_ns = flight.begun_ns.saturating_add(self.spent_ns());
-        self.op_start_ns = self.target.now_ns();
-        if self.fault_pending() {
-            // Not compared: the resync after it drops the truncate.
-            return Ok(true);
-        }
-        self.hold_to_model(&flight.op, flight.index, &expected, actual, PART)?;
-        Ok(true)
+        let freed = freed_from.map(u64::to_le_bytes).unwrap_or_default();
+        self.end_part(flight, &expected, actual, &freed, PART)
     }
 }

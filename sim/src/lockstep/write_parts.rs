@@ -9,7 +9,7 @@ use super::{hash_outcome, Lockstep};
 use crate::failure::Failure;
 use crate::target::{InFlight, Target};
 
-pub(super) const PART_MARK: u8 = 0xA0;
+const PART_MARK: u8 = 0xA0;
 /// What a part's divergence begins with.
 const PART: &str = "a part of the write: ";
 
@@ -67,16 +67,24 @@ impl<T: Target> Lockstep<T> {
                 answer
             }
         };
+        self.end_part(flight, &expected, actual, &[], PART)
+    }
+
+    /// What every part ends with: its answer and `detail` in the trace,
+    /// its time counted to the op, and the target's answer held to the
+    /// model's (`what` begins a divergence) unless a fault came.
+    pub(super) fn end_part(&mut self, flight: &mut InFlight<T::SecondHalf>, expected: &Outcome, actual: Outcome, detail: &[u8], what: &str) -> Result<bool, Failure> {
         self.trace.write(&[PART_MARK]);
-        hash_outcome(&mut self.trace, &expected);
+        hash_outcome(&mut self.trace, expected);
+        self.trace.write(detail);
         // The op's latency counts its parts; a finish counts from here.
         flight.begun_ns = flight.begun_ns.saturating_add(self.spent_ns());
         self.op_start_ns = self.target.now_ns();
         if self.fault_pending() {
-            // Not compared: the resync after it drops the write.
+            // Not compared: the resync after it drops the op.
             return Ok(true);
         }
-        self.hold_to_model(&flight.op, flight.index, &expected, actual, PART)?;
+        self.hold_to_model(&flight.op, flight.index, expected, actual, what)?;
         Ok(true)
     }
 }
