@@ -188,7 +188,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// (nothing ran in between, so it is as if they had been kept); what
     /// the op holds now.
     pub(super) fn take_back_after_part(&mut self, plan: LockPlan, holder: LockHolder, keep: fn(&super::lock_plan::PlannedLock) -> bool) -> (LockPlan, LockHolder) {
-        let kept = LockPlan { steps: plan.steps.into_iter().filter(|s| keep(s)).collect() };
+        let kept = LockPlan { steps: plan.steps.into_iter().filter(keep).collect() };
         if let Err(e) = self.take_plan(&kept.steps, holder) {
             debug_assert!(false, "locks given back could not be taken again: {e}");
         }
