@@ -16,7 +16,7 @@ mod twin {
 
     /// Hooks this target can arm: bugs in the data path, the journal's
     /// ordering and the caches, each caught by some generated run.
-    const BUGS: [InjectedBug; 8] = [
+    const BUGS: [InjectedBug; 9] = [
         InjectedBug::WriteBackKeepsCachedHoles,
         InjectedBug::ReadFlipsLastByteAfterTruncate,
         InjectedBug::OrderedCommitsBeforeData,
@@ -25,6 +25,7 @@ mod twin {
         InjectedBug::CommitReleasesEveryHold,
         InjectedBug::OrphanListForgotten,
         InjectedBug::ReleaseForgetsTruncatedFile,
+        InjectedBug::TruncateLeavesNoOrphan,
     ];
 
     /// The armed hook, chosen once per process (`after_mount` takes a plain
