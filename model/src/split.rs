@@ -147,3 +147,41 @@ impl Model {
         self.do_set_journal_data(&path, false)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::fs::FileSystem;
+    use crate::op::Op;
+    use crate::write_parts::PendingWrite;
+    use crate::{Model, MountConfig};
+
+    /// Found by a fault swarm (seed 8139, bs=64k,ps=4k, shrunk to 17
+    /// steps): a split fdatasync released its file at its first half, before
+    /// a truncate to 0 flagged it for auto_da_alloc; its call, logged when
+    /// it returned, replays whole there and clears the flag, so the read
+    /// whose close the live model logged logs nothing in the replay. The
+    /// replay's steps then ran one behind, and a later fsync's durable
+    /// point covered a write part it never synced: a crash showing the file
+    /// empty was refused.
+    #[test]
+    fn a_split_fsyncs_call_replays_as_one_step_though_its_close_moved() {
+        let mut m = Model::new(&MountConfig::default()).unwrap();
+        m.set_crash_log(true);
+        m.create("/a", 0o644).unwrap();
+        let first = m.begin_fsync("/a", true).unwrap();
+        m.truncate("/a", 0).unwrap();
+        m.finish_fsync(first);
+        m.read("/a", 0, 1).unwrap();
+        let write = Op::Write { path: "/a".into(), offset: 0, len: 1, seed: 1 };
+        let mut w = PendingWrite::of(&write).unwrap();
+        let second = m.begin_fsync("/a", false).unwrap();
+        m.open_write_part(&mut w).unwrap();
+        let got = m.write_part(&w, 1);
+        w.note_part(1, got);
+        m.finish_fsync(second);
+        // The write began after the fsync's transaction closed: a crash may lose it.
+        let mut empty = Model::new(&MountConfig::default()).unwrap();
+        empty.create("/a", 0o644).unwrap();
+        m.crash_envelope().check(&mut empty).unwrap();
+    }
+}
