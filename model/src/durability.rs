@@ -163,11 +163,12 @@ impl Model {
     fn replay(&mut self, call: &Call) {
         let before = self.st.seq;
         self.replay_call(call);
-        // One call of the log is one step of the replay, whatever the
-        // replayed op logs of its own: a split fsync's call replays whole,
-        // so its close comes where the fsync returned, not where it began,
-        // and a later read's close no longer changes (nor logs) anything.
-        self.st.seq = before + 1;
+        // One call of the log is one step of the replay (a folio choice,
+        // learnt from the target, none), whatever the replayed op logs of
+        // its own: a split fsync's call replays whole, so its close comes
+        // where the fsync returned, not where it began, and a later read's
+        // close no longer changes (nor logs) anything.
+        self.st.seq = before + u64::from(!matches!(call, Call::FolioChoice { .. }));
     }
 
     fn replay_call(&mut self, call: &Call) {
