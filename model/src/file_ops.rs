@@ -104,22 +104,13 @@ impl Model {
 
     /// ext4_setattr's size change, once the caller's checks passed.
     pub(crate) fn truncate_inode(&mut self, ino: Ino, size: u64) {
-        let (bs, ratio) = (self.bs(), self.ratio());
-        let file = self.file_mut(ino);
-        let old = file.size;
+        let old = self.file_mut(ino).size;
         // ext4_truncate runs even when the size stays, dropping preallocation past EOF.
         if size <= old {
-            let keep = size.div_ceil(bs);
-            // A cluster that keeps a block before `keep` stays allocated.
-            let held = file.allocated_clusters_in(keep..u64::MAX, ratio);
-            file.free_blocks(keep..u64::MAX, bs);
-            let freed = held - file.allocated_clusters_in(keep..u64::MAX, ratio);
-            file.zero_bytes(size, keep * bs);
-            file.size = size;
-            file.disksize = None;
-            self.st.used_blocks -= freed * ratio;
-            self.truncated_to_zero(ino);
+            let keep = self.drop_past(ino, size);
+            self.free_past(ino, keep, keep);
         } else {
+            let file = self.file_mut(ino);
             file.size = size;
             file.disksize = None;
         }

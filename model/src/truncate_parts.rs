@@ -120,7 +120,9 @@ impl Model {
                 t.ended = Some(Ok(()));
                 return Ok(());
             }
-            t.keep = self.shrink_to(ino, size);
+            t.keep = self.drop_past(ino, size);
+            self.file_mut(ino).truncating = true;
+            self.touch_datasync(ino);
         }
         let (Some(ino), Some(from)) = (t.ino, freed_from) else { return Ok(()) };
         if from < t.keep || !self.st.inodes.contains_key(&ino) {
@@ -152,8 +154,10 @@ impl Model {
 
     /// The size change up to the mapped blocks: the size, the tail of the
     /// last block and what lay past it zeroed, cached data and delayed
-    /// blocks past it dropped. Returns the first block past the size.
-    fn shrink_to(&mut self, ino: Ino, size: u64) -> u64 {
+    /// blocks past it dropped (a truncate to 0 flagged for auto_da_alloc).
+    /// Returns the first block past the size, from which
+    /// [`Model::free_past`] frees the mapped blocks.
+    pub(crate) fn drop_past(&mut self, ino: Ino, size: u64) -> u64 {
         let (bs, ratio) = (self.bs(), self.ratio());
         let keep = size.div_ceil(bs);
         let file = self.file_mut(ino);
@@ -162,17 +166,16 @@ impl Model {
         file.zero_bytes(size, u64::MAX);
         file.size = size;
         file.disksize = None;
-        file.truncating = true;
         let freed = held - file.allocated_clusters_in(keep..u64::MAX, ratio);
         self.st.used_blocks -= freed * ratio;
         self.truncated_to_zero(ino);
-        self.touch_datasync(ino);
         keep
     }
 
     /// Frees the blocks of `ino` from block `from` on, clusters counted
-    /// over everything past `keep`.
-    fn free_past(&mut self, ino: Ino, keep: u64, from: u64) {
+    /// over everything past `keep` (a cluster that keeps a block before
+    /// `keep` stays allocated).
+    pub(crate) fn free_past(&mut self, ino: Ino, keep: u64, from: u64) {
         let (bs, ratio) = (self.bs(), self.ratio());
         let file = self.file_mut(ino);
         let held = file.allocated_clusters_in(keep..u64::MAX, ratio);

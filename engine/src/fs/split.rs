@@ -198,14 +198,21 @@ impl<D: BlockDevice> Ext4<D> {
     /// The locks handed back and taken again by the op, run whole: nothing
     /// runs between, so it is as if it had kept them.
     pub(super) fn finish_whole(&mut self, w: WholeOp) -> Outcome {
-        if let Some((plan, holder)) = &w.held {
+        self.hand_back_at_finish(&w)?;
+        self.apply(&w.op)
+    }
+
+    /// A second half hands back what its first half took, for the rest of
+    /// the op to take as it goes. EINVAL when the locks are from an earlier
+    /// mount: the op died with it.
+    pub(super) fn hand_back_at_finish(&mut self, whole: &WholeOp) -> Result<(), Errno> {
+        if let Some((plan, holder)) = &whole.held {
             if !self.locks.holds(*holder) {
-                // From an earlier mount: the op died with it.
                 return Err(Errno::EINVAL);
             }
             self.give_back(&plan.steps, *holder);
         }
-        self.apply(&w.op)
+        Ok(())
     }
 
     /// fsync or fdatasync in two halves, so other ops can run while its

@@ -29,15 +29,21 @@ impl<D: BlockDevice> Ext4<D> {
         self.make_room_for_edges()
     }
 
+    /// Before a truncate: its handle, and room for the tail block's folio
+    /// (it allocates nothing).
+    pub(super) fn prepare_truncate(&mut self) -> Result<(), Errno> {
+        self.prepare_change(0)?;
+        self.make_room_for_edges()
+    }
+
     /// ftruncate's checks up to the inode: the size, the descriptor; then
-    /// the handle and room for the tail block's folio.
+    /// what a truncate prepares.
     pub(super) fn ftruncate_checks(&mut self, slot: u8, size: u64) -> Result<crate::format::InodeNumber, Errno> {
         if size > ext4_model::vfs::LOFF_MAX {
             return Err(Errno::EINVAL);
         }
         let ino = self.slot_file(slot)?;
-        self.prepare_change(0)?;
-        self.make_room_for_edges()?;
+        self.prepare_truncate()?;
         Ok(ino)
     }
 
@@ -106,8 +112,7 @@ impl<D: BlockDevice> FileSystem for Ext4<D> {
         self.do_read(path, offset, len)
     }
     fn truncate(&mut self, path: &str, size: u64) -> Result<(), Errno> {
-        self.prepare_change(0)?;
-        self.make_room_for_edges()?;
+        self.prepare_truncate()?;
         self.do_truncate(path, size)
     }
     fn fsync(&mut self, path: &str) -> Result<(), Errno> {

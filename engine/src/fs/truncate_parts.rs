@@ -115,7 +115,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// freed.
     fn first_truncate_part(&mut self, t: &mut TruncateInFlight) -> TruncatePartRan {
         let begun = match t.whole.op.clone() {
-            Op::Truncate { path, size } => self.prepare_change(0).and_then(|()| self.make_room_for_edges()).and_then(|()| {
+            Op::Truncate { path, size } => self.prepare_truncate().and_then(|()| {
                 let ino = self.truncate_path_checks(&path, size)?;
                 self.truncate_inode_checks(ino, size)?;
                 Ok((ino, size))
@@ -208,13 +208,7 @@ impl<D: BlockDevice> Ext4<D> {
         if !t.begun() {
             return self.finish_whole(t.whole);
         }
-        if let Some((plan, holder)) = &t.whole.held {
-            if !self.locks.holds(*holder) {
-                // From an earlier mount: the op died with it.
-                return Err(Errno::EINVAL);
-            }
-            self.give_back(&plan.steps, *holder);
-        }
+        self.hand_back_at_finish(&t.whole)?;
         let answer = match (t.ended, t.ino) {
             (Some(answer), _) => answer,
             (None, Some(ino)) => self.free_the_rest(ino, t.keep, t.freed_from),

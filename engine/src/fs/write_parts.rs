@@ -127,13 +127,7 @@ impl<D: BlockDevice> Ext4<D> {
         if !w.begun() {
             return self.finish_whole(w.whole);
         }
-        if let Some((plan, holder)) = &w.whole.held {
-            if !self.locks.holds(*holder) {
-                // From an earlier mount: the op died with it.
-                return Err(Errno::EINVAL);
-            }
-            self.give_back(&plan.steps, *holder);
-        }
+        self.hand_back_at_finish(&w.whole)?;
         while w.has_more_unlocked() {
             self.run_write_part(&mut w, true);
         }
