@@ -16,7 +16,7 @@ mod twin {
 
     /// Hooks this target can arm: bugs in the data path, the journal's
     /// ordering and the caches, each caught by some generated run.
-    const BUGS: [InjectedBug; 9] = [
+    const BUGS: [InjectedBug; 10] = [
         InjectedBug::WriteBackKeepsCachedHoles,
         InjectedBug::ReadFlipsLastByteAfterTruncate,
         InjectedBug::OrderedCommitsBeforeData,
@@ -26,6 +26,7 @@ mod twin {
         InjectedBug::OrphanListForgotten,
         InjectedBug::ReleaseForgetsTruncatedFile,
         InjectedBug::TruncateLeavesNoOrphan,
+        InjectedBug::FallocatePieceSizesPastRange,
     ];
 
     /// The armed hook, chosen once per process (`after_mount` takes a plain

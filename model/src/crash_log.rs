@@ -24,6 +24,10 @@ pub enum Call {
     /// of `seed` at `offset`, to the inode the write opened (its name may
     /// have changed since; the replay numbers inodes as the live model did).
     WritePart { ino: crate::state::Ino, offset: u64, len: u64, seed: u64, at: u64 },
+    /// One piece of an allocating fallocate ([`crate::Model::fallocate_part`]):
+    /// blocks `blocks` of the inode it opened allocated, the size grown to
+    /// `grow_to` unless KEEP_SIZE.
+    FallocatePart { ino: crate::state::Ino, blocks: std::ops::Range<u64>, grow_to: Option<u64> },
     /// A write through `slot` took reference `id` to its file
     /// ([`crate::Model::fdget`]): a close of the slot now defers the release.
     FdGet { slot: u8, id: u64 },

@@ -188,6 +188,10 @@ impl Model {
                 self.replay_write_part(*ino, *offset, *len, *seed, *at);
                 Ok(())
             }
+            Call::FallocatePart { ino, blocks, grow_to } => {
+                self.replay_fallocate_part(*ino, blocks.clone(), *grow_to);
+                Ok(())
+            }
             Call::FdGet { slot, id } => {
                 self.take_fd_ref(*slot, *id);
                 Ok(())
@@ -204,7 +208,7 @@ impl Model {
 fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
     match call {
         Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. } | Op::FtruncateFd { slot, .. }) => replay.st.slots.get(slot).copied(),
-        Call::WritePart { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
+        Call::WritePart { ino, .. } | Call::FallocatePart { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
         _ => call_path(call).and_then(|p| replay.open_path(p).ok()),
     }
 }

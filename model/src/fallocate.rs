@@ -66,11 +66,25 @@ impl Model {
     }
 
     fn allocate(&mut self, ino: Ino, offset: u64, end: u64, keep_size: bool) -> Result<(), Errno> {
-        let (bs, ratio) = (self.bs(), self.ratio());
-        let span = block_span(offset, end - offset, bs);
+        let span = block_span(offset, end - offset, self.bs());
+        self.room_for(ino, span.clone())?;
+        self.allocate_blocks(ino, span, (!keep_size).then_some(end));
+        Ok(())
+    }
+
+    /// ENOSPC unless the clusters `span` of `ino` needs fit.
+    pub(crate) fn room_for(&self, ino: Ino, span: std::ops::Range<u64>) -> Result<(), Errno> {
+        let ratio = self.ratio();
         let file = self.file(ino).ok_or(Errno::EISDIR)?;
+        self.reserve_blocks(file.new_clusters_in(span, ratio) * ratio)
+    }
+
+    /// Blocks `span` of `ino` allocated unwritten where nothing was, and
+    /// the size grown to `grow_to` if that is larger (room checked first).
+    pub(crate) fn allocate_blocks(&mut self, ino: Ino, span: std::ops::Range<u64>, grow_to: Option<u64>) {
+        let ratio = self.ratio();
+        let Some(file) = self.file(ino) else { return };
         let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
-        self.reserve_blocks(new_space)?;
         let filled = file.holes_in(span.clone());
         let file = self.file_mut(ino);
         let existing = file.blocks.overlapping(span.clone());
@@ -88,7 +102,7 @@ impl Model {
             file.blocks.insert(r, now);
         }
         let old_size = file.size;
-        if !keep_size && end > file.size {
+        if let Some(end) = grow_to.filter(|&end| end > file.size) {
             file.size = end;
             file.disksize = None;
         }
@@ -97,7 +111,6 @@ impl Model {
         if grew || filled > 0 {
             self.touch_datasync(ino);
         }
-        Ok(())
     }
 
     fn punch(&mut self, ino: Ino, offset: u64, end: u64) {

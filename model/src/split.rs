@@ -13,11 +13,13 @@
 //!   A buffered pwrite may also take effect folio by folio in between
 //!   (`write_parts`): its second half then writes what is left; a
 //!   shrinking truncate or ftruncate may free the file's blocks extent by
-//!   extent (`truncate_parts`).
+//!   extent (`truncate_parts`); an allocating fallocate may map its range
+//!   piece by piece (`fallocate_parts`).
 
 use crate::model::{Call, Model};
 use crate::op::{Op, Reply};
 use crate::state::Ino;
+use crate::fallocate_parts::PendingFallocate;
 use crate::truncate_parts::PendingTruncate;
 use crate::write_parts::PendingWrite;
 use crate::{Errno, Outcome};
@@ -55,6 +57,9 @@ pub enum Pending {
     /// A truncate or ftruncate, which may free blocks extent by extent before
     /// its end.
     Truncate(PendingTruncate),
+    /// An allocating fallocate, which may map its range piece by piece
+    /// before its end.
+    Fallocate(PendingFallocate),
 }
 
 impl Model {
@@ -66,6 +71,7 @@ impl Model {
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
             Op::Truncate { .. } | Op::FtruncateFd { .. } => PendingTruncate::of(op).map(Pending::Truncate).ok_or(Errno::EINVAL),
+            Op::Fallocate { .. } => PendingFallocate::of(op).map(Pending::Fallocate).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -83,6 +89,8 @@ impl Model {
             Pending::Write(w) if !w.begun() => crate::fs::FileSystem::apply(self, &w.whole_op()),
             Pending::Truncate(t) if !t.begun() => crate::fs::FileSystem::apply(self, &t.whole_op()),
             Pending::Truncate(t) => self.finish_truncate(t),
+            Pending::Fallocate(f) if !f.begun() => crate::fs::FileSystem::apply(self, &f.whole_op()),
+            Pending::Fallocate(f) => self.finish_fallocate(f),
             Pending::Write(mut w) => {
                 if w.has_more() {
                     let rest = u64::from(w.len) - w.done;

@@ -71,6 +71,19 @@ pub fn classify_fallocate(mode: FallocFlags, offset: u64, len: u64) -> Result<Fa
     }
 }
 
+/// Whether fallocate(`mode`, `offset`, `len`) allocates (the default mode
+/// or KEEP_SIZE, its range under `max_file_size`), and then whether it
+/// keeps the size: such a fallocate maps its range piece by piece
+/// (ext4_alloc_file_blocks), one handle a piece, so a journaled one goes
+/// in parts (`crate::fallocate_parts`).
+pub fn allocating_fallocate(mode: FallocFlags, offset: u64, len: u64, max_file_size: u64) -> Option<bool> {
+    let end = fallocate_end(offset, len).ok()?;
+    match classify_fallocate(mode, offset, len) {
+        Ok(FallocateMode::Allocate { keep_size }) if end <= max_file_size => Some(keep_size),
+        _ => None,
+    }
+}
+
 /// pwrite's checks (generic_write_checks): how many of `len` bytes at
 /// `offset` may be written under `max_file_size`. Zero bytes always succeed;
 /// a write reaching the limit is cut short; one starting at it is EFBIG.

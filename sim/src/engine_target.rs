@@ -380,6 +380,7 @@ impl Target for EngineTarget {
         match half {
             SecondHalf::Write(w) => w.has_more(),
             SecondHalf::Truncate(t) => t.has_more(),
+            SecondHalf::Fallocate(f) => f.has_more(),
             _ => false,
         }
     }
@@ -388,6 +389,12 @@ impl Target for EngineTarget {
         let SecondHalf::Truncate(t) = half else { return None };
         let ran = self.fs.as_mut()?.truncate_part(t)?;
         Some((ran.freed_from, ran.got))
+    }
+
+    fn fallocate_part(&mut self, half: &mut SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
+        let SecondHalf::Fallocate(f) = half else { return None };
+        let ran = self.fs.as_mut()?.fallocate_part(f)?;
+        Some((ran.mapped_to, ran.got))
     }
 
     fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {

@@ -92,6 +92,8 @@ pub struct OpStats {
     /// Parts of truncates in flight run before their second half (an
     /// extent freed each).
     pub truncate_parts: u64,
+    /// Pieces of allocating fallocates mapped between their halves.
+    pub fallocate_parts: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -334,6 +336,7 @@ impl<T: Target> Lockstep<T> {
             Pending::Whole(_) => true,
             Pending::Write(w) => !w.begun(),
             Pending::Truncate(t) => !t.begun(),
+            Pending::Fallocate(f) => !f.begun(),
             _ => false,
         };
         let expected = if whole {
@@ -713,6 +716,7 @@ impl<T: Target> Lockstep<T> {
 
 mod out_of_memory;
 mod truncate_parts;
+mod fallocate_parts;
 mod write_parts;
 #[cfg(test)]
 mod tests;

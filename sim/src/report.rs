@@ -146,6 +146,9 @@ pub fn preemption_points(r: &RunResult) -> BTreeMap<String, u64> {
     if r.stats.truncate_parts > 0 {
         by.insert("Truncate part".into(), r.stats.truncate_parts);
     }
+    if r.stats.fallocate_parts > 0 {
+        by.insert("Fallocate part".into(), r.stats.fallocate_parts);
+    }
     by
 }
 
@@ -191,6 +194,7 @@ pub fn json(r: &RunResult) -> String {
         ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
         ("write_parts", r.stats.write_parts.to_string()),
         ("truncate_parts", r.stats.truncate_parts.to_string()),
+        ("fallocate_parts", r.stats.fallocate_parts.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("space_resync_flights", r.stats.space_resync_flights.to_string()),
         ("enomem", r.stats.enomem.to_string()),

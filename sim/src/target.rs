@@ -205,6 +205,12 @@ pub trait Target: FileSystem {
     fn truncate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         None
     }
+    /// Runs the next part of an allocating fallocate in flight (piece by
+    /// piece): the block where the blocks it mapped end (None when it
+    /// mapped none) and its answer. None when it had none to run.
+    fn fallocate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
+        None
+    }
     /// The lock a second half would sleep on now (held by another split op).
     fn finish_waits_for(&mut self, _half: &Self::SecondHalf) -> Option<Self::Lock> {
         None

@@ -84,6 +84,7 @@ pub mod test_hooks;
 mod writeback;
 mod writepages;
 mod truncate_parts;
+mod fallocate_parts;
 mod write_parts;
 #[cfg(test)]
 mod data_path_tests;
@@ -112,6 +113,7 @@ pub use journal_switch::SwitchTicket;
 pub use orphan::OrphanStats;
 pub use split::{SecondHalf, SyncTicket, WholeOp};
 pub use truncate_parts::{TruncateInFlight, TruncatePartRan};
+pub use fallocate_parts::{FallocateInFlight, FallocatePartRan};
 pub use write_parts::{PartRan, WriteInFlight};
 pub use timers::TimerStats;
 pub use flusher::{FlusherStats, FlusherStep};

@@ -11,12 +11,14 @@
 //!   op whole, so it takes effect after whatever ran in between. A
 //!   buffered pwrite (by path or through a held descriptor) may go on
 //!   folio by folio in between (`write_parts`), and a shrinking truncate
-//!   or ftruncate extent by extent (`truncate_parts`).
+//!   or ftruncate extent by extent (`truncate_parts`), and an allocating
+//!   fallocate piece by piece (`fallocate_parts`).
 
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
 
+use super::fallocate_parts::FallocateInFlight;
 use super::journal_switch::SwitchTicket;
 use super::lock_plan::LockPlan;
 use super::locks::{Lock, LockHolder};
@@ -38,6 +40,9 @@ pub enum SecondHalf {
     /// which may free the file's blocks extent by extent
     /// ([`Ext4::truncate_part`]) before its second half.
     Truncate(TruncateInFlight),
+    /// A fallocate holding its file's i_rwsem, which may map its range
+    /// piece by piece ([`Ext4::fallocate_part`]) before its second half.
+    Fallocate(FallocateInFlight),
 }
 
 /// An op that sleeps holding its locks, between its halves.
@@ -68,6 +73,7 @@ impl SecondHalf {
             SecondHalf::Whole(w) => w.held.as_ref().map(|(_, h)| *h),
             SecondHalf::Write(w) => w.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::Truncate(t) => t.whole.held.as_ref().map(|(_, h)| *h),
+            SecondHalf::Fallocate(f) => f.whole.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -92,6 +98,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
             Op::Truncate { .. } | Op::FtruncateFd { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
+            Op::Fallocate { .. } => self.begin_fallocate(op).map(SecondHalf::Fallocate),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -105,6 +112,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Whole(w) => self.finish_whole(w),
             SecondHalf::Write(w) => self.finish_write(w),
             SecondHalf::Truncate(t) => self.finish_truncate(t),
+            SecondHalf::Fallocate(f) => self.finish_fallocate(f),
         }
     }
 
@@ -119,17 +127,19 @@ impl<D: BlockDevice> Ext4<D> {
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
         let (SecondHalf::Whole(WholeOp { op, held })
         | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held }, .. })
-        | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held }, .. })) = half
+        | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held }, .. })
+        | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held }, .. })) = half
         else {
             return None;
         };
         let Some((plan, _)) = held else { return self.waits_for(op) };
         let own = held.as_ref().map(|(_, holder)| holder.number());
-        // A write or truncate whose parts began goes on with the file it
+        // A write, truncate or fallocate whose parts began goes on with the file it
         // opened, not with what its name leads to now.
         let opened = match half {
             SecondHalf::Write(w) => w.begun(),
             SecondHalf::Truncate(t) => t.begun(),
+            SecondHalf::Fallocate(f) => f.begun(),
             _ => false,
         };
         let beyond = if opened { None } else { self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))) };

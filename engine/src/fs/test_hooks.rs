@@ -76,6 +76,12 @@ pub enum InjectedBug {
     /// between its extents leaves written blocks past EOF that nothing
     /// frees (ext4_setattr's ext4_orphan_add forgotten).
     TruncateLeavesNoOrphan,
+    /// A piece of a growing fallocate sets the size to the end of the
+    /// blocks it mapped, not clipped to the range's end
+    /// (ext4_alloc_file_blocks' `epos > new_size` check forgotten): a range
+    /// ending inside a block whose last piece maps between the halves
+    /// leaves the file grown past the range.
+    FallocatePieceSizesPastRange,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,6 +135,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_truncate_leaves_no_orphan(&self) -> bool {
         self.bug.bug == Some(InjectedBug::TruncateLeavesNoOrphan)
+    }
+
+    pub(crate) fn bug_fallocate_piece_sizes_past_range(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::FallocatePieceSizesPastRange)
     }
 
     pub(crate) fn bug_close_ignores_writes(&self) -> bool {

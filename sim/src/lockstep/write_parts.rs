@@ -19,17 +19,23 @@ impl<T: Target> Lockstep<T> {
         let model = match &flight.model {
             Pending::Write(w) => w.has_more(),
             Pending::Truncate(t) => t.has_more(),
+            Pending::Fallocate(f) => f.has_more(),
             _ => false,
         };
         model && self.target.has_part(&flight.target)
     }
 
-    /// A `part` step: the next part of a pwrite or truncate in flight,
+    /// A `part` step: the next part of a pwrite, truncate or fallocate in flight,
     /// other tasks' steps before and after it; false when it had none.
     pub fn part_step(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
         if matches!(flight.model, Pending::Truncate(_)) {
             let ran = self.truncate_part(flight)?;
             self.stats.truncate_parts += u64::from(ran);
+            return Ok(ran);
+        }
+        if matches!(flight.model, Pending::Fallocate(_)) {
+            let ran = self.fallocate_part(flight)?;
+            self.stats.fallocate_parts += u64::from(ran);
             return Ok(ran);
         }
         let ran = self.part(flight)?;

@@ -35,6 +35,7 @@ impl TargetFactory for Buggy {
             InjectedBug::WritePartSizesWholeWrite => |fs| fs.inject_bug(InjectedBug::WritePartSizesWholeWrite),
             InjectedBug::CloseIgnoresWriteInFlight => |fs| fs.inject_bug(InjectedBug::CloseIgnoresWriteInFlight),
             InjectedBug::TruncateLeavesNoOrphan => |fs| fs.inject_bug(InjectedBug::TruncateLeavesNoOrphan),
+            InjectedBug::FallocatePieceSizesPastRange => |fs| fs.inject_bug(InjectedBug::FallocatePieceSizesPastRange),
         });
         Ok(t)
     }
