@@ -28,6 +28,9 @@ pub enum Call {
     /// blocks `blocks` of the inode it opened allocated, the size grown to
     /// `grow_to` unless KEEP_SIZE.
     FallocatePart { ino: crate::state::Ino, blocks: std::ops::Range<u64>, grow_to: Option<u64> },
+    /// An ftruncate through a descriptor, of the file its first half
+    /// pinned (fdget): the slot may lead elsewhere by its first part.
+    TruncateFile { ino: crate::state::Ino, size: u64 },
     /// A write through `slot` took reference `id` to its file
     /// ([`crate::Model::fdget`]): a close of the slot now defers the release.
     FdGet { slot: u8, id: u64 },

@@ -69,8 +69,8 @@ impl Model {
             Op::Fsync { path } => self.begin_fsync(path, false).map(Pending::Fsync),
             Op::Fdatasync { path } => self.begin_fsync(path, true).map(Pending::Fsync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(Pending::JournalSwitch),
-            Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(Pending::Write).ok_or(Errno::EINVAL),
-            Op::Truncate { .. } | Op::FtruncateFd { .. } => PendingTruncate::of(op).map(Pending::Truncate).ok_or(Errno::EINVAL),
+            Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(|w| Pending::Write(self.pin_write(w))).ok_or(Errno::EINVAL),
+            Op::Truncate { .. } | Op::FtruncateFd { .. } => PendingTruncate::of(op).map(|t| Pending::Truncate(self.pin_truncate(t))).ok_or(Errno::EINVAL),
             Op::Fallocate { .. } => PendingFallocate::of(op).map(Pending::Fallocate).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
@@ -86,12 +86,18 @@ impl Model {
             }
             Pending::JournalSwitch(p) => self.finish_journal_switch(p).map(|()| Reply::Done),
             Pending::Whole(op) => crate::fs::FileSystem::apply(self, &op),
-            Pending::Write(w) if !w.begun() => crate::fs::FileSystem::apply(self, &w.whole_op()),
-            Pending::Truncate(t) if !t.begun() => crate::fs::FileSystem::apply(self, &t.whole_op()),
+            Pending::Write(w) if !w.file_fixed() => crate::fs::FileSystem::apply(self, &w.whole_op()),
+            Pending::Truncate(t) if !t.file_fixed() => crate::fs::FileSystem::apply(self, &t.whole_op()),
+            Pending::Truncate(mut t) if !t.begun() => {
+                // Pinned, no part ran: the whole truncate, on the pinned file.
+                let _ = self.truncate_part(&mut t, None);
+                self.finish_truncate(t)
+            }
             Pending::Truncate(t) => self.finish_truncate(t),
             Pending::Fallocate(f) if !f.begun() => crate::fs::FileSystem::apply(self, &f.whole_op()),
             Pending::Fallocate(f) => self.finish_fallocate(f),
             Pending::Write(mut w) => {
+                let _ = self.open_write_part(&mut w);
                 if w.has_more() {
                     let rest = u64::from(w.len) - w.done;
                     let got = self.write_part(&w, rest);

@@ -40,8 +40,11 @@ pub struct PendingTruncate {
     pub size: u64,
     /// The file, once the first part found it.
     ino: Option<Ino>,
-    /// An ftruncate's reference to its file, from its first part.
+    /// An ftruncate's reference to its file, from its first half (fdget at
+    /// the syscall's entry, before any lock: [`Model::pin_truncate`]).
     fd_ref: Option<u64>,
+    /// That file: the slot may lead elsewhere by the first part.
+    pinned: Option<Ino>,
     /// The first block past the new size.
     keep: u64,
     /// The answer, once the first part failed or did the truncate whole.
@@ -56,7 +59,7 @@ impl PendingTruncate {
             Op::FtruncateFd { slot, size } => (TruncateOf::Slot(*slot), *size),
             _ => return None,
         };
-        Some(PendingTruncate { of, size, ino: None, fd_ref: None, keep: 0, ended: None })
+        Some(PendingTruncate { of, size, ino: None, fd_ref: None, pinned: None, keep: 0, ended: None })
     }
 
     pub fn whole_op(&self) -> Op {
@@ -69,6 +72,12 @@ impl PendingTruncate {
     /// Whether any part ran.
     pub fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Whether its file is fixed: a part ran, or its first half pinned
+    /// its descriptor's file.
+    pub fn file_fixed(&self) -> bool {
+        self.begun() || self.pinned.is_some()
     }
 
     /// Ends the truncate with `answer` before any part (the target had no
@@ -85,6 +94,18 @@ impl PendingTruncate {
 }
 
 impl Model {
+    /// An ftruncate's first half: fdget, after the length's check
+    /// (do_sys_ftruncate), so the rest goes to the file the slot held then.
+    pub fn pin_truncate(&mut self, mut t: PendingTruncate) -> PendingTruncate {
+        if let (TruncateOf::Slot(slot), true) = (&t.of, t.size <= crate::vfs::LOFF_MAX) {
+            match self.fdget(*slot) {
+                Ok((id, ino)) => (t.fd_ref, t.pinned) = (Some(id), Some(ino)),
+                Err(e) => t.ended = Some(Err(e)),
+            }
+        }
+        t
+    }
+
     /// A part of a truncate in flight. The first makes truncate(2)'s
     /// checks and the size change (whole, unless it shrinks a journaled
     /// file); each part then frees the blocks from `freed_from` on, where
@@ -96,8 +117,15 @@ impl Model {
         }
         if t.ino.is_none() {
             let (whole, size) = (t.whole_op(), t.size);
-            self.record(|| Call::Op(whole));
+            match t.pinned {
+                Some(ino) => self.record(|| Call::TruncateFile { ino, size }),
+                None => self.record(|| Call::Op(whole)),
+            }
             let found = match t.of.clone() {
+                TruncateOf::Slot(_) if t.pinned.is_some() => {
+                    let ino = t.pinned.ok_or(Errno::EBADF)?;
+                    self.truncate_inode_checks(ino, size).map(|()| ino)
+                }
                 TruncateOf::Path(path) => self.truncate_path_checks(&path, size).and_then(|ino| self.truncate_inode_checks(ino, size).map(|()| ino)),
                 TruncateOf::Slot(slot) => self.ftruncate_checks(slot, size).and_then(|ino| {
                     self.truncate_inode_checks(ino, size)?;
@@ -254,5 +282,18 @@ mod tests {
         let mut t = PendingTruncate::of(&Op::Truncate { path: "/none".into(), size: 0 }).unwrap();
         assert_eq!(m.truncate_part(&mut t, None), Err(Errno::ENOENT));
         assert_eq!(m.finish_truncate(t), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn an_ftruncate_goes_to_the_file_its_slot_held_when_it_began() {
+        let mut m = model_with_three_extents();
+        m.create("/g", 0o644).unwrap();
+        m.write("/g", 0, &[1; 100]).unwrap();
+        m.open("/f", 3).unwrap();
+        let Some(Ok(p)) = m.begin_split(&Op::FtruncateFd { slot: 3, size: 0 }) else { panic!("an ftruncate splits") };
+        m.open("/g", 3).unwrap();
+        assert_eq!(m.finish_split(p), Ok(Reply::Done));
+        assert_eq!((m.stat("/f").unwrap().size, m.stat("/g").unwrap().size), (0, 100));
+        m.check_invariants().unwrap();
     }
 }

@@ -51,8 +51,11 @@ pub struct PendingWrite {
     pub seed: u64,
     /// The file, once the first part opened it.
     ino: Option<Ino>,
-    /// A descriptor write's reference to its file, from its first part.
+    /// A descriptor write's reference to its file, from its first half
+    /// (fdget at the syscall's entry, before any lock: [`Model::pin_write`]).
     fd_ref: Option<u64>,
+    /// That file: the slot may lead elsewhere by the first part.
+    pinned: Option<Ino>,
     /// Bytes written so far (the next part starts at `offset + done`).
     pub done: u64,
     /// The answer, once a part failed or fell short: later parts write nothing.
@@ -69,7 +72,7 @@ impl PendingWrite {
             Op::WriteFd { slot, offset, len, seed } => (WriteTo::Slot(*slot), *offset, *len, *seed),
             _ => return None,
         };
-        Some(PendingWrite { to, offset, len, seed, ino: None, fd_ref: None, done: 0, ended: None })
+        Some(PendingWrite { to, offset, len, seed, ino: None, fd_ref: None, pinned: None, done: 0, ended: None })
     }
 
     /// The whole op, as it was begun.
@@ -97,6 +100,12 @@ impl PendingWrite {
     /// goes to it whatever its name leads to now.
     pub fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Whether its file is fixed: a part ran, or its first half pinned its
+    /// descriptor's file.
+    pub fn file_fixed(&self) -> bool {
+        self.begun() || self.pinned.is_some()
     }
 
     /// Whether a part could still write something.
@@ -136,6 +145,19 @@ impl PendingWrite {
 }
 
 impl Model {
+    /// A descriptor write's first half: fdget, after the offset's check
+    /// (pwrite64), so the write goes to the file the slot held then. A
+    /// write of nothing is done whole.
+    pub fn pin_write(&mut self, mut w: PendingWrite) -> PendingWrite {
+        if let (WriteTo::Slot(slot), true) = (&w.to, w.offset <= crate::vfs::LOFF_MAX && w.len > 0) {
+            match self.fdget(*slot) {
+                Ok((id, ino)) => (w.fd_ref, w.pinned) = (Some(id), Some(ino)),
+                Err(e) => w.end_with(e),
+            }
+        }
+        w
+    }
+
     /// Opens the write's file for its first part: the checks ext4 makes once,
     /// before it copies anything (and an append's offset; a descriptor's
     /// reference to its file). An error ends the write with it.
@@ -156,6 +178,11 @@ impl Model {
                 self.record(|| Call::Op(Op::Truncate { path: path.clone(), size: 0 }));
                 self.open_for_write(&path, false).inspect(|&ino| self.truncate_inode(ino, 0))
             }
+            WriteTo::Slot(_) if w.pinned.is_some() => match w.pinned {
+                Some(ino) if self.immutable(ino) => Err(Errno::EPERM),
+                Some(ino) => Ok(ino),
+                None => Err(Errno::EBADF),
+            },
             WriteTo::Slot(slot) => self.open_slot_write(*slot, w.offset).map(|(id, ino)| {
                 w.fd_ref = Some(id);
                 ino
@@ -322,5 +349,17 @@ mod tests {
         let mut bad = PendingWrite::of(&Op::WriteFd { slot: 5, offset: 0, len: 10, seed: 1 }).unwrap();
         assert_eq!(m.open_write_part(&mut bad), Err(Errno::EBADF));
         assert_eq!(m.finish_write(bad), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn a_descriptor_write_goes_to_the_file_its_slot_held_when_it_began() {
+        let mut m = model();
+        m.create("/g", 0o644).unwrap();
+        m.apply(&Op::Open { path: "/f".into(), slot: 2 }).unwrap();
+        let Some(Ok(p)) = m.begin_split(&Op::WriteFd { slot: 2, offset: 0, len: 10, seed: 3 }) else { panic!("a pwrite splits") };
+        m.apply(&Op::Open { path: "/g".into(), slot: 2 }).unwrap();
+        assert_eq!(m.finish_split(p), Ok(Reply::Written(10)));
+        assert_eq!((m.stat("/f").unwrap().size, m.stat("/g").unwrap().size), (10, 0));
+        m.check_invariants().unwrap();
     }
 }

@@ -319,7 +319,7 @@ impl<T: Target> Lockstep<T> {
         // A write that began taking effect part by part copies the rest
         // the same way, each part compared, in the window its parts opened.
         let mut parted = false;
-        if matches!(&flight.model, Pending::Write(w) if w.begun()) {
+        if matches!(&flight.model, Pending::Write(w) if w.file_fixed()) {
             while self.part(&mut flight)? {
                 parted = true;
                 if self.fault_pending() || self.space_short {
@@ -332,14 +332,30 @@ impl<T: Target> Lockstep<T> {
             self.start_op(&op);
         }
         let actual = self.target.finish_split(target);
+        // An ftruncate whose first half pinned its descriptor's file and
+        // ran no part yet (it took only some of its locks): whole now, on
+        // that file.
+        let pinned = matches!(&model, Pending::Truncate(t) if !t.begun() && t.file_fixed());
         let whole = match &model {
             Pending::Whole(_) => true,
-            Pending::Write(w) => !w.begun(),
-            Pending::Truncate(t) => !t.begun(),
+            Pending::Write(w) => !w.file_fixed(),
+            Pending::Truncate(t) => !t.file_fixed(),
             Pending::Fallocate(f) => !f.begun(),
             _ => false,
         };
-        let expected = if whole {
+        let expected = if pinned {
+            let pending = model;
+            let got = self.model_answer(&op, index, &actual, |m, _| m.finish_split(pending.clone()))?;
+            if got == Err(Errno::ENOMEM) {
+                // Refused for memory before its first part: it still drops
+                // the file it pinned as it returns.
+                if let Pending::Truncate(mut t) = pending {
+                    t.end_with(Errno::ENOMEM);
+                    let _ = self.model.finish_split(Pending::Truncate(t));
+                }
+            }
+            got
+        } else if whole {
             // Done whole now (the op begun): it may run out of memory as a
             // whole op may.
             self.model_answer(&op, index, &actual, |m, op| m.finish_split(Pending::Whole(op.clone())))?

@@ -96,7 +96,7 @@ impl<D: BlockDevice> Ext4<D> {
         Some(match op {
             Op::Fsync { path } | Op::Fdatasync { path } => self.begin_fsync(path).map(SecondHalf::Sync),
             Op::SetJournalData { path, enable } => self.begin_journal_switch(path, *enable).map(SecondHalf::JournalSwitch),
-            Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_whole(op).map(|w| SecondHalf::Write(WriteInFlight::new(w))),
+            Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_write(op).map(SecondHalf::Write),
             Op::Truncate { .. } | Op::FtruncateFd { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
             Op::Fallocate { .. } => self.begin_fallocate(op).map(SecondHalf::Fallocate),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
@@ -137,8 +137,8 @@ impl<D: BlockDevice> Ext4<D> {
         // A write, truncate or fallocate whose parts began goes on with the file it
         // opened, not with what its name leads to now.
         let opened = match half {
-            SecondHalf::Write(w) => w.begun(),
-            SecondHalf::Truncate(t) => t.begun(),
+            SecondHalf::Write(w) => w.file_fixed(),
+            SecondHalf::Truncate(t) => t.file_fixed(),
             SecondHalf::Fallocate(f) => f.begun(),
             _ => false,
         };

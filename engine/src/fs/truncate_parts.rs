@@ -41,6 +41,9 @@ pub struct TruncateInFlight {
     /// An ftruncate's reference to its descriptor's file, from its first
     /// part to its return (fdget).
     fd_ref: Option<u64>,
+    /// An ftruncate's file, pinned at its first half (fdget at the
+    /// syscall's entry, before any lock), with the reference's id.
+    pinned: Option<(u64, InodeNumber)>,
     /// The first block past the new size.
     keep: u64,
     /// The lowest block freed so far (mapped blocks from here on are gone).
@@ -61,11 +64,17 @@ pub struct TruncatePartRan {
 
 impl TruncateInFlight {
     pub(super) fn new(whole: WholeOp, planned_all: bool) -> TruncateInFlight {
-        TruncateInFlight { whole, planned_all, ino: None, fd_ref: None, keep: 0, freed_from: u64::MAX, more: true, ended: None }
+        TruncateInFlight { whole, planned_all, ino: None, fd_ref: None, pinned: None, keep: 0, freed_from: u64::MAX, more: true, ended: None }
     }
 
     pub(super) fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Whether the truncate's file is fixed: a part ran, or its
+    /// descriptor's file was pinned at the first half.
+    pub(super) fn file_fixed(&self) -> bool {
+        self.begun() || self.pinned.is_some()
     }
 
     /// Whether a part could run now: the first, or one freeing another
@@ -82,7 +91,17 @@ impl<D: BlockDevice> Ext4<D> {
         let planned = self.lock_plan(op).map(|p| p.steps.len());
         let whole = self.begin_whole(op)?;
         let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
-        Ok(TruncateInFlight::new(whole, planned.is_some() && took == planned))
+        let mut t = TruncateInFlight::new(whole, planned.is_some() && took == planned);
+        // ftruncate's fdget, after the length's check (do_sys_ftruncate).
+        if let Op::FtruncateFd { slot, size } = *op {
+            if size <= ext4_model::vfs::LOFF_MAX {
+                match self.fdget(slot) {
+                    Ok(pin) => t.pinned = Some(pin),
+                    Err(e) => t.ended = Some(Err(e)),
+                }
+            }
+        }
+        Ok(t)
     }
 
     /// Runs the next part of a truncate in flight, its semaphores still
@@ -96,6 +115,7 @@ impl<D: BlockDevice> Ext4<D> {
         let found = match (t.ino, &t.whole.op) {
             (Some(_), _) => None,
             (None, Op::Truncate { path, .. }) => Some(self.open_path(path).ok()),
+            (None, Op::FtruncateFd { .. }) if t.pinned.is_some() => Some(t.pinned.map(|(_, ino)| ino)),
             (None, Op::FtruncateFd { slot, .. }) => Some(self.slot_file(*slot).ok()),
             (None, _) => return None,
         };
@@ -120,6 +140,13 @@ impl<D: BlockDevice> Ext4<D> {
                 self.truncate_inode_checks(ino, size)?;
                 Ok((ino, size))
             }),
+            Op::FtruncateFd { size, .. } if t.pinned.is_some() => match t.pinned.take() {
+                Some((id, ino)) => {
+                    t.fd_ref = Some(id);
+                    self.prepare_truncate().and_then(|()| self.truncate_inode_checks(ino, size)).map(|()| (ino, size))
+                }
+                None => Err(Errno::EBADF),
+            },
             Op::FtruncateFd { slot, size } => self.ftruncate_checks(slot, size).and_then(|ino| {
                 self.truncate_inode_checks(ino, size)?;
                 let (id, ino) = self.fdget(slot)?;
@@ -204,17 +231,21 @@ impl<D: BlockDevice> Ext4<D> {
 
     /// The second half: whole if no part ran, else the blocks left freed
     /// and the file off the orphan list.
-    pub(super) fn finish_truncate(&mut self, t: TruncateInFlight) -> Outcome {
-        if !t.begun() {
+    pub(super) fn finish_truncate(&mut self, mut t: TruncateInFlight) -> Outcome {
+        if !t.file_fixed() {
             return self.finish_whole(t.whole);
         }
         self.hand_back_at_finish(&t.whole)?;
+        if !t.begun() {
+            // Pinned but no part ran: the whole truncate, on the pinned file.
+            self.first_truncate_part(&mut t);
+        }
         let answer = match (t.ended, t.ino) {
             (Some(answer), _) => answer,
             (None, Some(ino)) => self.free_the_rest(ino, t.keep, t.freed_from),
             (None, None) => Err(Errno::EINVAL),
         };
-        let put = t.fd_ref.map_or(Ok(()), |id| self.fdput(id));
+        let put = t.fd_ref.or(t.pinned.map(|(id, _)| id)).map_or(Ok(()), |id| self.fdput(id));
         answer.and(put).map(|()| Reply::Done)
     }
 
@@ -327,5 +358,24 @@ mod tests {
         assert_eq!(fs.truncate_part(&mut t).unwrap().got, Err(Errno::EPERM));
         assert_eq!(fs.finish_split(SecondHalf::Truncate(t)), Err(Errno::EPERM));
         assert!(fs.locks_held().is_empty());
+    }
+
+    /// ftruncate takes its descriptor's file (fdget) before any lock, so
+    /// a reopen of the slot before its first part leaves it on that file.
+    #[test]
+    fn an_ftruncate_goes_on_with_the_file_its_slot_held_when_it_began() {
+        let mut fs = mounted_with("");
+        three_extents(&mut fs);
+        fs.create("/c", 0o644).unwrap();
+        fs.write("/c", 0, &[1; 100]).unwrap();
+        fs.open("/f", 3).unwrap();
+        let Some(Ok(SecondHalf::Truncate(t))) = fs.begin_split(&Op::FtruncateFd { slot: 3, size: 0 }) else { panic!("an ftruncate splits") };
+        fs.open("/c", 3).unwrap();
+        let half = SecondHalf::Truncate(t);
+        assert_eq!(fs.finish_waits_for(&half), None);
+        assert_eq!(fs.finish_split(half), Ok(Reply::Done));
+        assert_eq!((fs.stat("/f").unwrap().size, fs.stat("/c").unwrap().size), (0, 100));
+        assert!(fs.locks_held().is_empty());
+        fs.check_allocator().unwrap();
     }
 }

@@ -33,6 +33,10 @@ pub struct WriteInFlight {
     offset: u64,
     /// A descriptor write's reference to its file, from its first part.
     fd_ref: Option<u64>,
+    /// A descriptor write's file, pinned at its first half (fdget at the
+    /// syscall's entry, before any lock), with the reference's id: a close
+    /// or reopen of the slot before its first part does not move it.
+    pinned: Option<(u64, InodeNumber)>,
     /// Bytes written so far.
     done: u64,
     /// The answer, once a part failed or fell short.
@@ -58,7 +62,13 @@ pub struct PartRan {
 
 impl WriteInFlight {
     pub(super) fn new(whole: WholeOp) -> WriteInFlight {
-        WriteInFlight { whole, ino: None, offset: 0, fd_ref: None, done: 0, ended: None }
+        WriteInFlight { whole, ino: None, offset: 0, fd_ref: None, pinned: None, done: 0, ended: None }
+    }
+
+    /// Whether the write's file is fixed: a part ran, or its descriptor's
+    /// file was pinned at the first half.
+    pub(super) fn file_fixed(&self) -> bool {
+        self.begun() || self.pinned.is_some()
     }
 
     pub(super) fn begun(&self) -> bool {
@@ -102,6 +112,22 @@ impl WriteInFlight {
 }
 
 impl<D: BlockDevice> Ext4<D> {
+    /// The first half of a buffered write: its locks, and a descriptor
+    /// write's fdget (after the offset's check, as pwrite64 makes it).
+    pub(super) fn begin_write(&mut self, op: &Op) -> Result<WriteInFlight, Errno> {
+        let mut w = WriteInFlight::new(self.begin_whole(op)?);
+        if let Op::WriteFd { slot, offset, len, .. } = *op {
+            // A write of nothing has nothing to go on with: done whole.
+            if offset <= ext4_model::vfs::LOFF_MAX && len > 0 {
+                match self.fdget(slot) {
+                    Ok(pin) => w.pinned = Some(pin),
+                    Err(e) => w.ended = Some(Err(e)),
+                }
+            }
+        }
+        Ok(w)
+    }
+
     /// Runs the next part of a pwrite in flight: one folio's copy, with
     /// the locks its first half took still held around it. None when it has
     /// no part to run, or when its name now leads to another file than the
@@ -112,6 +138,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let found = match (w.ino, w.fields()?.0) {
             (Some(_), _) => None,
+            (None, WriteTo::Slot(_)) if w.pinned.is_some() => Some(w.pinned.map(|(_, ino)| ino)),
             (None, WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path)) => Some(self.open_path(path).ok()),
             (None, WriteTo::Slot(slot)) => Some(self.slot_file(slot).ok()),
         };
@@ -124,7 +151,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// The second half of a pwrite: whole if no part ran, else the rest
     /// folio by folio and the close.
     pub(super) fn finish_write(&mut self, mut w: WriteInFlight) -> Outcome {
-        if !w.begun() {
+        if !w.file_fixed() {
             return self.finish_whole(w.whole);
         }
         self.hand_back_at_finish(&w.whole)?;
@@ -132,6 +159,10 @@ impl<D: BlockDevice> Ext4<D> {
             self.run_write_part(&mut w, true);
         }
         let answer = w.ended.unwrap_or(Ok(w.done));
+        if let Some((id, _)) = w.pinned.take() {
+            // Pinned, never opened: its reference still goes.
+            w.fd_ref.get_or_insert(id);
+        }
         match (w.fd_ref, w.ino) {
             (Some(id), _) => {
                 let put = self.fdput(id);
@@ -182,6 +213,16 @@ impl<D: BlockDevice> Ext4<D> {
     /// or a descriptor's checks and its reference to the file.
     fn open_write(&mut self, w: &mut WriteInFlight, offset: u64, len: u64) -> Result<InodeNumber, Errno> {
         let (path, append, truncates) = match w.fields().ok_or(Errno::EINVAL)?.0 {
+            WriteTo::Slot(_) if w.pinned.is_some() => {
+                let (id, ino) = w.pinned.take().ok_or(Errno::EBADF)?;
+                w.fd_ref = Some(id);
+                w.offset = offset;
+                if self.immutable(ino)? {
+                    return Err(Errno::EPERM);
+                }
+                self.prepare_data_change(len)?;
+                return Ok(ino);
+            }
             WriteTo::Slot(slot) => {
                 self.pwrite_checks(slot, offset)?;
                 self.prepare_data_change(len)?;
@@ -312,5 +353,26 @@ mod tests {
         let Some(Ok(half)) = fs.begin_split(&Op::Write { path: "/g".into(), offset: 0, len: 10, seed: 1 }) else { panic!() };
         assert_eq!(fs.finish_split(half), Ok(Reply::Written(10)));
         assert_eq!(fs.stat("/g").unwrap().size, 10);
+    }
+
+    /// pwrite64 takes its descriptor's file (fdget) before any lock: a
+    /// reopen of the slot while the write sleeps leaves it on that file.
+    /// Looked up again, the slot's new file (whose i_rwsem another task
+    /// holds) made it wait for a lock it does not need: a deadlock with a
+    /// rename holding that lock and waiting for the write's.
+    #[test]
+    fn a_descriptor_write_goes_on_with_the_file_its_slot_held_when_it_began() {
+        let mut fs = mounted_with("");
+        fs.create("/a", 0o644).unwrap();
+        fs.create("/c", 0o644).unwrap();
+        fs.open("/a", 3).unwrap();
+        let Some(Ok(w)) = fs.begin_split(&Op::WriteFd { slot: 3, offset: 0, len: 10, seed: 1 }) else { panic!("a pwrite splits") };
+        fs.open("/c", 3).unwrap();
+        let Some(Ok(other)) = fs.begin_split(&Op::Write { path: "/c".into(), offset: 0, len: 5, seed: 2 }) else { panic!("a write splits") };
+        assert_eq!(fs.finish_waits_for(&w), None, "its file is /a, whose lock it holds");
+        assert_eq!(fs.finish_split(w), Ok(Reply::Written(10)));
+        assert_eq!(fs.finish_split(other), Ok(Reply::Written(5)));
+        assert_eq!((fs.stat("/a").unwrap().size, fs.stat("/c").unwrap().size), (10, 5));
+        assert!(fs.locks_held().is_empty());
     }
 }
