@@ -28,6 +28,11 @@ pub enum Call {
     /// blocks `blocks` of the inode it opened allocated, the size grown to
     /// `grow_to` unless KEEP_SIZE.
     FallocatePart { ino: crate::state::Ino, blocks: std::ops::Range<u64>, grow_to: Option<u64> },
+    /// One part of a punch ([`crate::Model::fallocate_part`]) of bytes
+    /// `offset..end` of the inode it opened: the edges zeroed and the
+    /// cache of its whole `blocks` dropped (the first part, `piece` None),
+    /// or the blocks `piece` freed.
+    PunchPart { ino: crate::state::Ino, offset: u64, end: u64, blocks: std::ops::Range<u64>, piece: Option<std::ops::Range<u64>> },
     /// An ftruncate through a descriptor, of the file its first half
     /// pinned (fdget): the slot may lead elsewhere by its first part.
     TruncateFile { ino: crate::state::Ino, size: u64 },

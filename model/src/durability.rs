@@ -192,6 +192,10 @@ impl Model {
                 self.replay_fallocate_part(*ino, blocks.clone(), *grow_to);
                 Ok(())
             }
+            Call::PunchPart { ino, offset, end, blocks, piece } => {
+                self.replay_punch_part(*ino, *offset, *end, blocks.clone(), piece.clone());
+                Ok(())
+            }
             Call::TruncateFile { ino, size } => {
                 self.record(|| Call::TruncateFile { ino: *ino, size: *size });
                 if self.st.inodes.contains_key(ino) {
@@ -215,7 +219,7 @@ impl Model {
 fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
     match call {
         Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. } | Op::FtruncateFd { slot, .. }) => replay.st.slots.get(slot).copied(),
-        Call::WritePart { ino, .. } | Call::FallocatePart { ino, .. } | Call::TruncateFile { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
+        Call::WritePart { ino, .. } | Call::FallocatePart { ino, .. } | Call::PunchPart { ino, .. } | Call::TruncateFile { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
         _ => call_path(call).and_then(|p| replay.open_path(p).ok()),
     }
 }

@@ -29,7 +29,7 @@ use crate::data::Alloc;
 use crate::model::Model;
 use crate::op::FallocFlags;
 use crate::state::Ino;
-use crate::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
+use crate::vfs::{block_span, classify_fallocate, fallocate_end, punch_span, FallocateMode as Mode};
 use crate::Errno;
 
 /// EXT_MAX_BLOCKS: one past the last logical block an extent may reach.
@@ -114,30 +114,50 @@ impl Model {
     }
 
     fn punch(&mut self, ino: Ino, offset: u64, end: u64) {
+        let (bs, ps) = (self.bs(), self.mount.page_size as u64);
+        let Some(size) = self.file(ino).map(|f| f.size) else { return };
+        let Some((end, blocks)) = punch_span(offset, end, size, bs, ps) else { return };
+        self.punch_edges(ino, offset, end, blocks.clone());
+        self.punch_out(ino, blocks.clone(), blocks);
+    }
+
+    /// What a punch does before it frees blocks: i_disksize, the partial
+    /// edges zeroed, cached data and delayed blocks of its whole `blocks`
+    /// dropped (truncate_pagecache_range and the extent status removal).
+    /// The file is touched if it held any of those blocks.
+    pub(crate) fn punch_edges(&mut self, ino: Ino, offset: u64, end: u64, blocks: std::ops::Range<u64>) {
         let (bs, ratio) = (self.bs(), self.ratio());
-        let ps = self.mount.page_size as u64;
         let file = self.file_mut(ino);
-        if offset >= file.size {
-            return;
-        }
-        // Past EOF the hole ends with the folio holding EOF: a page, or a
-        // whole block when blocks are larger (Linux 7.3 frees such a block).
-        let unit = ps.max(bs);
-        let end = if end > file.size { file.size.div_ceil(unit) * unit } else { end };
+        let present = !file.blocks.overlapping(blocks.clone()).is_empty();
         file.disksize_before_punch(offset, end);
-        let first_full = offset.div_ceil(bs);
-        let last_full = end / bs;
-        let (mut freed, mut freed_clusters) = (0, 0);
-        if first_full < last_full {
-            // A cluster keeps its space while a block outside the hole holds it.
-            let held = file.allocated_clusters_in(first_full..last_full, ratio);
-            freed = file.free_blocks(first_full..last_full, bs);
-            freed_clusters = held - file.allocated_clusters_in(first_full..last_full, ratio);
-            file.zero_bytes(offset, (first_full * bs).min(end));
-            file.zero_bytes((last_full * bs).max(offset), end);
-        } else {
+        if blocks.is_empty() {
             file.zero_bytes(offset, end);
+        } else {
+            file.zero_bytes(offset, (blocks.start * bs).min(end));
+            file.zero_bytes((blocks.end * bs).max(offset), end);
         }
+        let held = file.allocated_clusters_in(blocks.clone(), ratio);
+        // Delayed data goes with its folio: nothing holds those bytes now.
+        let delayed: Vec<_> = file.blocks.overlapping(blocks.clone()).into_iter().filter(|(_, a)| *a == Alloc::Delayed).map(|(r, _)| r).collect();
+        file.drop_cached(blocks.clone());
+        for r in delayed {
+            file.zero_bytes(r.start * bs, r.end * bs);
+        }
+        let dropped = held - file.allocated_clusters_in(blocks, ratio);
+        self.st.used_blocks -= dropped * ratio;
+        if present {
+            self.touch_datasync(ino);
+        }
+    }
+
+    /// Frees `piece` of a punch's whole `blocks`: a cluster keeps its space
+    /// while a block outside them holds it.
+    pub(crate) fn punch_out(&mut self, ino: Ino, blocks: std::ops::Range<u64>, piece: std::ops::Range<u64>) {
+        let (bs, ratio) = (self.bs(), self.ratio());
+        let file = self.file_mut(ino);
+        let held = file.allocated_clusters_in(blocks.clone(), ratio);
+        let freed = file.free_blocks(piece, bs);
+        let freed_clusters = held - file.allocated_clusters_in(blocks, ratio);
         self.st.used_blocks -= freed_clusters * ratio;
         if freed > 0 {
             self.touch_datasync(ino);

@@ -71,17 +71,31 @@ pub fn classify_fallocate(mode: FallocFlags, offset: u64, len: u64) -> Result<Fa
     }
 }
 
-/// Whether fallocate(`mode`, `offset`, `len`) allocates (the default mode
-/// or KEEP_SIZE, its range under `max_file_size`), and then whether it
-/// keeps the size: such a fallocate maps its range piece by piece
-/// (ext4_alloc_file_blocks), one handle a piece, so a journaled one goes
-/// in parts (`crate::fallocate_parts`).
-pub fn allocating_fallocate(mode: FallocFlags, offset: u64, len: u64, max_file_size: u64) -> Option<bool> {
+/// The mode of fallocate(`mode`, `offset`, `len`) when ext4 does it piece
+/// by piece, its range under `max_file_size`: an allocating one (the
+/// default mode or KEEP_SIZE) maps its range one ext4_map_blocks call at a
+/// time (ext4_alloc_file_blocks), a punch frees its blocks extent by
+/// extent (ext4_ext_remove_space), each piece in a handle of its own, so a
+/// journaled one goes in parts (`crate::fallocate_parts`).
+pub fn piecewise_fallocate(mode: FallocFlags, offset: u64, len: u64, max_file_size: u64) -> Option<FallocateMode> {
     let end = fallocate_end(offset, len).ok()?;
     match classify_fallocate(mode, offset, len) {
-        Ok(FallocateMode::Allocate { keep_size }) if end <= max_file_size => Some(keep_size),
+        Ok(kind @ (FallocateMode::Allocate { .. } | FallocateMode::Punch)) if end <= max_file_size => Some(kind),
         _ => None,
     }
+}
+
+/// The part of a punch past its checks: nothing at or past EOF (None);
+/// else the end clipped to the folio holding EOF (a page, or a larger
+/// block), and the whole blocks it frees.
+pub fn punch_span(offset: u64, end: u64, size: u64, block_size: u64, page_size: u64) -> Option<(u64, Range<u64>)> {
+    if offset >= size {
+        return None;
+    }
+    let unit = page_size.max(block_size);
+    let end = if end > size { size.div_ceil(unit) * unit } else { end };
+    let first = offset.div_ceil(block_size);
+    Some((end, first..(end / block_size).max(first)))
 }
 
 /// pwrite's checks (generic_write_checks): how many of `len` bytes at

@@ -394,7 +394,7 @@ impl Target for EngineTarget {
     fn fallocate_part(&mut self, half: &mut SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         let SecondHalf::Fallocate(f) = half else { return None };
         let ran = self.fs.as_mut()?.fallocate_part(f)?;
-        Some((ran.mapped_to, ran.got))
+        Some((ran.at, ran.got))
     }
 
     fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {

@@ -205,9 +205,10 @@ pub trait Target: FileSystem {
     fn truncate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         None
     }
-    /// Runs the next part of an allocating fallocate in flight (piece by
-    /// piece): the block where the blocks it mapped end (None when it
-    /// mapped none) and its answer. None when it had none to run.
+    /// Runs the next part of a fallocate in flight (an allocating one piece
+    /// by piece, a punch extent by extent): the block where the blocks it
+    /// mapped end, or where those it punched out begin (None when it did
+    /// neither), and its answer. None when it had none to run.
     fn fallocate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         None
     }

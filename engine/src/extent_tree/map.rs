@@ -71,6 +71,9 @@ impl ExtentMap {
     /// Where the last run meeting `range` starts, clipped to the range:
     /// the extent a truncate frees next (None when nothing is mapped there).
     pub fn last_run_start(&self, range: Range<u64>) -> Option<u64> {
+        if range.is_empty() {
+            return None;
+        }
         let (&l, r) = self.runs.range(..range.end).next_back()?;
         (l + r.len > range.start).then(|| l.max(range.start))
     }

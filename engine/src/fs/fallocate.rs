@@ -21,13 +21,13 @@ use crate::device::BlockDevice;
 use crate::extent_tree::map::EXT_MAX_BLOCKS;
 use crate::format::InodeNumber;
 
-use ext4_model::vfs::{block_span, classify_fallocate, fallocate_end, FallocateMode as Mode};
+use ext4_model::vfs::{block_span, classify_fallocate, fallocate_end, punch_span, FallocateMode as Mode};
 use super::locks::Lock;
 use super::Ext4;
 
 /// ext4_update_disksize_before_punch: a punch or zero range from inside
 /// the file through its end first makes i_disksize the size.
-fn disksize_before_punch(node: &mut super::node::Node, offset: u64, end: u64) {
+pub(super) fn disksize_before_punch(node: &mut super::node::Node, offset: u64, end: u64) {
     if offset <= node.disk.size && end >= node.disk.size {
         node.disksize = None;
     }
@@ -119,23 +119,14 @@ impl<D: BlockDevice> Ext4<D> {
 
     fn punch(&mut self, ino: InodeNumber, offset: u64, end: u64) -> Result<(), Errno> {
         let (ctx, node) = self.split(ino)?;
-        let bs = ctx.bs();
-        let ps = u64::from(ctx.mount.page_size);
-        let size = node.disk.size;
-        if offset >= size {
-            return Ok(());
-        }
-        // The hole ends with the folio holding EOF: a page, or a larger block.
-        let unit = ps.max(bs);
-        let end = if end > size { size.div_ceil(unit) * unit } else { end };
-        let first_full = offset.div_ceil(bs);
-        let last_full = end / bs;
+        let (bs, ps) = (ctx.bs(), u64::from(ctx.mount.page_size));
+        let Some((end, blocks)) = punch_span(offset, end, node.disk.size, bs, ps) else { return Ok(()) };
         // ext4_zero_partial_blocks before the blocks go, both edges or
         // neither: a folio it cannot have leaves the file as it was.
         ctx.cache_zero_ranges(ino, node, &partial_edges(offset, end, bs))?;
         disksize_before_punch(node, offset, end);
-        if first_full < last_full {
-            ctx.discard_blocks(ino, node, first_full..last_full)?;
+        if !blocks.is_empty() {
+            ctx.discard_blocks(ino, node, blocks)?;
         }
         Ok(())
     }
@@ -249,7 +240,7 @@ impl<D: BlockDevice> Ext4<D> {
 
 /// The bytes of `offset..end` in blocks it covers only in part: one range
 /// when both ends share a block or touch, else up to two.
-fn partial_edges(offset: u64, end: u64, bs: u64) -> Vec<std::ops::Range<u64>> {
+pub(super) fn partial_edges(offset: u64, end: u64, bs: u64) -> Vec<std::ops::Range<u64>> {
     let (first_full, last_full) = (offset.div_ceil(bs), end / bs);
     if first_full < last_full {
         vec![offset..(first_full * bs).min(end), (last_full * bs).max(offset)..end]

@@ -15,12 +15,12 @@
 //! rest, grows the size to the range's end and closes the file. Every
 //! part first checks room for the whole rest of the range, as the whole op
 //! checks it up front. Between parts the fallocate holds i_rwsem and no
-//! handle. Any other mode, or a mount without a journal, is done whole by
-//! the first part.
+//! handle. A punch goes extent by extent (`punch_parts`). Any other mode,
+//! or a mount without a journal, is done whole by the first part.
 
 use std::ops::Range;
 
-use ext4_model::vfs::{allocating_fallocate, block_span};
+use ext4_model::vfs::{block_span, piecewise_fallocate, FallocateMode};
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
@@ -31,7 +31,7 @@ use super::locks::Lock;
 use super::split::WholeOp;
 use super::Ext4;
 
-/// An allocating fallocate between its halves ([`super::SecondHalf::Fallocate`]).
+/// A fallocate between its halves ([`super::SecondHalf::Fallocate`]).
 #[derive(Debug, PartialEq, Eq)]
 pub struct FallocateInFlight {
     pub(super) whole: WholeOp,
@@ -39,23 +39,25 @@ pub struct FallocateInFlight {
     planned_all: bool,
     /// The file, once a first part that goes on in parts opened it.
     ino: Option<InodeNumber>,
+    /// A punch's progress, once its first part began it.
+    pub(super) punch: Option<super::punch_parts::PunchInFlight>,
     /// The range's blocks, and its end in bytes.
     span: Range<u64>,
     end: u64,
     keep_size: bool,
     /// The first block no part has mapped yet.
     next: u64,
-    /// Holes remain in `next..span.end`.
-    more: bool,
+    /// Holes remain in `next..span.end` (a punch: mapped blocks remain).
+    pub(super) more: bool,
     /// The answer, once a part failed or the first did it whole.
-    ended: Option<Result<(), Errno>>,
+    pub(super) ended: Option<Result<(), Errno>>,
 }
 
-/// What one part did: where the blocks it mapped end (None when it mapped
-/// none) and its answer.
+/// What one part did: where the blocks it mapped end, or where those it
+/// punched out begin (None when it did neither), and its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FallocatePartRan {
-    pub mapped_to: Option<u64>,
+    pub at: Option<u64>,
     pub got: Result<(), Errno>,
 }
 
@@ -70,9 +72,9 @@ impl FallocateInFlight {
         self.whole.held.is_some() && self.planned_all && self.ended.is_none() && self.more
     }
 
-    fn ended_with(&mut self, e: Errno) -> FallocatePartRan {
+    pub(super) fn ended_with(&mut self, e: Errno) -> FallocatePartRan {
         self.ended = Some(Err(e));
-        FallocatePartRan { mapped_to: None, got: Err(e) }
+        FallocatePartRan { at: None, got: Err(e) }
     }
 }
 
@@ -83,7 +85,7 @@ impl<D: BlockDevice> Ext4<D> {
         let whole = self.begin_whole(op)?;
         let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
         let planned_all = planned.is_some() && took == planned;
-        Ok(FallocateInFlight { whole, planned_all, ino: None, span: 0..0, end: 0, keep_size: false, next: 0, more: true, ended: None })
+        Ok(FallocateInFlight { whole, planned_all, ino: None, punch: None, span: 0..0, end: 0, keep_size: false, next: 0, more: true, ended: None })
     }
 
     /// Runs the next part of a fallocate in flight, its i_rwsem still held
@@ -99,27 +101,33 @@ impl<D: BlockDevice> Ext4<D> {
         let (plan, holder) = self.hand_back_for_part(&f.whole, found)?;
         let ran = match f.ino {
             None => self.first_fallocate_part(f),
+            Some(ino) if f.punch.is_some() => match self.prepare_change(0) {
+                Ok(()) => self.punch_next_extent(f, ino),
+                Err(e) => f.ended_with(e),
+            },
             Some(ino) => match self.prepare_change(self.rest_blocks(f)) {
                 Ok(()) => self.map_next_piece(f, ino),
                 Err(e) => f.ended_with(e),
             },
         };
-        // Its handle stops between pieces: it sleeps holding i_rwsem.
+        // Its handle stops between pieces: it sleeps holding its semaphores
+        // (i_rwsem; a punch, invalidate_lock too).
         f.whole.held = Some(self.take_back_after_part(plan, holder, |s| matches!(s, PlannedLock::Sem { .. })));
         Some(ran)
     }
 
     /// fallocate(2)'s open and checks, in the whole op's order; an
-    /// allocating one under a journal then maps its first piece, any
-    /// other is done whole.
+    /// allocating one under a journal then maps its first piece, a punch
+    /// does its edges and frees its last extent, any other is done whole.
     fn first_fallocate_part(&mut self, f: &mut FallocateInFlight) -> FallocatePartRan {
         let Op::Fallocate { path, mode, offset, len } = f.whole.op.clone() else { return f.ended_with(Errno::EINVAL) };
-        let keep_size = allocating_fallocate(mode, offset, len, self.ctx.mount.max_file_size());
-        let Some(keep_size) = keep_size.filter(|_| self.ctx.journal.is_some()) else {
+        let kind = piecewise_fallocate(mode, offset, len, self.ctx.mount.max_file_size());
+        let Some(kind) = kind.filter(|_| self.ctx.journal.is_some()) else {
             let got = self.fallocate(&path, mode, offset, len);
             f.ended = Some(got);
-            return FallocatePartRan { mapped_to: None, got };
+            return FallocatePartRan { at: None, got };
         };
+        let keep_size = kind != (FallocateMode::Allocate { keep_size: false });
         let opened = self.prepare_data_change(len).and_then(|()| self.open_for_write(&path, false));
         let ino = match opened {
             Ok(ino) => ino,
@@ -130,6 +138,12 @@ impl<D: BlockDevice> Ext4<D> {
         f.span = block_span(offset, len, self.ctx.bs());
         f.next = f.span.start;
         let begun = self.kind_of(ino).and_then(|kind| if kind == ext4_model::FileKind::Regular { Ok(()) } else { Err(Errno::EISDIR) });
+        if kind == FallocateMode::Punch {
+            return match begun {
+                Ok(()) => self.first_punch_part(f, ino, offset, offset + len),
+                Err(e) => f.ended_with(e),
+            };
+        }
         let grows = !keep_size && self.node(ino).is_ok_and(|n| f.end > n.disk.size);
         let begun = begun.and_then(|()| {
             self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
@@ -187,7 +201,7 @@ impl<D: BlockDevice> Ext4<D> {
             Ok(mapped_to) => {
                 f.next = mapped_to.unwrap_or(f.span.end);
                 f.more = self.node(ino).is_ok_and(|n| !n.map().holes(f.next..f.span.end).is_empty());
-                FallocatePartRan { mapped_to, got: Ok(()) }
+                FallocatePartRan { at: mapped_to, got: Ok(()) }
             }
             Err(e) => {
                 self.mark_dirty(ino);
@@ -205,6 +219,7 @@ impl<D: BlockDevice> Ext4<D> {
         self.hand_back_at_finish(&f.whole)?;
         let answer = match (f.ended, f.ino) {
             (Some(answer), _) => answer,
+            (None, Some(ino)) if f.punch.is_some() => self.punch_the_rest(&f, ino),
             (None, Some(ino)) => self.map_the_rest(&f, ino),
             (None, None) => Err(Errno::EINVAL),
         };
@@ -268,7 +283,7 @@ mod tests {
         let mut f = begin(&mut fs, 0, 0, 40 * BS);
         let first = fs.fallocate_part(&mut f).unwrap();
         assert_eq!(first.got, Ok(()));
-        let to = first.mapped_to.expect("a piece mapped");
+        let to = first.at.expect("a piece mapped");
         assert!(to > 1 && to <= 40, "{to}");
         let st = fs.stat("/f").unwrap();
         assert_eq!(st.size, to * BS, "the size is as far as the pieces went");
@@ -298,7 +313,7 @@ mod tests {
         let mut ends = Vec::new();
         while let Some(ran) = fs.fallocate_part(&mut f) {
             assert_eq!(ran.got, Ok(()));
-            ends.extend(ran.mapped_to);
+            ends.extend(ran.at);
         }
         assert_eq!(ends, vec![10, 30, 64], "the holes 0..10, 14..30 and 34..64, one allocator answer each");
         assert_eq!(fs.finish_split(SecondHalf::Fallocate(f)), Ok(Reply::Done));
@@ -312,8 +327,8 @@ mod tests {
         let mut fs = mounted_with("");
         fs.create("/f", 0o644).unwrap();
         fs.write("/f", 0, &[3; 3 * BS as usize]).unwrap();
-        let mut f = begin(&mut fs, FallocFlags::PUNCH_HOLE | FallocFlags::KEEP_SIZE, 0, BS);
-        assert_eq!(fs.fallocate_part(&mut f).unwrap(), super::FallocatePartRan { mapped_to: None, got: Ok(()) });
+        let mut f = begin(&mut fs, FallocFlags::ZERO_RANGE, 0, BS);
+        assert_eq!(fs.fallocate_part(&mut f).unwrap(), super::FallocatePartRan { at: None, got: Ok(()) });
         assert!(!f.has_more());
         assert_eq!(fs.finish_split(SecondHalf::Fallocate(f)), Ok(Reply::Done));
         assert_eq!(fs.read("/f", 0, 10).unwrap(), vec![0; 10]);

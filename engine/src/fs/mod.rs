@@ -85,6 +85,7 @@ mod writeback;
 mod writepages;
 mod truncate_parts;
 mod fallocate_parts;
+mod punch_parts;
 mod write_parts;
 #[cfg(test)]
 mod data_path_tests;

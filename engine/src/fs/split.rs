@@ -51,6 +51,9 @@ pub struct WholeOp {
     pub(super) op: Op,
     /// The locks it took (a prefix of its plan), and for whom.
     pub(super) held: Option<(LockPlan, LockHolder)>,
+    /// Its whole plan when it began: what a descriptor op whose file its
+    /// first half pinned still has to take (the slot may lead elsewhere now).
+    pub(super) planned: Option<LockPlan>,
 }
 
 impl WholeOp {
@@ -125,24 +128,31 @@ impl<D: BlockDevice> Ext4<D> {
     /// barrier). One that took none (its file was missing, or its first
     /// lock held) waits where [`Ext4::waits_for`] says.
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
-        let (SecondHalf::Whole(WholeOp { op, held })
-        | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held }, .. })
-        | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held }, .. })
-        | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held }, .. })) = half
+        let (SecondHalf::Whole(WholeOp { op, held, planned })
+        | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held, planned }, .. })
+        | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held, planned }, .. })
+        | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held, planned }, .. })) = half
         else {
             return None;
         };
         let Some((plan, _)) = held else { return self.waits_for(op) };
         let own = held.as_ref().map(|(_, holder)| holder.number());
-        // A write, truncate or fallocate whose parts began goes on with the file it
-        // opened, not with what its name leads to now.
-        let opened = match half {
-            SecondHalf::Write(w) => w.file_fixed(),
-            SecondHalf::Truncate(t) => t.file_fixed(),
-            SecondHalf::Fallocate(f) => f.begun(),
-            _ => false,
+        // A write, truncate or fallocate whose parts began goes on with the
+        // file it opened (every lock its parts need is held), not with what
+        // its name leads to now; a descriptor op whose first half pinned
+        // its file still takes the rest of the plan it began with.
+        let (begun, fixed) = match half {
+            SecondHalf::Write(w) => (w.begun(), w.file_fixed()),
+            SecondHalf::Truncate(t) => (t.begun(), t.file_fixed()),
+            SecondHalf::Fallocate(f) => (f.begun(), f.begun()),
+            _ => (false, false),
         };
-        let beyond = if opened { None } else { self.lock_plan(op).and_then(|now| self.plan_would_wait(&now.beyond(plan))) };
+        let rest = match (begun, fixed) {
+            (true, _) => None,
+            (false, true) => planned.as_ref().map(|p| p.beyond(plan)),
+            (false, false) => self.lock_plan(op).map(|now| now.beyond(plan)),
+        };
+        let beyond = rest.and_then(|rest| self.plan_would_wait(&rest));
         if let Some(lock) = beyond.or_else(|| self.folio_wait_except(op, own)) {
             return Some(lock);
         }
@@ -165,15 +175,15 @@ impl<D: BlockDevice> Ext4<D> {
     /// Up to the op's sleep: its locks, taken for a holder of its own, as
     /// far as they can be had now.
     pub(super) fn begin_whole(&mut self, op: &Op) -> Result<WholeOp, Errno> {
-        let Some(plan) = self.lock_plan(op) else { return Ok(WholeOp { op: op.clone(), held: None }) };
+        let Some(plan) = self.lock_plan(op) else { return Ok(WholeOp { op: op.clone(), held: None, planned: None }) };
         let free = self.plan_free_prefix(&plan);
         if free == 0 {
-            return Ok(WholeOp { op: op.clone(), held: None });
+            return Ok(WholeOp { op: op.clone(), held: None, planned: Some(plan) });
         }
         let taken = plan.prefix(free);
         let holder = self.locks.new_holder();
         self.take_plan(&taken.steps, holder)?;
-        Ok(WholeOp { op: op.clone(), held: Some((taken, holder)) })
+        Ok(WholeOp { op: op.clone(), held: Some((taken, holder)), planned: Some(plan) })
     }
 
     /// Before a part of a split op in flight: the locks its first half took
