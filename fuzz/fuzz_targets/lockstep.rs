@@ -16,7 +16,7 @@ mod twin {
 
     /// Hooks this target can arm: bugs in the data path, the journal's
     /// ordering and the caches, each caught by some generated run.
-    const BUGS: [InjectedBug; 10] = [
+    const BUGS: [InjectedBug; 11] = [
         InjectedBug::WriteBackKeepsCachedHoles,
         InjectedBug::ReadFlipsLastByteAfterTruncate,
         InjectedBug::OrderedCommitsBeforeData,
@@ -27,6 +27,7 @@ mod twin {
         InjectedBug::ReleaseForgetsTruncatedFile,
         InjectedBug::TruncateLeavesNoOrphan,
         InjectedBug::FallocatePieceSizesPastRange,
+        InjectedBug::PunchDropsCacheLate,
     ];
 
     /// The armed hook, chosen once per process (`after_mount` takes a plain

@@ -42,6 +42,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// and delayed blocks of its whole blocks dropped, its last extent
     /// freed. At or past EOF it does nothing, and is over.
     pub(super) fn first_punch_part(&mut self, f: &mut FallocateInFlight, ino: InodeNumber, offset: u64, end: u64) -> FallocatePartRan {
+        let late = self.drops_cache_late();
         let begun = self.under_punch_locks(ino, |fs| {
             let (ctx, node) = fs.split(ino)?;
             let (bs, ps) = (ctx.bs(), u64::from(ctx.mount.page_size));
@@ -50,7 +51,7 @@ impl<D: BlockDevice> Ext4<D> {
             // neither: a folio it cannot have leaves the file as it was.
             ctx.cache_zero_ranges(ino, node, &partial_edges(offset, end, bs))?;
             disksize_before_punch(node, offset, end);
-            if !blocks.is_empty() {
+            if !blocks.is_empty() && !late {
                 ctx.drop_unmapped(ino, node, blocks.clone());
             }
             fs.mark_dirty(ino);
@@ -74,11 +75,15 @@ impl<D: BlockDevice> Ext4<D> {
     /// part never frees half a cluster it could free whole.
     pub(super) fn punch_next_extent(&mut self, f: &mut FallocateInFlight, ino: InodeNumber) -> FallocatePartRan {
         let Some(PunchInFlight { blocks, freed_from }) = f.punch.clone() else { return f.ended_with(Errno::EINVAL) };
+        let late = self.drops_cache_late();
         let freed = self.under_punch_locks(ino, |fs| {
             let (ctx, node) = fs.split(ino)?;
             let Some(start) = node.map().last_run_start(blocks.start..freed_from) else { return Ok(None) };
             let ratio = 1u64 << ctx.cluster_bits();
             let from = (start / ratio * ratio).max(blocks.start);
+            if late {
+                ctx.drop_unmapped(ino, node, from..freed_from);
+            }
             ctx.free_mapped(node, from..freed_from.min(node.map().end()), blocks.clone())?;
             fs.mark_dirty(ino);
             Ok(Some(from))
@@ -98,12 +103,24 @@ impl<D: BlockDevice> Ext4<D> {
     pub(super) fn punch_the_rest(&mut self, f: &FallocateInFlight, ino: InodeNumber) -> Result<(), Errno> {
         let Some(PunchInFlight { blocks, freed_from }) = f.punch.clone() else { return Err(Errno::EINVAL) };
         self.prepare_change(0)?;
+        let late = self.drops_cache_late();
         let freed = self.under_punch_locks(ino, |fs| {
             let (ctx, node) = fs.split(ino)?;
+            if late {
+                ctx.drop_unmapped(ino, node, blocks.start..freed_from);
+            }
             let end = freed_from.min(node.map().end()).max(blocks.start);
             ctx.free_mapped(node, blocks.start..end, blocks.clone())
         });
         freed.and(self.punch_stamp(ino))
+    }
+
+    /// The bug twin `PunchDropsCacheLate` armed.
+    fn drops_cache_late(&self) -> bool {
+        #[cfg(feature = "test-hooks")]
+        return self.bug_punch_drops_cache_late();
+        #[cfg(not(feature = "test-hooks"))]
+        false
     }
 
     /// The punch's times, and its inode to write.

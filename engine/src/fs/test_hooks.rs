@@ -82,6 +82,12 @@ pub enum InjectedBug {
     /// ending inside a block whose last piece maps between the halves
     /// leaves the file grown past the range.
     FallocatePieceSizesPastRange,
+    /// A punch drops the page cache and delayed blocks of each extent as it
+    /// frees it, not of the whole hole first (ext4_punch_hole's
+    /// truncate_pagecache_range and extent status removal done late), so
+    /// between its parts the hole's dirty data not yet reached is still
+    /// cached and reserved, and write-back may still write it.
+    PunchDropsCacheLate,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -139,6 +145,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_fallocate_piece_sizes_past_range(&self) -> bool {
         self.bug.bug == Some(InjectedBug::FallocatePieceSizesPastRange)
+    }
+
+    pub(crate) fn bug_punch_drops_cache_late(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::PunchDropsCacheLate)
     }
 
     pub(crate) fn bug_close_ignores_writes(&self) -> bool {

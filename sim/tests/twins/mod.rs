@@ -36,6 +36,7 @@ impl TargetFactory for Buggy {
             InjectedBug::CloseIgnoresWriteInFlight => |fs| fs.inject_bug(InjectedBug::CloseIgnoresWriteInFlight),
             InjectedBug::TruncateLeavesNoOrphan => |fs| fs.inject_bug(InjectedBug::TruncateLeavesNoOrphan),
             InjectedBug::FallocatePieceSizesPastRange => |fs| fs.inject_bug(InjectedBug::FallocatePieceSizesPastRange),
+            InjectedBug::PunchDropsCacheLate => |fs| fs.inject_bug(InjectedBug::PunchDropsCacheLate),
         });
         Ok(t)
     }
