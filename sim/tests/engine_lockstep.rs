@@ -554,15 +554,15 @@ op stat path=\"/a\"\n"));
 /// Found by CI's small-disk swarm (then seed 700; seed 340 since directory
 /// ops split and hold handles; seed 1 at 6,000 ops since writes go on folio
 /// by folio; seed 4 since descriptor writes do too; seed 1 again since
-/// truncates go extent by extent: `ext4sim run --seed 1 --ops 6000
-/// --crash-every 150 --tasks 4 --disk-size 41943040`, 46 refusals, 45
-/// flights): a target-only ENOSPC resyncs the model
+/// truncates go extent by extent; seed 4 since fallocates go piece by
+/// piece: `ext4sim run --seed 4 --ops 6000 --crash-every 150 --tasks 4
+/// --disk-size 41943040`, 1 refusal, 3 flights): a target-only ENOSPC resyncs the model
 /// without remounting the engine, so the ops in flight kept their locks
 /// after their flights were dropped. They now return on the engine before
 /// the model adopts its state (dropping them instead fails this seed).
 #[test]
 fn regression_ops_in_flight_return_before_a_space_resync() {
-    let s = RunSpec { tasks: 4, crash_every: 150, disk_bytes: 40 << 20, ..spec(1, 6000, "") };
+    let s = RunSpec { tasks: 4, crash_every: 150, disk_bytes: 40 << 20, ..spec(4, 6000, "") };
     let r = run_seed(&EngineFactory, &s).unwrap();
     assert!(r.failure.is_none(), "{}", r.failure.unwrap());
     assert!(r.stats.space_resyncs >= 1, "the run meets a target-only ENOSPC");
