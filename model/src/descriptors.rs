@@ -76,7 +76,9 @@ impl Model {
     pub(crate) fn fdput(&mut self, id: u64) {
         self.record(|| Call::FdPut { id });
         if let Some(FdRef { slot: None, ino }) = self.st.fd_refs.remove(&id) {
-            if self.st.inodes.contains_key(&ino) {
+            // The closed descriptor's file goes with its last reference.
+            let more = self.st.fd_refs.values().any(|r| r.slot.is_none() && r.ino == ino);
+            if !more && self.st.inodes.contains_key(&ino) {
                 self.release_slot(ino);
             }
         }

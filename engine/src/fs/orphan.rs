@@ -119,7 +119,6 @@ impl<D: BlockDevice> Ext4<D> {
         let ino = self.slot_file(slot)?;
         let id = self.fd_refs.next;
         self.fd_refs.next += 1;
-        debug_assert!(!self.fd_refs.refs.values().any(|r| r.ino == ino), "two writes in flight hold inode {ino}, whose i_rwsem each holds");
         self.fd_refs.refs.insert(id, FdRef { slot: Some(slot), ino });
         Ok((id, ino))
     }
@@ -127,7 +126,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// fdput: a file whose slot closed meanwhile is released now.
     pub(crate) fn fdput(&mut self, id: u64) -> std::result::Result<(), Errno> {
         match self.fd_refs.refs.remove(&id) {
-            Some(FdRef { slot: None, ino }) => self.release_slot(ino),
+            // The closed descriptor's file goes with its last reference.
+            Some(FdRef { slot: None, ino }) if !self.fd_refs.refs.values().any(|r| r.slot.is_none() && r.ino == ino) => self.release_slot(ino),
             _ => Ok(()),
         }
     }
