@@ -187,13 +187,7 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.settle_reservation(node, piece.clone(), reserved_before);
             node.map_dirty = true;
             let epos = piece.end.saturating_mul(ctx.bs()).min(end);
-            if !keep_size && epos > node.disk.size {
-                node.disk.size = epos;
-                node.disksize = None;
-            }
-            let now = ctx.now();
-            node.disk.ctime = now;
-            node.disk.mtime = now;
+            grow_and_stamp(node, (!keep_size).then_some(epos), ctx.now());
             fs.mark_dirty(ino);
             Ok(Some(piece.end))
         });
@@ -246,17 +240,22 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.no_normalize = no_normalize;
             let mapped = ctx.map_range(ino, node, rest, true);
             ctx.no_normalize = false;
-            if mapped.is_ok() && !keep_size && end > node.disk.size {
-                node.disk.size = end;
-                node.disksize = None;
-            }
-            let now = ctx.now();
-            node.disk.ctime = now;
-            node.disk.mtime = now;
+            grow_and_stamp(node, (mapped.is_ok() && !keep_size).then_some(end), ctx.now());
             fs.mark_dirty(ino);
             mapped
         })
     }
+}
+
+/// The size grown to `grow_to` where that is past it (ext4_update_inode_size),
+/// and the fallocate's times.
+pub(super) fn grow_and_stamp(node: &mut super::node::Node, grow_to: Option<u64>, now: crate::format::inode::Timestamp) {
+    if let Some(to) = grow_to.filter(|&to| to > node.disk.size) {
+        node.disk.size = to;
+        node.disksize = None;
+    }
+    node.disk.ctime = now;
+    node.disk.mtime = now;
 }
 
 #[cfg(test)]

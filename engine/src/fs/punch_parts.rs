@@ -127,9 +127,7 @@ impl<D: BlockDevice> Ext4<D> {
     fn punch_stamp(&mut self, ino: InodeNumber) -> Result<(), Errno> {
         self.mark_dirty(ino);
         let (ctx, node) = self.split(ino)?;
-        let now = ctx.now();
-        node.disk.mtime = now;
-        node.disk.ctime = now;
+        super::fallocate_parts::grow_and_stamp(node, None, ctx.now());
         Ok(())
     }
 
