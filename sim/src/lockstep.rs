@@ -731,8 +731,7 @@ impl<T: Target> Lockstep<T> {
 }
 
 mod out_of_memory;
-mod truncate_parts;
-mod fallocate_parts;
+mod extent_parts;
 mod write_parts;
 #[cfg(test)]
 mod tests;

@@ -29,12 +29,12 @@ impl<T: Target> Lockstep<T> {
     /// other tasks' steps before and after it; false when it had none.
     pub fn part_step(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
         if matches!(flight.model, Pending::Truncate(_)) {
-            let ran = self.truncate_part(flight)?;
+            let ran = self.extent_part(flight)?;
             self.stats.truncate_parts += u64::from(ran);
             return Ok(ran);
         }
         if matches!(flight.model, Pending::Fallocate(_)) {
-            let ran = self.fallocate_part(flight)?;
+            let ran = self.extent_part(flight)?;
             self.stats.fallocate_parts += u64::from(ran);
             return Ok(ran);
         }
