@@ -178,11 +178,8 @@ impl Model {
                 self.record(|| Call::Op(Op::Truncate { path: path.clone(), size: 0 }));
                 self.open_for_write(&path, false).inspect(|&ino| self.truncate_inode(ino, 0))
             }
-            WriteTo::Slot(_) if w.pinned.is_some() => match w.pinned {
-                Some(ino) if self.immutable(ino) => Err(Errno::EPERM),
-                Some(ino) => Ok(ino),
-                None => Err(Errno::EBADF),
-            },
+            // Its reference is taken: the rest of pwrite's checks.
+            WriteTo::Slot(_) if w.pinned.is_some() => w.pinned.filter(|&ino| !self.immutable(ino)).ok_or(Errno::EPERM),
             WriteTo::Slot(slot) => self.open_slot_write(*slot, w.offset).map(|(id, ino)| {
                 w.fd_ref = Some(id);
                 ino

@@ -67,13 +67,17 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let kind = fallocate_checks(mode, offset, len, self.ctx.mount.max_file_size())?;
         let end = fallocate_end(offset, len)?;
-        // ext4_fallocate: the inode lock and inode_dio_wait for every mode;
-        // the modes that drop page cache take invalidate_lock too.
+        self.under_fallocate_locks(ino, fallocate_invalidates(kind), |fs| fs.fallocate_locked(ino, kind, offset, end, len))
+    }
+
+    /// ext4_fallocate's locks: the inode lock and inode_dio_wait for every
+    /// mode, and invalidate_lock for the modes that drop page cache.
+    pub(super) fn under_fallocate_locks<T>(&mut self, ino: InodeNumber, invalidates: bool, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
         self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
             fs.dio_wait(ino)?;
-            match fallocate_invalidates(kind) {
-                true => fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_fallocate", |fs| fs.fallocate_locked(ino, kind, offset, end, len)),
-                false => fs.fallocate_locked(ino, kind, offset, end, len),
+            match invalidates {
+                true => fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_fallocate", f),
+                false => f(fs),
             }
         })
     }
@@ -105,8 +109,7 @@ impl<D: BlockDevice> Ext4<D> {
         if grows {
             ctx.zero_past_eof(ino, node, node.disk.size, end)?;
         }
-        // ext4_alloc_file_blocks: a range one extent holds is not widened.
-        ctx.no_normalize = span.end - span.start <= u64::from(crate::format::extent::MAX_UNWRITTEN_LEN);
+        ctx.no_normalize = fits_one_extent(&span);
         let mapped = ctx.map_range(ino, node, span, true);
         ctx.no_normalize = false;
         mapped?;
@@ -236,6 +239,12 @@ impl<D: BlockDevice> Ext4<D> {
         node.disksize = None;
         Ok(())
     }
+}
+
+/// ext4_alloc_file_blocks' EXT4_GET_BLOCKS_NO_NORMALIZE: a range of
+/// blocks one unwritten extent holds is not widened.
+pub(super) fn fits_one_extent(span: &std::ops::Range<u64>) -> bool {
+    span.end - span.start <= u64::from(crate::format::extent::MAX_UNWRITTEN_LEN)
 }
 
 /// The bytes of `offset..end` in blocks it covers only in part: one range

@@ -27,7 +27,7 @@ use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
 use super::lock_plan::PlannedLock;
-use super::locks::Lock;
+use super::fallocate::fits_one_extent;
 use super::split::WholeOp;
 use super::Ext4;
 
@@ -146,8 +146,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let grows = !keep_size && self.node(ino).is_ok_and(|n| f.end > n.disk.size);
         let begun = begun.and_then(|()| {
-            self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
-                fs.dio_wait(ino)?;
+            self.under_fallocate_locks(ino, false, |fs| {
                 if grows {
                     // The old EOF block's tail, before anything is mapped.
                     let (ctx, node) = fs.split(ino)?;
@@ -167,11 +166,10 @@ impl<D: BlockDevice> Ext4<D> {
     /// allocator answer's worth of unwritten blocks.
     fn map_next_piece(&mut self, f: &mut FallocateInFlight, ino: InodeNumber) -> FallocatePartRan {
         let (rest, end, keep_size) = (f.next..f.span.end, f.end, f.keep_size);
-        let no_normalize = f.span.end - f.span.start <= u64::from(crate::format::extent::MAX_UNWRITTEN_LEN);
+        let no_normalize = fits_one_extent(&f.span);
         #[cfg(feature = "test-hooks")]
         let end = if self.bug_fallocate_piece_sizes_past_range() { u64::MAX } else { end };
-        let got = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
-            fs.dio_wait(ino)?;
+        let got = self.under_fallocate_locks(ino, false, |fs| {
             let (ctx, node) = fs.split(ino)?;
             ctx.check_room(node, rest.clone())?;
             let Some(hole) = node.map().holes(rest).into_iter().next() else { return Ok(None) };
@@ -232,10 +230,9 @@ impl<D: BlockDevice> Ext4<D> {
     /// ext4_alloc_file_blocks' last pieces, as the whole op maps its range.
     fn map_the_rest(&mut self, f: &FallocateInFlight, ino: InodeNumber) -> Result<(), Errno> {
         self.prepare_change(self.rest_blocks(f))?;
-        let no_normalize = f.span.end - f.span.start <= u64::from(crate::format::extent::MAX_UNWRITTEN_LEN);
+        let no_normalize = fits_one_extent(&f.span);
         let (rest, end, keep_size) = (f.next..f.span.end, f.end, f.keep_size);
-        self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
-            fs.dio_wait(ino)?;
+        self.under_fallocate_locks(ino, false, |fs| {
             let (ctx, node) = fs.split(ino)?;
             ctx.no_normalize = no_normalize;
             let mapped = ctx.map_range(ino, node, rest, true);

@@ -25,7 +25,6 @@ use crate::format::InodeNumber;
 
 use super::fallocate::{disksize_before_punch, partial_edges};
 use super::fallocate_parts::{FallocateInFlight, FallocatePartRan};
-use super::locks::Lock;
 use super::Ext4;
 
 /// A punch's progress between its parts.
@@ -43,7 +42,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// freed. At or past EOF it does nothing, and is over.
     pub(super) fn first_punch_part(&mut self, f: &mut FallocateInFlight, ino: InodeNumber, offset: u64, end: u64) -> FallocatePartRan {
         let late = self.drops_cache_late();
-        let begun = self.under_punch_locks(ino, |fs| {
+        let begun = self.under_fallocate_locks(ino, true, |fs| {
             let (ctx, node) = fs.split(ino)?;
             let (bs, ps) = (ctx.bs(), u64::from(ctx.mount.page_size));
             let Some((end, blocks)) = punch_span(offset, end, node.disk.size, bs, ps) else { return Ok(None) };
@@ -76,7 +75,7 @@ impl<D: BlockDevice> Ext4<D> {
     pub(super) fn punch_next_extent(&mut self, f: &mut FallocateInFlight, ino: InodeNumber) -> FallocatePartRan {
         let Some(PunchInFlight { blocks, freed_from }) = f.punch.clone() else { return f.ended_with(Errno::EINVAL) };
         let late = self.drops_cache_late();
-        let freed = self.under_punch_locks(ino, |fs| {
+        let freed = self.under_fallocate_locks(ino, true, |fs| {
             let (ctx, node) = fs.split(ino)?;
             let Some(start) = node.map().last_run_start(blocks.start..freed_from) else { return Ok(None) };
             let ratio = 1u64 << ctx.cluster_bits();
@@ -104,7 +103,7 @@ impl<D: BlockDevice> Ext4<D> {
         let Some(PunchInFlight { blocks, freed_from }) = f.punch.clone() else { return Err(Errno::EINVAL) };
         self.prepare_change(0)?;
         let late = self.drops_cache_late();
-        let freed = self.under_punch_locks(ino, |fs| {
+        let freed = self.under_fallocate_locks(ino, true, |fs| {
             let (ctx, node) = fs.split(ino)?;
             if late {
                 ctx.drop_unmapped(ino, node, blocks.start..freed_from);
@@ -129,15 +128,6 @@ impl<D: BlockDevice> Ext4<D> {
         let (ctx, node) = self.split(ino)?;
         super::fallocate_parts::grow_and_stamp(node, None, ctx.now());
         Ok(())
-    }
-
-    /// ext4_fallocate's i_rwsem and inode_dio_wait, then ext4_punch_hole's
-    /// invalidate_lock.
-    fn under_punch_locks<T>(&mut self, ino: InodeNumber, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
-        self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_fallocate", |fs| {
-            fs.dio_wait(ino)?;
-            fs.under_inode_lock(ino, Lock::InvalidateLock, false, "ext4_fallocate", f)
-        })
     }
 }
 

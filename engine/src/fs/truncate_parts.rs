@@ -39,11 +39,10 @@ pub struct TruncateInFlight {
     /// The file, once the first part found it.
     ino: Option<InodeNumber>,
     /// An ftruncate's reference to its descriptor's file, from its first
-    /// part to its return (fdget).
+    /// half (fdget at the syscall's entry, before any lock) to its return.
     fd_ref: Option<u64>,
-    /// An ftruncate's file, pinned at its first half (fdget at the
-    /// syscall's entry, before any lock), with the reference's id.
-    pinned: Option<(u64, InodeNumber)>,
+    /// That file: a close or reopen of the slot does not move it.
+    pinned: Option<InodeNumber>,
     /// The first block past the new size.
     keep: u64,
     /// The lowest block freed so far (mapped blocks from here on are gone).
@@ -96,7 +95,7 @@ impl<D: BlockDevice> Ext4<D> {
         if let Op::FtruncateFd { slot, size } = *op {
             if size <= ext4_model::vfs::LOFF_MAX {
                 match self.fdget(slot) {
-                    Ok(pin) => t.pinned = Some(pin),
+                    Ok((id, ino)) => (t.fd_ref, t.pinned) = (Some(id), Some(ino)),
                     Err(e) => t.ended = Some(Err(e)),
                 }
             }
@@ -115,7 +114,7 @@ impl<D: BlockDevice> Ext4<D> {
         let found = match (t.ino, &t.whole.op) {
             (Some(_), _) => None,
             (None, Op::Truncate { path, .. }) => Some(self.open_path(path).ok()),
-            (None, Op::FtruncateFd { .. }) if t.pinned.is_some() => Some(t.pinned.map(|(_, ino)| ino)),
+            (None, Op::FtruncateFd { .. }) if t.pinned.is_some() => Some(t.pinned),
             (None, Op::FtruncateFd { slot, .. }) => Some(self.slot_file(*slot).ok()),
             (None, _) => return None,
         };
@@ -140,13 +139,10 @@ impl<D: BlockDevice> Ext4<D> {
                 self.truncate_inode_checks(ino, size)?;
                 Ok((ino, size))
             }),
-            Op::FtruncateFd { size, .. } if t.pinned.is_some() => match t.pinned.take() {
-                Some((id, ino)) => {
-                    t.fd_ref = Some(id);
-                    self.prepare_truncate().and_then(|()| self.truncate_inode_checks(ino, size)).map(|()| (ino, size))
-                }
-                None => Err(Errno::EBADF),
-            },
+            Op::FtruncateFd { size, .. } if t.pinned.is_some() => {
+                let ino = t.pinned.ok_or(Errno::EBADF);
+                ino.and_then(|ino| self.prepare_truncate().and_then(|()| self.truncate_inode_checks(ino, size)).map(|()| (ino, size)))
+            }
             Op::FtruncateFd { slot, size } => self.ftruncate_checks(slot, size).and_then(|ino| {
                 self.truncate_inode_checks(ino, size)?;
                 let (id, ino) = self.fdget(slot)?;
@@ -245,7 +241,7 @@ impl<D: BlockDevice> Ext4<D> {
             (None, Some(ino)) => self.free_the_rest(ino, t.keep, t.freed_from),
             (None, None) => Err(Errno::EINVAL),
         };
-        let put = t.fd_ref.or(t.pinned.map(|(id, _)| id)).map_or(Ok(()), |id| self.fdput(id));
+        let put = t.fd_ref.map_or(Ok(()), |id| self.fdput(id));
         answer.and(put).map(|()| Reply::Done)
     }
 

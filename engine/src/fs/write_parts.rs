@@ -31,12 +31,12 @@ pub struct WriteInFlight {
     ino: Option<InodeNumber>,
     /// Where the write starts, once its first part opened the file.
     offset: u64,
-    /// A descriptor write's reference to its file, from its first part.
+    /// A descriptor write's reference to its file, from its first half
+    /// (fdget at the syscall's entry, before any lock).
     fd_ref: Option<u64>,
-    /// A descriptor write's file, pinned at its first half (fdget at the
-    /// syscall's entry, before any lock), with the reference's id: a close
-    /// or reopen of the slot before its first part does not move it.
-    pinned: Option<(u64, InodeNumber)>,
+    /// That file: a close or reopen of the slot before the first part
+    /// does not move it.
+    pinned: Option<InodeNumber>,
     /// Bytes written so far.
     done: u64,
     /// The answer, once a part failed or fell short.
@@ -120,7 +120,7 @@ impl<D: BlockDevice> Ext4<D> {
             // A write of nothing has nothing to go on with: done whole.
             if offset <= ext4_model::vfs::LOFF_MAX && len > 0 {
                 match self.fdget(slot) {
-                    Ok(pin) => w.pinned = Some(pin),
+                    Ok((id, ino)) => (w.fd_ref, w.pinned) = (Some(id), Some(ino)),
                     Err(e) => w.ended = Some(Err(e)),
                 }
             }
@@ -138,7 +138,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         let found = match (w.ino, w.fields()?.0) {
             (Some(_), _) => None,
-            (None, WriteTo::Slot(_)) if w.pinned.is_some() => Some(w.pinned.map(|(_, ino)| ino)),
+            (None, WriteTo::Slot(_)) if w.pinned.is_some() => Some(w.pinned),
             (None, WriteTo::Path(path) | WriteTo::Append(path) | WriteTo::Rewrite(path)) => Some(self.open_path(path).ok()),
             (None, WriteTo::Slot(slot)) => Some(self.slot_file(slot).ok()),
         };
@@ -159,10 +159,6 @@ impl<D: BlockDevice> Ext4<D> {
             self.run_write_part(&mut w, true);
         }
         let answer = w.ended.unwrap_or(Ok(w.done));
-        if let Some((id, _)) = w.pinned.take() {
-            // Pinned, never opened: its reference still goes.
-            w.fd_ref.get_or_insert(id);
-        }
         match (w.fd_ref, w.ino) {
             (Some(id), _) => {
                 let put = self.fdput(id);
@@ -212,17 +208,16 @@ impl<D: BlockDevice> Ext4<D> {
     /// them: the file and where the write starts (an append's: the size),
     /// or a descriptor's checks and its reference to the file.
     fn open_write(&mut self, w: &mut WriteInFlight, offset: u64, len: u64) -> Result<InodeNumber, Errno> {
-        let (path, append, truncates) = match w.fields().ok_or(Errno::EINVAL)?.0 {
-            WriteTo::Slot(_) if w.pinned.is_some() => {
-                let (id, ino) = w.pinned.take().ok_or(Errno::EBADF)?;
-                w.fd_ref = Some(id);
-                w.offset = offset;
-                if self.immutable(ino)? {
-                    return Err(Errno::EPERM);
-                }
-                self.prepare_data_change(len)?;
-                return Ok(ino);
+        if let Some(ino) = w.pinned {
+            // Its reference is taken: the rest of pwrite's checks.
+            w.offset = offset;
+            if self.immutable(ino)? {
+                return Err(Errno::EPERM);
             }
+            self.prepare_data_change(len)?;
+            return Ok(ino);
+        }
+        let (path, append, truncates) = match w.fields().ok_or(Errno::EINVAL)?.0 {
             WriteTo::Slot(slot) => {
                 self.pwrite_checks(slot, offset)?;
                 self.prepare_data_change(len)?;
