@@ -16,7 +16,7 @@ mod twin {
 
     /// Hooks this target can arm: bugs in the data path, the journal's
     /// ordering and the caches, each caught by some generated run.
-    const BUGS: [InjectedBug; 11] = [
+    const BUGS: [InjectedBug; 13] = [
         InjectedBug::WriteBackKeepsCachedHoles,
         InjectedBug::ReadFlipsLastByteAfterTruncate,
         InjectedBug::OrderedCommitsBeforeData,
@@ -28,6 +28,8 @@ mod twin {
         InjectedBug::TruncateLeavesNoOrphan,
         InjectedBug::FallocatePieceSizesPastRange,
         InjectedBug::PunchDropsCacheLate,
+        InjectedBug::DirectWriteMapsWritten,
+        InjectedBug::DirectWriteKeepsStaleCache,
     ];
 
     /// The armed hook, chosen once per process (`after_mount` takes a plain

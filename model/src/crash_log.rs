@@ -33,6 +33,14 @@ pub enum Call {
     /// cache of its whole `blocks` dropped (the first part, `piece` None),
     /// or the blocks `piece` freed.
     PunchPart { ino: crate::state::Ino, offset: u64, end: u64, blocks: std::ops::Range<u64>, piece: Option<std::ops::Range<u64>> },
+    /// A direct write's bios submitted ([`crate::Model::direct_write_part`]):
+    /// the range of the inode it opened written back, its holes allocated
+    /// unwritten.
+    DirectWriteSubmit { ino: crate::state::Ino, offset: u64, len: u32 },
+    /// A direct write's data and completion (`submitted`), or a direct
+    /// write call done whole at its part (buffered, misaligned): the
+    /// pattern of `seed` at `offset`, to the inode it opened.
+    DirectWriteDone { ino: crate::state::Ino, offset: u64, len: u32, seed: u64, submitted: bool },
     /// An ftruncate through a descriptor, of the file its first half
     /// pinned (fdget): the slot may lead elsewhere by its first part.
     TruncateFile { ino: crate::state::Ino, size: u64 },

@@ -59,25 +59,70 @@ impl Model {
     }
 
     fn direct_write_at(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
+        match self.submit_direct_write(ino, offset, len, source.clone())? {
+            Some(count) => {
+                self.complete_direct_write(ino, offset, count, source);
+                Ok(count)
+            }
+            None => self.write_at(ino, offset, len, source),
+        }
+    }
+
+    /// A direct write up to its bios' submission: the checks, the range
+    /// written back, its holes allocated unwritten (room checked). The
+    /// bytes it will move, or None for a call that goes buffered.
+    /// Misaligned calls are over here: their EINVAL (or ENOSPC).
+    pub(crate) fn submit_direct_write(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<Option<u64>, Errno> {
         if !self.direct_path(ino) {
-            return self.write_at(ino, offset, len, source);
+            return Ok(None);
         }
         let count = write_count(offset, len, self.mount.max_file_size())? as u64;
         if count == 0 {
-            return Ok(0);
+            return Ok(Some(0));
         }
         if (offset | count) % DIO_ALIGN != 0 {
             return Err(self.refuse_misaligned_write(ino, offset, count, source));
         }
         self.range_written_back(ino, offset, count);
-        self.write_backed(ino, offset, count, source, Alloc::Written)?;
+        let span = block_span(offset, count, self.bs());
+        let ratio = self.ratio();
+        let file = self.file(ino).ok_or(Errno::EINVAL)?;
+        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
+        self.reserve_blocks(new_space)?;
+        let file = self.file_mut(ino);
+        let holes = file.blocks.gaps(span.clone());
+        let maybe = file.maybe_allocated_in(span);
+        for h in &holes {
+            file.blocks.insert(h.clone(), Alloc::Unwritten);
+        }
+        // A hole a page fault's folio may have backed: written zeros where
+        // it did, else unwritten now.
+        for r in maybe {
+            file.blocks.insert(r, Alloc::Zeroed);
+        }
+        self.st.used_blocks += new_space;
+        if !holes.is_empty() {
+            self.touch_datasync(ino);
+        }
+        Ok(Some(count))
+    }
+
+    /// The bios of a submitted direct write, and its completion: the data
+    /// on its blocks, the unwritten ones converted, the size moved.
+    pub(crate) fn complete_direct_write(&mut self, ino: Ino, offset: u64, count: u64, source: Source) {
+        if count == 0 || self.file(ino).is_none() {
+            return;
+        }
+        if self.write_backed(ino, offset, count, source, Alloc::Written).is_err() {
+            debug_assert!(false, "a submitted direct write's blocks are all allocated");
+            return;
+        }
         let span = block_span(offset, count, self.bs());
         let file = self.file_mut(ino);
         // Written on disk and converted at completion, whatever each block was.
         file.blocks.insert(span, Alloc::Written);
         // ext4_handle_inode_extension moves i_disksize to the write's end.
         file.move_disksize(offset + count);
-        Ok(count)
     }
 
     /// What a misaligned direct write leaves before iomap refuses it.

@@ -196,6 +196,14 @@ impl Model {
                 self.replay_punch_part(*ino, *offset, *end, blocks.clone(), piece.clone());
                 Ok(())
             }
+            Call::DirectWriteSubmit { ino, offset, len } => {
+                self.replay_direct_write_submit(*ino, *offset, *len);
+                Ok(())
+            }
+            Call::DirectWriteDone { ino, offset, len, seed, submitted } => {
+                self.replay_direct_write_done(*ino, *offset, *len, *seed, *submitted);
+                Ok(())
+            }
             Call::TruncateFile { ino, size } => {
                 self.record(|| Call::TruncateFile { ino: *ino, size: *size });
                 if self.st.inodes.contains_key(ino) {
@@ -219,7 +227,12 @@ impl Model {
 fn call_file(replay: &Model, call: &Call) -> Option<Ino> {
     match call {
         Call::WriteFd { slot, .. } | Call::Op(Op::WriteFd { slot, .. } | Op::FtruncateFd { slot, .. }) => replay.st.slots.get(slot).copied(),
-        Call::WritePart { ino, .. } | Call::FallocatePart { ino, .. } | Call::PunchPart { ino, .. } | Call::TruncateFile { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
+        Call::WritePart { ino, .. }
+        | Call::FallocatePart { ino, .. }
+        | Call::PunchPart { ino, .. }
+        | Call::TruncateFile { ino, .. }
+        | Call::DirectWriteSubmit { ino, .. }
+        | Call::DirectWriteDone { ino, .. } => replay.st.inodes.contains_key(ino).then_some(*ino),
         _ => call_path(call).and_then(|p| replay.open_path(p).ok()),
     }
 }

@@ -14,11 +14,13 @@
 //!   (`write_parts`): its second half then writes what is left; a
 //!   shrinking truncate or ftruncate may free the file's blocks extent by
 //!   extent (`truncate_parts`); an allocating fallocate may map its range
-//!   piece by piece (`fallocate_parts`).
+//!   piece by piece (`fallocate_parts`); a direct write may submit its
+//!   bios (`direct_write_parts`).
 
 use crate::model::{Call, Model};
 use crate::op::{Op, Reply};
 use crate::state::Ino;
+use crate::direct_write_parts::PendingDirectWrite;
 use crate::fallocate_parts::PendingFallocate;
 use crate::truncate_parts::PendingTruncate;
 use crate::write_parts::PendingWrite;
@@ -60,6 +62,8 @@ pub enum Pending {
     /// An allocating fallocate, which may map its range piece by piece
     /// before its end.
     Fallocate(PendingFallocate),
+    /// A direct write, which may submit its bios before its end.
+    DirectWrite(PendingDirectWrite),
 }
 
 impl Model {
@@ -72,6 +76,7 @@ impl Model {
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => PendingWrite::of(op).map(|w| Pending::Write(self.pin_write(w))).ok_or(Errno::EINVAL),
             Op::Truncate { .. } | Op::FtruncateFd { .. } => PendingTruncate::of(op).map(|t| Pending::Truncate(self.pin_truncate(t))).ok_or(Errno::EINVAL),
             Op::Fallocate { .. } => PendingFallocate::of(op).map(Pending::Fallocate).ok_or(Errno::EINVAL),
+            Op::DirectWrite { .. } => PendingDirectWrite::of(op).map(Pending::DirectWrite).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -96,6 +101,8 @@ impl Model {
             Pending::Truncate(t) => self.finish_truncate(t),
             Pending::Fallocate(f) if !f.begun() => crate::fs::FileSystem::apply(self, &f.whole_op()),
             Pending::Fallocate(f) => self.finish_fallocate(f),
+            Pending::DirectWrite(d) if !d.begun() => crate::fs::FileSystem::apply(self, &d.whole_op()),
+            Pending::DirectWrite(d) => self.finish_direct_write(d),
             Pending::Write(mut w) => {
                 let _ = self.open_write_part(&mut w);
                 if w.has_more() {

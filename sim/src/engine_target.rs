@@ -381,6 +381,7 @@ impl Target for EngineTarget {
             SecondHalf::Write(w) => w.has_more(),
             SecondHalf::Truncate(t) => t.has_more(),
             SecondHalf::Fallocate(f) => f.has_more(),
+            SecondHalf::DirectWrite(d) => d.has_more(),
             _ => false,
         }
     }
@@ -395,6 +396,11 @@ impl Target for EngineTarget {
         let SecondHalf::Fallocate(f) = half else { return None };
         let ran = self.fs.as_mut()?.fallocate_part(f)?;
         Some((ran.at, ran.got))
+    }
+
+    fn direct_write_part(&mut self, half: &mut SecondHalf) -> Option<Result<(), Errno>> {
+        let SecondHalf::DirectWrite(d) = half else { return None };
+        self.fs.as_mut()?.direct_write_part(d)
     }
 
     fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {

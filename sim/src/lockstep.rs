@@ -94,6 +94,8 @@ pub struct OpStats {
     pub truncate_parts: u64,
     /// Pieces of allocating fallocates mapped between their halves.
     pub fallocate_parts: u64,
+    /// Direct writes' submissions run apart from their completion.
+    pub direct_write_parts: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -341,6 +343,7 @@ impl<T: Target> Lockstep<T> {
             Pending::Write(w) => !w.file_fixed(),
             Pending::Truncate(t) => !t.file_fixed(),
             Pending::Fallocate(f) => !f.begun(),
+            Pending::DirectWrite(d) => !d.begun(),
             _ => false,
         };
         let expected = if pinned {

@@ -212,6 +212,11 @@ pub trait Target: FileSystem {
     fn fallocate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         None
     }
+    /// Runs the part of a direct write in flight (its bios' submission): its
+    /// answer. None when it had none to run.
+    fn direct_write_part(&mut self, _half: &mut Self::SecondHalf) -> Option<Result<(), Errno>> {
+        None
+    }
     /// The lock a second half would sleep on now (held by another split op).
     fn finish_waits_for(&mut self, _half: &Self::SecondHalf) -> Option<Self::Lock> {
         None

@@ -30,6 +30,26 @@ use super::data::{block_span, LOFF_MAX};
 use super::node::Node;
 use super::{Ctx, Ext4};
 
+/// A direct write whose bios are submitted: what its completion needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubmittedWrite {
+    offset: u64,
+    /// Bytes the write moves (clipped to the largest file).
+    count: usize,
+    /// ext4_extending_io when it began, and the size then: a failure
+    /// truncates back to it.
+    extending: bool,
+    old_size: u64,
+}
+
+/// What the submission left to do.
+pub(super) enum Submission {
+    /// Nothing: the call is over, with this answer.
+    Done(u64),
+    /// The bios and the completion.
+    InFlight(SubmittedWrite),
+}
+
 /// Blocks ext4_iomap_alloc maps for one direct write at most (DIO_MAX_BLOCKS).
 const DIO_MAX_BLOCKS: u64 = 4096;
 
@@ -157,17 +177,28 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     fn direct_write_at(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
+        match self.submit_direct_write(ino, offset, data)? {
+            Submission::Done(written) => Ok(written),
+            Submission::InFlight(sub) => self.complete_direct_write(ino, &sub, data),
+        }
+    }
+
+    /// ext4_dio_write_iter up to the bios' submission: the checks, the
+    /// range written back and dropped from the page cache, and its holes
+    /// mapped unwritten. A call that does not go the direct way in flight
+    /// (buffered, empty, misaligned) is done here whole.
+    pub(super) fn submit_direct_write(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<Submission, Errno> {
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EINVAL);
         }
         let (ctx, node) = self.split(ino)?;
         if !ctx.direct_path(node) {
             ctx.dio_stats.buffered += 1;
-            return self.write_at(ino, offset, data);
+            return self.write_at(ino, offset, data).map(Submission::Done);
         }
         let count = ext4_model::vfs::write_count(offset, data.len(), ctx.mount.max_file_size())?;
         if count == 0 {
-            return Ok(0);
+            return Ok(Submission::Done(0));
         }
         let data = &data[..count];
         let bs = ctx.bs();
@@ -185,22 +216,51 @@ impl<D: BlockDevice> Ext4<D> {
         node.move_disksize(moved);
         ctx.pages.invalidate(ino, span.clone());
         let misaligned = (offset | count as u64) % DIO_ALIGN != 0;
-        let written = if misaligned {
+        let mapped = if misaligned {
             ctx.dio_stats.misaligned += 1;
             Err(ctx.misaligned_write(ino, node, offset, data).err().unwrap_or(Errno::EINVAL))
         } else {
-            ctx.map_range(ino, node, span.clone(), true).and_then(|()| ctx.write_direct(node, offset, data))
+            #[cfg(feature = "test-hooks")]
+            let unwritten = !self.bug_dio_maps_written();
+            #[cfg(not(feature = "test-hooks"))]
+            let unwritten = true;
+            let (ctx, node) = self.split(ino)?;
+            ctx.map_range(ino, node, span, unwritten)
         };
         self.mark_dirty(ino);
+        let sub = SubmittedWrite { offset, count, extending, old_size };
+        match mapped {
+            Ok(()) => Ok(Submission::InFlight(sub)),
+            Err(e) => self.fail_direct_write(ino, &sub, e).map(Submission::Done),
+        }
+    }
+
+    /// ext4_inode_extension_cleanup: a failed extending write truncates.
+    fn fail_direct_write(&mut self, ino: InodeNumber, sub: &SubmittedWrite, e: Errno) -> Result<u64, Errno> {
+        if sub.extending {
+            self.truncate_inode(ino, sub.old_size)?;
+        }
+        Err(e)
+    }
+
+    /// The bios of a submitted direct write, then its completion
+    /// (ext4_dio_write_end_io): the unwritten blocks converted, the size
+    /// and i_disksize moved to the write's end, and the range dropped from
+    /// the page cache again (kiocb_invalidate_post_direct_write): a read
+    /// while the bios were in flight may have cached the old bytes.
+    pub(super) fn complete_direct_write(&mut self, ino: InodeNumber, sub: &SubmittedWrite, data: &[u8]) -> Result<u64, Errno> {
+        let (offset, count) = (sub.offset, sub.count);
+        let data = data.get(..count).ok_or(Errno::EINVAL)?;
+        let (ctx, node) = self.split(ino)?;
+        let written = ctx.write_direct(node, offset, data);
+        self.mark_dirty(ino);
         if let Err(e) = written {
-            // ext4_inode_extension_cleanup: a failed extending write truncates.
-            if extending {
-                self.truncate_inode(ino, old_size)?;
-            }
-            return Err(e);
+            return self.fail_direct_write(ino, sub, e);
         }
         let (ctx, node) = self.split(ino)?;
-        let converting: Vec<Range<u64>> = node.map().pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        let end = offset + count as u64;
+        let span = block_span(offset, count as u64, ctx.bs());
+        let converting: Vec<Range<u64>> = node.map().pieces(span.clone()).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
         for r in converting {
             node.map_set_state(r, false);
             node.map_dirty = true;
@@ -211,6 +271,14 @@ impl<D: BlockDevice> Ext4<D> {
         let now = ctx.now();
         node.disk.mtime = now;
         node.disk.ctime = now;
+        #[cfg(feature = "test-hooks")]
+        let stale_ok = self.bug_dio_keeps_stale_cache();
+        #[cfg(not(feature = "test-hooks"))]
+        let stale_ok = false;
+        let (ctx, _) = self.split(ino)?;
+        if !stale_ok {
+            ctx.pages.invalidate(ino, span);
+        }
         ctx.dio_stats.writes += 1;
         ctx.dio_stats.bytes_written += count as u64;
         Ok(count as u64)

@@ -33,8 +33,9 @@ pub struct MappedWriteStats {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_map_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        // The write faults (ext4_page_mkwrite) hold invalidate_lock shared.
-        let stored = self.under_inode_lock(ino, Lock::InvalidateLock, true, "ext4_page_mkwrite", |fs| fs.map_write_open(ino, offset, data));
+        // The write faults (ext4_page_mkwrite) hold invalidate_lock shared;
+        // here they come after any direct I/O in flight (its plan says why).
+        let stored = self.dio_wait(ino).and_then(|()| self.under_inode_lock(ino, Lock::InvalidateLock, true, "ext4_page_mkwrite", |fs| fs.map_write_open(ino, offset, data)));
         self.closing(ino, stored)
     }
 

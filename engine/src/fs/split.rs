@@ -11,13 +11,15 @@
 //!   op whole, so it takes effect after whatever ran in between. A
 //!   buffered pwrite (by path or through a held descriptor) may go on
 //!   folio by folio in between (`write_parts`), and a shrinking truncate
-//!   or ftruncate extent by extent (`truncate_parts`), and an allocating
-//!   fallocate piece by piece (`fallocate_parts`).
+//!   or ftruncate extent by extent (`truncate_parts`), an allocating
+//!   fallocate piece by piece (`fallocate_parts`), and a direct write
+//!   submits its bios (`direct_write_parts`).
 
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
 
+use super::direct_write_parts::DirectWriteInFlight;
 use super::fallocate_parts::FallocateInFlight;
 use super::journal_switch::SwitchTicket;
 use super::lock_plan::LockPlan;
@@ -43,6 +45,10 @@ pub enum SecondHalf {
     /// A fallocate holding its file's i_rwsem, which may map its range
     /// piece by piece ([`Ext4::fallocate_part`]) before its second half.
     Fallocate(FallocateInFlight),
+    /// A direct write holding its file's i_rwsem and DIO count, which may
+    /// submit its bios ([`Ext4::direct_write_part`]) before its second
+    /// half writes them and completes.
+    DirectWrite(DirectWriteInFlight),
 }
 
 /// An op that sleeps holding its locks, between its halves.
@@ -77,6 +83,7 @@ impl SecondHalf {
             SecondHalf::Write(w) => w.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::Truncate(t) => t.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::Fallocate(f) => f.whole.held.as_ref().map(|(_, h)| *h),
+            SecondHalf::DirectWrite(d) => d.whole.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -102,6 +109,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Write { .. } | Op::Append { .. } | Op::Rewrite { .. } | Op::WriteFd { .. } => self.begin_write(op).map(SecondHalf::Write),
             Op::Truncate { .. } | Op::FtruncateFd { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
             Op::Fallocate { .. } => self.begin_fallocate(op).map(SecondHalf::Fallocate),
+            Op::DirectWrite { .. } => self.begin_direct_write(op).map(SecondHalf::DirectWrite),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -116,6 +124,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Write(w) => self.finish_write(w),
             SecondHalf::Truncate(t) => self.finish_truncate(t),
             SecondHalf::Fallocate(f) => self.finish_fallocate(f),
+            SecondHalf::DirectWrite(d) => self.finish_direct_write(d),
         }
     }
 
@@ -131,7 +140,8 @@ impl<D: BlockDevice> Ext4<D> {
         let (SecondHalf::Whole(WholeOp { op, held, planned })
         | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held, planned }, .. })
         | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held, planned }, .. })) = half
+        | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held, planned }, .. })
+        | SecondHalf::DirectWrite(DirectWriteInFlight { whole: WholeOp { op, held, planned }, .. })) = half
         else {
             return None;
         };
@@ -145,6 +155,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Write(w) => (w.begun(), w.file_fixed()),
             SecondHalf::Truncate(t) => (t.begun(), t.file_fixed()),
             SecondHalf::Fallocate(f) => (f.begun(), f.begun()),
+            SecondHalf::DirectWrite(d) => (d.begun(), d.begun()),
             _ => (false, false),
         };
         let rest = match (begun, fixed) {

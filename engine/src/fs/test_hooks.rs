@@ -88,6 +88,16 @@ pub enum InjectedBug {
     /// between its parts the hole's dirty data not yet reached is still
     /// cached and reserved, and write-back may still write it.
     PunchDropsCacheLate,
+    /// A direct write maps the holes of its range written, not unwritten,
+    /// before its bios are submitted (the conversion at completion
+    /// forgotten): while the bios are in flight, a read or a commit of the
+    /// allocation finds blocks mapped over bytes that are not the file's.
+    DirectWriteMapsWritten,
+    /// A direct write's completion leaves the range's page cache as it is
+    /// (kiocb_invalidate_post_direct_write forgotten): a buffered read
+    /// while the bios were in flight cached the old bytes, and later
+    /// reads return them.
+    DirectWriteKeepsStaleCache,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -149,6 +159,14 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_punch_drops_cache_late(&self) -> bool {
         self.bug.bug == Some(InjectedBug::PunchDropsCacheLate)
+    }
+
+    pub(crate) fn bug_dio_maps_written(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::DirectWriteMapsWritten)
+    }
+
+    pub(crate) fn bug_dio_keeps_stale_cache(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::DirectWriteKeepsStaleCache)
     }
 
     pub(crate) fn bug_close_ignores_writes(&self) -> bool {

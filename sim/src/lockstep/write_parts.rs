@@ -20,12 +20,13 @@ impl<T: Target> Lockstep<T> {
             Pending::Write(w) => w.has_more(),
             Pending::Truncate(t) => t.has_more(),
             Pending::Fallocate(f) => f.has_more(),
+            Pending::DirectWrite(d) => d.has_more(),
             _ => false,
         };
         model && self.target.has_part(&flight.target)
     }
 
-    /// A `part` step: the next part of a pwrite, truncate or fallocate in flight,
+    /// A `part` step: the next part of a pwrite, truncate, fallocate or direct write in flight,
     /// other tasks' steps before and after it; false when it had none.
     pub fn part_step(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
         if matches!(flight.model, Pending::Truncate(_)) {
@@ -36,6 +37,11 @@ impl<T: Target> Lockstep<T> {
         if matches!(flight.model, Pending::Fallocate(_)) {
             let ran = self.extent_part(flight)?;
             self.stats.fallocate_parts += u64::from(ran);
+            return Ok(ran);
+        }
+        if matches!(flight.model, Pending::DirectWrite(_)) {
+            let ran = self.extent_part(flight)?;
+            self.stats.direct_write_parts += u64::from(ran);
             return Ok(ran);
         }
         let ran = self.part(flight)?;

@@ -37,6 +37,8 @@ impl TargetFactory for Buggy {
             InjectedBug::TruncateLeavesNoOrphan => |fs| fs.inject_bug(InjectedBug::TruncateLeavesNoOrphan),
             InjectedBug::FallocatePieceSizesPastRange => |fs| fs.inject_bug(InjectedBug::FallocatePieceSizesPastRange),
             InjectedBug::PunchDropsCacheLate => |fs| fs.inject_bug(InjectedBug::PunchDropsCacheLate),
+            InjectedBug::DirectWriteMapsWritten => |fs| fs.inject_bug(InjectedBug::DirectWriteMapsWritten),
+            InjectedBug::DirectWriteKeepsStaleCache => |fs| fs.inject_bug(InjectedBug::DirectWriteKeepsStaleCache),
         });
         Ok(t)
     }

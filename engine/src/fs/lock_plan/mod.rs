@@ -147,7 +147,11 @@ impl<D: BlockDevice> Ext4<D> {
                 (ino, self.truncate_plan(ino, *size, &TRUNCATE))
             }
             Op::DirectWrite { path, .. } => (self.regular_at(path)?, vec![exclusive(Lock::InodeRwsem, "ext4_dio_write_iter"), PlannedLock::DioBegin(0)]),
-            Op::MapWrite { path, .. } => (self.regular_at(path)?, vec![shared(Lock::InvalidateLock, "ext4_page_mkwrite")]),
+            // A fault into a direct write's range while its bios are in
+            // flight dirties a folio the completion cannot drop
+            // (dio_warn_stale_pagecache): the fault waits for the direct
+            // I/O here, one of the orders the kernel allows.
+            Op::MapWrite { path, .. } => (self.regular_at(path)?, vec![PlannedLock::DioWait(0), shared(Lock::InvalidateLock, "ext4_page_mkwrite")]),
             Op::Fallocate { path, mode, offset, len } => {
                 let ino = self.regular_at(path)?;
                 let kind = super::fallocate::fallocate_checks(*mode, *offset, *len, self.ctx.mount.max_file_size()).ok()?;
