@@ -31,7 +31,7 @@ use super::node::Node;
 use super::{Ctx, Ext4};
 
 /// A direct write whose bios are submitted: what its completion needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubmittedWrite {
     offset: u64,
     /// Bytes the write moves (clipped to the largest file).
@@ -40,6 +40,11 @@ pub struct SubmittedWrite {
     /// truncates back to it.
     extending: bool,
     old_size: u64,
+    /// The bug twin `DirectWriteMapsWritten`: holes it mapped written
+    /// before the bios, made unwritten again for them (so their blocks
+    /// are padded): only the flight shows it.
+    #[cfg(feature = "test-hooks")]
+    mapped_written: Vec<Range<u64>>,
 }
 
 /// What the submission left to do.
@@ -220,19 +225,39 @@ impl<D: BlockDevice> Ext4<D> {
             ctx.dio_stats.misaligned += 1;
             Err(ctx.misaligned_write(ino, node, offset, data).err().unwrap_or(Errno::EINVAL))
         } else {
-            #[cfg(feature = "test-hooks")]
-            let unwritten = !self.bug_dio_maps_written();
-            #[cfg(not(feature = "test-hooks"))]
-            let unwritten = true;
-            let (ctx, node) = self.split(ino)?;
-            ctx.map_range(ino, node, span, unwritten)
+            ctx.map_range(ino, node, span.clone(), true)
+        };
+        #[cfg(feature = "test-hooks")]
+        let mapped_written = match mapped.is_ok() && self.bug_dio_maps_written() {
+            true => self.map_holes_written(ino, span.clone())?,
+            false => Vec::new(),
         };
         self.mark_dirty(ino);
-        let sub = SubmittedWrite { offset, count, extending, old_size };
+        let sub = SubmittedWrite {
+            offset,
+            count,
+            extending,
+            old_size,
+            #[cfg(feature = "test-hooks")]
+            mapped_written,
+        };
         match mapped {
             Ok(()) => Ok(Submission::InFlight(sub)),
             Err(e) => self.fail_direct_write(ino, &sub, e).map(Submission::Done),
         }
+    }
+
+    /// The bug twin `DirectWriteMapsWritten`: the unwritten blocks of
+    /// `span` marked written before the bios go out.
+    #[cfg(feature = "test-hooks")]
+    fn map_holes_written(&mut self, ino: InodeNumber, span: Range<u64>) -> Result<Vec<Range<u64>>, Errno> {
+        let (_, node) = self.split(ino)?;
+        let unwritten: Vec<Range<u64>> = node.map().pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        for r in &unwritten {
+            node.map_set_state(r.clone(), false);
+            node.map_dirty = true;
+        }
+        Ok(unwritten)
     }
 
     /// ext4_inode_extension_cleanup: a failed extending write truncates.
@@ -252,6 +277,10 @@ impl<D: BlockDevice> Ext4<D> {
         let (offset, count) = (sub.offset, sub.count);
         let data = data.get(..count).ok_or(Errno::EINVAL)?;
         let (ctx, node) = self.split(ino)?;
+        #[cfg(feature = "test-hooks")]
+        for r in &sub.mapped_written {
+            node.map_set_state(r.clone(), true);
+        }
         let written = ctx.write_direct(node, offset, data);
         self.mark_dirty(ino);
         if let Err(e) = written {

@@ -163,7 +163,10 @@ impl<D: BlockDevice> Ext4<D> {
             (false, true) => planned.as_ref().map(|p| p.beyond(plan)),
             (false, false) => self.lock_plan(op).map(|now| now.beyond(plan)),
         };
-        let beyond = rest.and_then(|rest| self.plan_would_wait(&rest));
+        // A wait holds nothing: a page fault's inode_dio_wait is met again
+        // (a direct write may have begun since its first half).
+        let waits = LockPlan { steps: plan.steps.iter().filter(|s| matches!(s, super::lock_plan::PlannedLock::DioWait(_))).copied().collect() };
+        let beyond = rest.and_then(|rest| self.plan_would_wait(&rest)).or_else(|| self.plan_would_wait(&waits));
         if let Some(lock) = beyond.or_else(|| self.folio_wait_except(op, own)) {
             return Some(lock);
         }

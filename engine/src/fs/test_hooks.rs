@@ -88,10 +88,11 @@ pub enum InjectedBug {
     /// between its parts the hole's dirty data not yet reached is still
     /// cached and reserved, and write-back may still write it.
     PunchDropsCacheLate,
-    /// A direct write maps the holes of its range written, not unwritten,
-    /// before its bios are submitted (the conversion at completion
-    /// forgotten): while the bios are in flight, a read or a commit of the
-    /// allocation finds blocks mapped over bytes that are not the file's.
+    /// A direct write marks the unwritten blocks of its range written
+    /// before its bios are submitted, not at their completion: while the
+    /// bios are in flight, FIEMAP, a read or a commit of the allocation
+    /// finds blocks mapped over bytes that are not the file's. (Its bios
+    /// still pad those blocks, so a write that completes leaves no trace.)
     DirectWriteMapsWritten,
     /// A direct write's completion leaves the range's page cache as it is
     /// (kiocb_invalidate_post_direct_write forgotten): a buffered read

@@ -228,8 +228,14 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     /// How many of `plan`'s first steps could be taken now.
+    /// A prefix of waits alone (a page fault's inode_dio_wait) holds
+    /// nothing: none.
     pub(crate) fn plan_free_prefix(&self, plan: &LockPlan) -> usize {
-        plan.steps.iter().position(|step| self.step_would_wait(*step).is_some()).unwrap_or(plan.steps.len())
+        let free = plan.steps.iter().position(|step| self.step_would_wait(*step).is_some()).unwrap_or(plan.steps.len());
+        if plan.steps[..free].iter().all(|s| matches!(s, PlannedLock::DioWait(_))) {
+            return 0;
+        }
+        free
     }
 
     /// The lock one step would sleep on now (an inode whose locks were

@@ -1,0 +1,68 @@
+//! A direct write in flight (engine `direct_write_parts`): between its
+//! bios' submission and their completion other tasks find the range's
+//! holes allocated unwritten and its old bytes, a commit may take the
+//! allocation, and a crash then keeps zeros where the holes were.
+
+use ext4_engine::fs::test_hooks::InjectedBug;
+use ext4_sim::failure::Failure;
+use ext4_sim::run::run_steps;
+
+mod twins;
+use twins::{found_by_four_tasks, real_engine_passes, Buggy};
+
+/// Four blocks written and synced, then a direct write over blocks 1..3
+/// and two blocks past EOF. Between its submission and its completion
+/// another task reads the file (the old bytes, now cached), stats,
+/// FIEMAPs and syncs; after it returns, the read must find the new bytes.
+const READ_BETWEEN: &str = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nfsck_every 0\n\
+    op create path=\"/a\" perm=644\n\
+    op write path=\"/a\" offset=0 len=16384 seed=1\nop sync\n\
+    begin direct_write path=\"/a\" offset=4096 len=20480 seed=2\npart\n\
+    task 1\nop read path=\"/a\" offset=0 len=24576\nop stat path=\"/a\"\nop fiemap path=\"/a\" sync=false\nop sync\n\
+    task 0\nfinish\n\
+    task 1\nop read path=\"/a\" offset=0 len=24576\nop stat path=\"/a\"\n";
+
+#[test]
+fn a_direct_write_in_flight_shows_its_old_bytes_then_drops_what_they_cached() {
+    let (t, r) = real_engine_passes(READ_BETWEEN);
+    assert_eq!(r.stats.direct_write_parts, 1, "the submission ran apart");
+    let bad = run_steps(&Buggy(InjectedBug::DirectWriteKeepsStaleCache), &t.spec, &t.steps).unwrap();
+    match &bad.failure {
+        Some(Failure::Divergence(d)) => assert!(matches!(d.op, ext4_model::Op::Read { .. }), "{d:?}"),
+        other => panic!("the twin's stale cache shows at the read after the write: {other:?}"),
+    }
+}
+
+/// A file truncated up over a hole, then a direct write into the hole:
+/// between its submission and its completion another task FIEMAPs (the
+/// new blocks unwritten), reads (zeros) and syncs, which commits the
+/// allocation; a crash then keeps zeros there.
+const INTO_A_HOLE: &str = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nfsck_every 0\n\
+    op create path=\"/b\" perm=644\nop truncate path=\"/b\" size=65536\nop sync\n\
+    begin direct_write path=\"/b\" offset=0 len=16384 seed=3\npart\n\
+    task 1\nop fiemap path=\"/b\" sync=false\nop read path=\"/b\" offset=0 len=16384\nop sync\n\
+    crash seed=5\nop read path=\"/b\" offset=0 len=16384\nop stat path=\"/b\"\nop fiemap path=\"/b\" sync=false\n";
+
+#[test]
+fn a_direct_write_in_flight_shows_its_allocation_unwritten_and_a_crash_keeps_zeros() {
+    let (t, r) = real_engine_passes(INTO_A_HOLE);
+    assert_eq!((r.stats.direct_write_parts, r.stats.crashes), (1, 1));
+    // Marked written before its bios, the allocation shows at the FIEMAP
+    // between the halves (a reused block would show its old bytes too).
+    let bad = run_steps(&Buggy(InjectedBug::DirectWriteMapsWritten), &t.spec, &t.steps).unwrap();
+    match &bad.failure {
+        Some(Failure::Divergence(d)) => assert!(matches!(d.op, ext4_model::Op::Fiemap { .. }), "{d:?}"),
+        other => panic!("the twin's written blocks show at the FIEMAP between the halves: {other:?}"),
+    }
+}
+
+#[test]
+fn a_direct_write_that_keeps_stale_cache_is_found_by_random_tasks() {
+    let shrunk = found_by_four_tasks(InjectedBug::DirectWriteKeepsStaleCache, 600);
+    assert!(shrunk.trace.steps.contains(&ext4_sim::trace::Step::Part), "found through a submission apart: {:?}", shrunk.trace.steps);
+}
+
+#[test]
+fn a_direct_write_that_maps_written_is_found_by_random_tasks() {
+    found_by_four_tasks(InjectedBug::DirectWriteMapsWritten, 400);
+}
