@@ -61,10 +61,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// The first half of a direct write: its locks (i_rwsem, the DIO
     /// count), as far as they can be had now.
     pub(super) fn begin_direct_write(&mut self, op: &Op) -> Result<DirectWriteInFlight, Errno> {
-        let planned = self.lock_plan(op).map(|p| p.steps.len());
-        let whole = self.begin_whole(op)?;
-        let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
-        let planned_all = planned.is_some() && took == planned;
+        let (whole, planned_all) = self.begin_whole_for_parts(op)?;
         Ok(DirectWriteInFlight { whole, planned_all, ino: None, submitted: None, ended: None })
     }
 

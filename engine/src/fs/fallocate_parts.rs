@@ -81,10 +81,7 @@ impl FallocateInFlight {
 impl<D: BlockDevice> Ext4<D> {
     /// The first half of a fallocate: its locks, as far as they can be had now.
     pub(super) fn begin_fallocate(&mut self, op: &Op) -> Result<FallocateInFlight, Errno> {
-        let planned = self.lock_plan(op).map(|p| p.steps.len());
-        let whole = self.begin_whole(op)?;
-        let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
-        let planned_all = planned.is_some() && took == planned;
+        let (whole, planned_all) = self.begin_whole_for_parts(op)?;
         Ok(FallocateInFlight { whole, planned_all, ino: None, punch: None, span: 0..0, end: 0, keep_size: false, next: 0, more: true, ended: None })
     }
 

@@ -200,6 +200,15 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(WholeOp { op: op.clone(), held: Some((taken, holder)), planned: Some(plan) })
     }
 
+    /// [`Ext4::begin_whole`] for an op that goes on in parts, and whether
+    /// it took its whole plan (a part needs every lock of it).
+    pub(super) fn begin_whole_for_parts(&mut self, op: &Op) -> Result<(WholeOp, bool), Errno> {
+        let planned = self.lock_plan(op).map(|p| p.steps.len());
+        let whole = self.begin_whole(op)?;
+        let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
+        Ok((whole, planned.is_some() && took == planned))
+    }
+
     /// Before a part of a split op in flight: the locks its first half took
     /// (and still holds on this mount), handed back for the part to take
     /// again itself. None when it holds none, or when `found` (its file,

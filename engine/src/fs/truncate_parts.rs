@@ -87,10 +87,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// The first half of a truncate or ftruncate: its locks, as far as
     /// they can be had now.
     pub(super) fn begin_truncate(&mut self, op: &Op) -> Result<TruncateInFlight, Errno> {
-        let planned = self.lock_plan(op).map(|p| p.steps.len());
-        let whole = self.begin_whole(op)?;
-        let took = whole.held.as_ref().map(|(p, _)| p.steps.len());
-        let mut t = TruncateInFlight::new(whole, planned.is_some() && took == planned);
+        let (whole, planned_all) = self.begin_whole_for_parts(op)?;
+        let mut t = TruncateInFlight::new(whole, planned_all);
         // ftruncate's fdget, after the length's check (do_sys_ftruncate).
         if let Op::FtruncateFd { slot, size } = *op {
             if size <= ext4_model::vfs::LOFF_MAX {
