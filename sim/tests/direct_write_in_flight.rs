@@ -8,7 +8,7 @@ use ext4_sim::failure::Failure;
 use ext4_sim::run::run_steps;
 
 mod twins;
-use twins::{found_by_four_tasks, real_engine_passes, Buggy};
+use twins::{found_by_four_tasks, orphan_figure, real_engine_passes, Buggy};
 
 /// Four blocks written and synced, then a direct write over blocks 1..3
 /// and two blocks past EOF. Between its submission and its completion
@@ -54,6 +54,25 @@ fn a_direct_write_in_flight_shows_its_allocation_unwritten_and_a_crash_keeps_zer
         Some(Failure::Divergence(d)) => assert!(matches!(d.op, ext4_model::Op::Fiemap { .. }), "{d:?}"),
         other => panic!("the twin's written blocks show at the FIEMAP between the halves: {other:?}"),
     }
+}
+
+/// An extending direct write in flight puts its file on the orphan list:
+/// a commit takes the blocks it mapped past EOF, a crash comes before
+/// the completion, and mount truncates the file to its size, freeing
+/// them (ext4_orphan_cleanup), as ext4 would.
+const EXTENDING_CRASH: &str = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nfsck_every 0\n\
+    op create path=\"/a\" perm=644\n\
+    op write path=\"/a\" offset=0 len=4096 seed=1\nop sync\n\
+    begin direct_write path=\"/a\" offset=4096 len=32768 seed=2\npart\n\
+    task 1\nop stat path=\"/a\"\nop sync\n\
+    crash seed=5\nop stat path=\"/a\"\nop fiemap path=\"/a\" sync=false\n";
+
+#[test]
+fn a_crash_under_an_extending_direct_write_frees_what_it_mapped_past_eof() {
+    let (_, r) = real_engine_passes(EXTENDING_CRASH);
+    assert_eq!((r.stats.direct_write_parts, r.stats.crashes), (1, 1));
+    assert_eq!(orphan_figure(&r, "added"), 1, "on the orphan list while in flight");
+    assert_eq!(orphan_figure(&r, "truncated at mount"), 1, "mount truncated it to its size");
 }
 
 #[test]

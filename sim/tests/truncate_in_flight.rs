@@ -5,11 +5,10 @@
 
 use ext4_engine::fs::test_hooks::InjectedBug;
 use ext4_sim::failure::Failure;
-use ext4_sim::figure::Figure;
-use ext4_sim::run::{run_steps, RunResult};
+use ext4_sim::run::run_steps;
 
 mod twins;
-use twins::{found_by_four_tasks, real_engine_passes, Buggy};
+use twins::{found_by_four_tasks, orphan_figure, real_engine_passes, Buggy};
 
 /// Three extents (blocks 0..4, 10..14, 20..24), truncated to 6000 bytes:
 /// another task stats the file and commits after the first extent is
@@ -70,13 +69,4 @@ fn an_ftruncate_in_flight_keeps_its_file_past_a_close_of_its_descriptor() {
     assert_eq!((r.stats.truncate_parts, r.stats.crashes), (2, 1));
     assert_eq!(orphan_figure(&r, "closes under a write"), 1, "the close left the file to the ftruncate");
     assert_eq!(orphan_figure(&r, "freed at close"), 1, "freed at the ftruncate's fdput");
-}
-
-/// A count of the run report's orphans figure.
-fn orphan_figure(r: &RunResult, name: &str) -> u64 {
-    let Some((_, Figure::Group(orphans))) = r.report.iter().find(|(k, _)| k == "orphans") else { panic!("the report has no orphans figure") };
-    match orphans.iter().find(|(k, _)| k == name) {
-        Some((_, Figure::Count(n))) => *n,
-        other => panic!("{name}: {other:?}"),
-    }
 }

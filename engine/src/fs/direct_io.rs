@@ -40,6 +40,10 @@ pub struct SubmittedWrite {
     /// truncates back to it.
     extending: bool,
     old_size: u64,
+    /// It put the file on the orphan list (an extending write, under a
+    /// journal): a crash before its completion leaves mount to free
+    /// what it mapped past EOF.
+    orphaned: bool,
     /// The bug twin `DirectWriteMapsWritten`: holes it mapped written
     /// before the bios, made unwritten again for them (so their blocks
     /// are padded): only the flight shows it.
@@ -213,6 +217,13 @@ impl<D: BlockDevice> Ext4<D> {
         // ext4_extending_io, asked before the range is written back.
         let extending = end > old_size || end > node.disksize.unwrap_or(old_size);
         let moved = ctx.disksize_after_range(node, span.clone());
+        // ext4_dio_write_iter: an extending write's file goes on the orphan
+        // list first (an unlinked one is there already).
+        let orphaned = extending && ctx.journal.is_some() && node.disk.links_count > 0 && !self.orphans.contains(&ino);
+        if orphaned {
+            self.orphan_add(ino)?;
+        }
+        let (ctx, node) = self.split(ino)?;
         if offset > old_size {
             ctx.zero_past_eof(ino, node, old_size, offset)?;
         }
@@ -238,6 +249,7 @@ impl<D: BlockDevice> Ext4<D> {
             count,
             extending,
             old_size,
+            orphaned,
             #[cfg(feature = "test-hooks")]
             mapped_written,
         };
@@ -260,10 +272,14 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(unwritten)
     }
 
-    /// ext4_inode_extension_cleanup: a failed extending write truncates.
+    /// ext4_inode_extension_cleanup: a failed extending write truncates,
+    /// and its file leaves the orphan list.
     fn fail_direct_write(&mut self, ino: InodeNumber, sub: &SubmittedWrite, e: Errno) -> Result<u64, Errno> {
         if sub.extending {
             self.truncate_inode(ino, sub.old_size)?;
+        }
+        if sub.orphaned {
+            self.orphan_del(ino)?;
         }
         Err(e)
     }
@@ -310,6 +326,10 @@ impl<D: BlockDevice> Ext4<D> {
         }
         ctx.dio_stats.writes += 1;
         ctx.dio_stats.bytes_written += count as u64;
+        // ext4_handle_inode_extension: off the orphan list once sized.
+        if sub.orphaned {
+            self.orphan_del(ino)?;
+        }
         Ok(count as u64)
     }
 

@@ -72,3 +72,13 @@ pub fn real_engine_passes(text: &str) -> (Trace, ext4_sim::run::RunResult) {
     assert!(r.failure.is_none(), "{:?}", r.failure);
     (t, r)
 }
+
+/// A count of the run report's orphans figure.
+#[allow(dead_code)] // not every test file that shares this module asks
+pub fn orphan_figure(r: &ext4_sim::run::RunResult, name: &str) -> u64 {
+    let Some((_, ext4_sim::figure::Figure::Group(orphans))) = r.report.iter().find(|(k, _)| k == "orphans") else { panic!("the report has no orphans figure") };
+    match orphans.iter().find(|(k, _)| k == name) {
+        Some((_, ext4_sim::figure::Figure::Count(n))) => *n,
+        other => panic!("{name}: {other:?}"),
+    }
+}
