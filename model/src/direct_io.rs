@@ -58,7 +58,9 @@ impl Model {
         written
     }
 
-    fn direct_write_at(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
+    /// A direct write to an open file, whole: its submission, then its
+    /// completion (or the buffered write it is under data=journal).
+    pub(crate) fn direct_write_at(&mut self, ino: Ino, offset: u64, len: usize, source: Source) -> Result<u64, Errno> {
         match self.submit_direct_write(ino, offset, len, source.clone())? {
             Some(count) => {
                 self.complete_direct_write(ino, offset, count, source);
@@ -85,23 +87,11 @@ impl Model {
         }
         self.range_written_back(ino, offset, count);
         let span = block_span(offset, count, self.bs());
-        let ratio = self.ratio();
-        let file = self.file(ino).ok_or(Errno::EINVAL)?;
-        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
-        self.reserve_blocks(new_space)?;
-        let file = self.file_mut(ino);
-        let holes = file.blocks.gaps(span.clone());
-        let maybe = file.maybe_allocated_in(span);
-        for h in &holes {
-            file.blocks.insert(h.clone(), Alloc::Unwritten);
+        if self.file(ino).is_none() {
+            return Err(Errno::EINVAL);
         }
-        // A hole a page fault's folio may have backed: written zeros where
-        // it did, else unwritten now.
-        for r in maybe {
-            file.blocks.insert(r, Alloc::Zeroed);
-        }
-        self.st.used_blocks += new_space;
-        if !holes.is_empty() {
+        self.room_for(ino, span.clone())?;
+        if self.allocate_holes(ino, span) > 0 {
             self.touch_datasync(ino);
         }
         Ok(Some(count))

@@ -93,14 +93,7 @@ impl Model {
         // call is one call, done here.
         if !self.submits_direct_write(ino, offset, len) {
             self.record(|| Call::DirectWriteDone { ino, offset, len, seed, submitted: false });
-            let got = match self.submit_direct_write(ino, offset, len as usize, source.clone()) {
-                Ok(Some(count)) => {
-                    self.complete_direct_write(ino, offset, count, source);
-                    Ok(count)
-                }
-                Ok(None) => self.write_at(ino, offset, len as usize, source),
-                Err(e) => Err(e),
-            };
+            let got = self.direct_write_at(ino, offset, len as usize, source);
             return d.ended_with(got);
         }
         self.record(|| Call::DirectWriteSubmit { ino, offset, len });
@@ -157,14 +150,8 @@ impl Model {
         if submitted {
             let count = crate::vfs::write_count(offset, len as usize, self.mount.max_file_size()).unwrap_or(0) as u64;
             self.complete_direct_write(ino, offset, count, source);
-            return;
-        }
-        match self.submit_direct_write(ino, offset, len as usize, source.clone()) {
-            Ok(Some(count)) => self.complete_direct_write(ino, offset, count, source),
-            Ok(None) => {
-                let _ = self.write_at(ino, offset, len as usize, source);
-            }
-            Err(_) => {}
+        } else {
+            let _ = self.direct_write_at(ino, offset, len as usize, source);
         }
     }
 }

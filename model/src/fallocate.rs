@@ -82,24 +82,15 @@ impl Model {
     /// Blocks `span` of `ino` allocated unwritten where nothing was, and
     /// the size grown to `grow_to` if that is larger (room checked first).
     pub(crate) fn allocate_blocks(&mut self, ino: Ino, span: std::ops::Range<u64>, grow_to: Option<u64>) {
-        let ratio = self.ratio();
-        let Some(file) = self.file(ino) else { return };
-        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
-        let filled = file.holes_in(span.clone());
-        let file = self.file_mut(ino);
-        let existing = file.blocks.overlapping(span.clone());
-        let maybe = file.maybe_allocated_in(span.clone());
-        file.blocks.insert(span, Alloc::Unwritten);
-        // A hole a page fault's folio may have backed (and its msync
-        // written as zeros) stays written where it did, else turns
-        // unwritten: zeros either way.
-        for r in maybe {
-            file.blocks.insert(r, Alloc::Zeroed);
+        if self.file(ino).is_none() {
+            return;
         }
-        for (r, a) in existing {
-            // Delayed data gets a real (unwritten) block; the page stays dirty.
-            let now = if a == Alloc::Delayed { Alloc::UnwrittenDirty } else { a };
-            file.blocks.insert(r, now);
+        let delayed: Vec<_> = self.file_mut(ino).blocks.overlapping(span.clone()).into_iter().filter(|(_, a)| *a == Alloc::Delayed).map(|(r, _)| r).collect();
+        let filled = self.allocate_holes(ino, span);
+        let file = self.file_mut(ino);
+        // Delayed data gets a real (unwritten) block; the page stays dirty.
+        for r in delayed {
+            file.blocks.insert(r, Alloc::UnwrittenDirty);
         }
         let old_size = file.size;
         if let Some(end) = grow_to.filter(|&end| end > file.size) {
@@ -107,10 +98,30 @@ impl Model {
             file.disksize = None;
         }
         let grew = file.size != old_size;
-        self.st.used_blocks += new_space;
         if grew || filled > 0 {
             self.touch_datasync(ino);
         }
+    }
+
+    /// The holes of blocks `span` of `ino` allocated unwritten (room
+    /// checked first), the space counted; the blocks filled. A hole a page
+    /// fault's folio may have backed (and its msync written as zeros)
+    /// stays written where it did, else turns unwritten: zeros either way.
+    pub(crate) fn allocate_holes(&mut self, ino: Ino, span: std::ops::Range<u64>) -> u64 {
+        let ratio = self.ratio();
+        let Some(file) = self.file(ino) else { return 0 };
+        let new_space = file.new_clusters_in(span.clone(), ratio) * ratio;
+        let holes = file.blocks.gaps(span.clone());
+        let maybe = file.maybe_allocated_in(span);
+        let file = self.file_mut(ino);
+        for h in &holes {
+            file.blocks.insert(h.clone(), Alloc::Unwritten);
+        }
+        for r in maybe {
+            file.blocks.insert(r, Alloc::Zeroed);
+        }
+        self.st.used_blocks += new_space;
+        holes.iter().map(|h| h.end - h.start).sum()
     }
 
     fn punch(&mut self, ino: Ino, offset: u64, end: u64) {

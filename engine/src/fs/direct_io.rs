@@ -179,10 +179,14 @@ impl<D: BlockDevice> Ctx<D> {
 impl<D: BlockDevice> Ext4<D> {
     pub(crate) fn do_direct_write(&mut self, path: &str, offset: u64, data: &[u8]) -> Result<u64, Errno> {
         let ino = self.open_for_write(path, false)?;
-        // ext4_dio_write_iter: the inode lock (exclusive: this engine does
-        // not tell overwrites apart), the I/O counted in flight.
-        let written = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_dio_write_iter", |fs| fs.as_direct_io(ino, |fs| fs.direct_write_at(ino, offset, data)));
+        let written = self.under_dio_write_locks(ino, |fs| fs.direct_write_at(ino, offset, data));
         self.closing(ino, written)
+    }
+
+    /// ext4_dio_write_iter's locks: the inode lock (exclusive: this engine
+    /// does not tell overwrites apart), the I/O counted in flight.
+    pub(super) fn under_dio_write_locks<T>(&mut self, ino: InodeNumber, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
+        self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_dio_write_iter", |fs| fs.as_direct_io(ino, f))
     }
 
     fn direct_write_at(&mut self, ino: InodeNumber, offset: u64, data: &[u8]) -> Result<u64, Errno> {
@@ -264,7 +268,7 @@ impl<D: BlockDevice> Ext4<D> {
     #[cfg(feature = "test-hooks")]
     fn map_holes_written(&mut self, ino: InodeNumber, span: Range<u64>) -> Result<Vec<Range<u64>>, Errno> {
         let (_, node) = self.split(ino)?;
-        let unwritten: Vec<Range<u64>> = node.map().pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
+        let unwritten = unwritten_runs(node, span);
         for r in &unwritten {
             node.map_set_state(r.clone(), false);
             node.map_dirty = true;
@@ -305,8 +309,7 @@ impl<D: BlockDevice> Ext4<D> {
         let (ctx, node) = self.split(ino)?;
         let end = offset + count as u64;
         let span = block_span(offset, count as u64, ctx.bs());
-        let converting: Vec<Range<u64>> = node.map().pieces(span.clone()).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect();
-        for r in converting {
+        for r in unwritten_runs(node, span.clone()) {
             node.map_set_state(r, false);
             node.map_dirty = true;
         }
@@ -400,4 +403,9 @@ impl<D: BlockDevice> Ext4<D> {
         ctx.dio_stats.bytes_read += out.len() as u64;
         Ok(out)
     }
+}
+
+/// The runs of `span` that `node` maps unwritten.
+fn unwritten_runs(node: &Node, span: Range<u64>) -> Vec<Range<u64>> {
+    node.map().pieces(span).into_iter().filter(|p| p.unwritten).map(|p| p.logical..p.logical + p.len).collect()
 }

@@ -22,7 +22,6 @@ use crate::device::BlockDevice;
 use crate::format::InodeNumber;
 
 use super::direct_io::{Submission, SubmittedWrite};
-use super::locks::Lock;
 use super::split::WholeOp;
 use super::Ext4;
 
@@ -81,9 +80,7 @@ impl<D: BlockDevice> Ext4<D> {
             Ok(ino) => {
                 d.ino = Some(ino);
                 let data = ext4_model::op::pattern(seed, len as usize);
-                let submitted = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_dio_write_iter", |fs| {
-                    fs.as_direct_io(ino, |fs| fs.submit_direct_write(ino, offset, &data))
-                });
+                let submitted = self.under_dio_write_locks(ino, |fs| fs.submit_direct_write(ino, offset, &data));
                 match submitted {
                     Ok(Submission::InFlight(sub)) => {
                         d.submitted = Some((sub, data));
@@ -110,9 +107,7 @@ impl<D: BlockDevice> Ext4<D> {
         let Some(ino) = d.ino else { return d.ended.unwrap_or(Err(Errno::EINVAL)).map(Reply::Written) };
         let answer = match (d.ended, d.submitted) {
             (Some(answer), _) => answer,
-            (None, Some((sub, data))) => self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_dio_write_iter", |fs| {
-                fs.as_direct_io(ino, |fs| fs.complete_direct_write(ino, &sub, &data))
-            }),
+            (None, Some((sub, data))) => self.under_dio_write_locks(ino, |fs| fs.complete_direct_write(ino, &sub, &data)),
             (None, None) => Err(Errno::EINVAL),
         };
         self.closing(ino, answer).map(Reply::Written)
