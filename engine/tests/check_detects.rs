@@ -198,6 +198,13 @@ fn debugfs_namespace_and_sharing_corruptions_are_reported() {
     let img = fx.copy("unused.img");
     fx.debugfs(&img, &format!("set_bg 0 itable_unused {}", fx.image().geometry().inodes_per_group - 11));
     fx.expect(&img, "itable_unused hides inodes", |p| matches!(p, Problem::ItableUnused { group: 0, what, .. } if what.contains("names inode")));
+
+    // A bit set in the inode bitmap's never-initialised tail, no inode behind it.
+    let img = fx.copy("tail-bit.img");
+    let tail_ino = fx.image().geometry().inodes_per_group - 3;
+    fx.debugfs(&img, &format!("seti <{tail_ino}>"));
+    let tail_what = format!("inode {tail_ino} is marked in use inside the unused tail");
+    fx.expect(&img, "inode bitmap bit in the unused tail", |p| matches!(p, Problem::ItableUnused { group: 0, what, .. } if *what == tail_what));
 }
 
 #[test]

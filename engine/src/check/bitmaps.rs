@@ -22,6 +22,16 @@ fn padding_ok(bytes: &[u8], valid: usize) -> bool {
     partial_ok && bytes.get(first_full..).is_none_or(|rest| bytes_all(rest, 0xFF))
 }
 
+/// An expected bitmap of `valid_bits` clear bits: only the bytes holding
+/// them (plus the set padding bits sharing their last byte), since [`diff`]
+/// reads no further and a 64 KiB block's bitmap is mostly padding.
+pub(super) fn expected_bitmap(valid_bits: usize) -> Bitmap {
+    let bytes = valid_bits.div_ceil(8);
+    let mut bm = Bitmap::from_bytes(vec![0; bytes]);
+    bm.set_range(valid_bits, bytes * 8);
+    bm
+}
+
 /// Differences between `want` and `have` over bits `0..n`, numbered from `base`.
 fn diff(want: &Bitmap, have: &Bitmap, n: usize, base: u64) -> (Runs, Runs) {
     let (mut unmarked, mut unclaimed) = (Runs::default(), Runs::default());
@@ -72,8 +82,9 @@ pub fn check_inode_bitmap<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex, exp
         c.report(Problem::InodeBitmapDiffers { group: g, unmarked, unclaimed });
     }
     if c.lazy {
-        if let Some(idx) = (init..ipg).find(|&i| have.get(i as usize)) {
-            let what = format!("inode {} is marked in use inside the unused tail", base + u64::from(idx));
+        let idx = have.next_one(init as usize, ipg as usize);
+        if idx < ipg as usize {
+            let what = format!("inode {} is marked in use inside the unused tail", base + idx as u64);
             c.report(Problem::ItableUnused { group: g, itable_unused: d.itable_unused, what });
         }
     }
@@ -95,7 +106,7 @@ fn mark_clusters(bm: &mut Bitmap, lo: u64, hi: u64, bits: u32) {
 /// What `used` says group `g`'s bitmap must hold (a bit per cluster).
 fn expected_blocks<D: BlockDevice>(c: &Checker<D>, g: GroupIndex, used: &UsedBlocks) -> Bitmap {
     let r = group_range(c, g);
-    let mut bm = Bitmap::new_padded(c.geo.block_size as usize, c.geo.group_clusters(g) as usize);
+    let mut bm = expected_bitmap(c.geo.group_clusters(g) as usize);
     for run in used.runs_in(r.clone()) {
         mark_clusters(&mut bm, run.start - r.start, run.end - r.start, c.geo.cluster_bits);
     }
@@ -107,7 +118,7 @@ fn expected_blocks<D: BlockDevice>(c: &Checker<D>, g: GroupIndex, used: &UsedBlo
 fn synthesised<D: BlockDevice>(c: &Checker<D>, g: GroupIndex) -> Bitmap {
     let r = group_range(c, g);
     let bits = c.geo.cluster_bits;
-    let mut bm = Bitmap::new_padded(c.geo.block_size as usize, c.geo.group_clusters(g) as usize);
+    let mut bm = expected_bitmap(c.geo.group_clusters(g) as usize);
     mark_clusters(&mut bm, 0, u64::from(c.geo.base_meta_blocks(g)), bits);
     let d = c.descs[g as usize];
     for (start, len) in [(d.block_bitmap, 1u64), (d.inode_bitmap, 1), (d.inode_table, u64::from(c.geo.inode_table_blocks))] {

@@ -9,7 +9,7 @@
 
 use crate::device::BlockDevice;
 use crate::error::{Corrupt, Error};
-use crate::format::bitmap::{bytes_all, Bitmap};
+use crate::format::bitmap::bytes_all;
 use crate::format::bytes::{le32, put_le16};
 use crate::format::extent::Extent;
 use crate::format::checksum::inode_seed;
@@ -40,7 +40,7 @@ pub fn scan<D: BlockDevice>(c: &mut Checker<D>) {
 fn scan_group<D: BlockDevice>(c: &mut Checker<D>, g: GroupIndex) {
     let init = c.initialised(g);
     let ipg = c.geo.inodes_per_group;
-    let mut expected = Bitmap::new_padded(c.geo.block_size as usize, ipg as usize);
+    let mut expected = bitmaps::expected_bitmap(ipg as usize);
     let mut counts = GroupInodes { scanned: true, ..GroupInodes::default() };
     if init > 0 && !c.layout[g as usize].inode_table {
         // The table is somewhere impossible (already reported): nothing to compare.
