@@ -209,7 +209,7 @@ fn peak_rss_mib() -> u64 {
 /// Lockstep throughput on the ram profile: the same long run `runs` times,
 /// and seeds per minute of 1,000-op runs.
 ///
-/// The first long run faults its whole heap in from the kernel (half a GiB
+/// The first long run faults its whole heap in from the kernel (1.6 GiB
 /// at 200k ops), which on a virtual machine can cost more than the run's own
 /// work and varies with the host; later runs reuse that heap, since the
 /// process keeps freed memory. Both are reported: the first run as what a
