@@ -16,7 +16,7 @@ mod twin {
 
     /// Hooks this target can arm: bugs in the data path, the journal's
     /// ordering and the caches, each caught by some generated run.
-    const BUGS: [InjectedBug; 13] = [
+    const BUGS: [InjectedBug; 14] = [
         InjectedBug::WriteBackKeepsCachedHoles,
         InjectedBug::ReadFlipsLastByteAfterTruncate,
         InjectedBug::OrderedCommitsBeforeData,
@@ -30,6 +30,7 @@ mod twin {
         InjectedBug::PunchDropsCacheLate,
         InjectedBug::DirectWriteMapsWritten,
         InjectedBug::DirectWriteKeepsStaleCache,
+        InjectedBug::DirectReadUnlocksEarly,
     ];
 
     /// The armed hook, chosen once per process (`after_mount` takes a plain

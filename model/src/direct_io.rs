@@ -201,13 +201,20 @@ impl Model {
 
     pub(crate) fn do_direct_read(&mut self, path: &str, offset: u64, len: u32) -> Outcome {
         let ino = self.open_path(path)?;
+        let read = self.direct_read_submitted(ino, offset, len);
+        self.release_looking(ino, || Op::DirectRead { path: path.into(), offset, len });
+        read
+    }
+
+    /// A direct read of an open file up to its bios: the range written
+    /// back, and what the bios bring (fixed now: the read's locks keep the
+    /// blocks as they are until they complete).
+    pub(crate) fn direct_read_submitted(&mut self, ino: Ino, offset: u64, len: u32) -> Outcome {
         let flushes = self.file(ino).is_some_and(|f| len > 0 && offset < f.size) && self.direct_path(ino);
         if flushes {
             self.range_written_back(ino, offset, u64::from(len));
         }
-        let read = self.direct_read_open(ino, offset, len);
-        self.release_looking(ino, || Op::DirectRead { path: path.into(), offset, len });
-        read
+        self.direct_read_open(ino, offset, len)
     }
 
     fn direct_read_open(&self, ino: Ino, offset: u64, len: u32) -> Outcome {

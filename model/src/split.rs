@@ -14,12 +14,13 @@
 //!   (`write_parts`): its second half then writes what is left; a
 //!   shrinking truncate or ftruncate may free the file's blocks extent by
 //!   extent (`truncate_parts`); an allocating fallocate may map its range
-//!   piece by piece (`fallocate_parts`); a direct write may submit its
-//!   bios (`direct_write_parts`).
+//!   piece by piece (`fallocate_parts`); a direct write or read may
+//!   submit its bios (`direct_write_parts`, `direct_read_parts`).
 
 use crate::model::{Call, Model};
 use crate::op::{Op, Reply};
 use crate::state::Ino;
+use crate::direct_read_parts::PendingDirectRead;
 use crate::direct_write_parts::PendingDirectWrite;
 use crate::fallocate_parts::PendingFallocate;
 use crate::truncate_parts::PendingTruncate;
@@ -64,6 +65,8 @@ pub enum Pending {
     Fallocate(PendingFallocate),
     /// A direct write, which may submit its bios before its end.
     DirectWrite(PendingDirectWrite),
+    /// A direct read, which may submit its bios before its end.
+    DirectRead(PendingDirectRead),
 }
 
 impl Model {
@@ -77,6 +80,7 @@ impl Model {
             Op::Truncate { .. } | Op::FtruncateFd { .. } => PendingTruncate::of(op).map(|t| Pending::Truncate(self.pin_truncate(t))).ok_or(Errno::EINVAL),
             Op::Fallocate { .. } => PendingFallocate::of(op).map(Pending::Fallocate).ok_or(Errno::EINVAL),
             Op::DirectWrite { .. } => PendingDirectWrite::of(op).map(Pending::DirectWrite).ok_or(Errno::EINVAL),
+            Op::DirectRead { .. } => PendingDirectRead::of(op).map(Pending::DirectRead).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -103,6 +107,8 @@ impl Model {
             Pending::Fallocate(f) => self.finish_fallocate(f),
             Pending::DirectWrite(d) if !d.begun() => crate::fs::FileSystem::apply(self, &d.whole_op()),
             Pending::DirectWrite(d) => self.finish_direct_write(d),
+            Pending::DirectRead(d) if !d.begun() => crate::fs::FileSystem::apply(self, &d.whole_op()),
+            Pending::DirectRead(d) => self.finish_direct_read(d),
             Pending::Write(mut w) => {
                 let _ = self.open_write_part(&mut w);
                 if w.has_more() {

@@ -382,6 +382,7 @@ impl Target for EngineTarget {
             SecondHalf::Truncate(t) => t.has_more(),
             SecondHalf::Fallocate(f) => f.has_more(),
             SecondHalf::DirectWrite(d) => d.has_more(),
+            SecondHalf::DirectRead(d) => d.has_more(),
             _ => false,
         }
     }
@@ -398,9 +399,12 @@ impl Target for EngineTarget {
         Some((ran.at, ran.got))
     }
 
-    fn direct_write_part(&mut self, half: &mut SecondHalf) -> Option<Result<(), Errno>> {
-        let SecondHalf::DirectWrite(d) = half else { return None };
-        self.fs.as_mut()?.direct_write_part(d)
+    fn direct_io_part(&mut self, half: &mut SecondHalf) -> Option<Result<(), Errno>> {
+        match half {
+            SecondHalf::DirectWrite(d) => self.fs.as_mut()?.direct_write_part(d),
+            SecondHalf::DirectRead(d) => self.fs.as_mut()?.direct_read_part(d),
+            _ => None,
+        }
     }
 
     fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {

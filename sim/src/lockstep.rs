@@ -96,6 +96,8 @@ pub struct OpStats {
     pub fallocate_parts: u64,
     /// Direct writes' submissions run apart from their completion.
     pub direct_write_parts: u64,
+    /// Direct reads' submissions run apart from their completion.
+    pub direct_read_parts: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -344,6 +346,7 @@ impl<T: Target> Lockstep<T> {
             Pending::Truncate(t) => !t.file_fixed(),
             Pending::Fallocate(f) => !f.begun(),
             Pending::DirectWrite(d) => !d.begun(),
+            Pending::DirectRead(d) => !d.begun(),
             _ => false,
         };
         let expected = if pinned {

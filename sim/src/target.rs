@@ -212,9 +212,9 @@ pub trait Target: FileSystem {
     fn fallocate_part(&mut self, _half: &mut Self::SecondHalf) -> Option<(Option<u64>, Result<(), Errno>)> {
         None
     }
-    /// Runs the part of a direct write in flight (its bios' submission): its
-    /// answer. None when it had none to run.
-    fn direct_write_part(&mut self, _half: &mut Self::SecondHalf) -> Option<Result<(), Errno>> {
+    /// Runs the part of a direct write or read in flight (its bios'
+    /// submission): its answer. None when it had none to run.
+    fn direct_io_part(&mut self, _half: &mut Self::SecondHalf) -> Option<Result<(), Errno>> {
         None
     }
     /// The lock a second half would sleep on now (held by another split op).

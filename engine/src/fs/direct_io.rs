@@ -59,6 +59,22 @@ pub(super) enum Submission {
     InFlight(SubmittedWrite),
 }
 
+/// A direct read whose bios are submitted: the bytes they bring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubmittedRead {
+    offset: u64,
+    /// Bytes up to the size when it was submitted.
+    count: u64,
+}
+
+/// What a direct read's submission left to do.
+pub(super) enum ReadSubmission {
+    /// Nothing: the call is over, with these bytes.
+    Done(Vec<u8>),
+    /// The bios and the completion.
+    InFlight(SubmittedRead),
+}
+
 /// Blocks ext4_iomap_alloc maps for one direct write at most (DIO_MAX_BLOCKS).
 const DIO_MAX_BLOCKS: u64 = 4096;
 
@@ -343,6 +359,27 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     fn direct_read_open(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+        match self.submit_direct_read(ino, offset, len)? {
+            ReadSubmission::Done(data) => Ok(data),
+            ReadSubmission::InFlight(sub) => self.under_dio_read_locks(ino, |fs| fs.complete_direct_read(ino, &sub)),
+        }
+    }
+
+    /// ext4_dio_read_iter's locks: the inode lock shared, the I/O counted in flight.
+    pub(super) fn under_dio_read_locks<T>(&mut self, ino: InodeNumber, f: impl FnOnce(&mut Self) -> Result<T, Errno>) -> Result<T, Errno> {
+        self.under_inode_lock(ino, Lock::InodeRwsem, true, "ext4_dio_read_iter", |fs| fs.as_direct_io(ino, f))
+    }
+
+    /// Whether a direct read of `ino` goes the direct way (else buffered).
+    pub(crate) fn reads_direct(&mut self, ino: InodeNumber) -> bool {
+        self.split(ino).is_ok_and(|(ctx, node)| ctx.direct_path(node))
+    }
+
+    /// A direct read up to its bios: the checks, and under its locks the
+    /// range written back and the extents checked for alignment. A call
+    /// that does not go the direct way in flight (not a regular file,
+    /// buffered under data=journal, nothing to read) is done here whole.
+    pub(super) fn submit_direct_read(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<ReadSubmission, Errno> {
         // Only regular files set FMODE_CAN_ODIRECT (do_dentry_open).
         if self.kind_of(ino)? != FileKind::Regular {
             return Err(Errno::EINVAL);
@@ -353,22 +390,16 @@ impl<D: BlockDevice> Ext4<D> {
         let (ctx, node) = self.split(ino)?;
         if !ctx.direct_path(node) {
             ctx.dio_stats.buffered += 1;
-            return self.read_open(ino, offset, len);
+            return self.read_open(ino, offset, len).map(ReadSubmission::Done);
         }
-        // ext4_dio_read_iter: the inode lock shared, the I/O counted in flight.
-        self.under_inode_lock(ino, Lock::InodeRwsem, true, "ext4_dio_read_iter", |fs| fs.as_direct_io(ino, |fs| fs.direct_read_locked(ino, offset, len)))
+        self.under_dio_read_locks(ino, |fs| fs.submit_direct_read_locked(ino, offset, len))
     }
 
-    /// Whether a direct read of `ino` goes the direct way (else buffered).
-    pub(crate) fn reads_direct(&mut self, ino: InodeNumber) -> bool {
-        self.split(ino).is_ok_and(|(ctx, node)| ctx.direct_path(node))
-    }
-
-    fn direct_read_locked(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
+    fn submit_direct_read_locked(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<ReadSubmission, Errno> {
         let (ctx, node) = self.split(ino)?;
         let size = node.disk.size;
         if len == 0 || offset >= size {
-            return Ok(Vec::new());
+            return Ok(ReadSubmission::Done(Vec::new()));
         }
         let span = block_span(offset, u64::from(len), ctx.bs());
         let moved = ctx.disksize_after_range(node, span.clone());
@@ -393,10 +424,18 @@ impl<D: BlockDevice> Ext4<D> {
             return Err(Errno::EINVAL);
         }
         let end = size.min(offset.saturating_add(u64::from(len)));
-        let mut out = vec![0u8; (end - offset) as usize];
-        let blocks = block_span(offset, out.len() as u64, ctx.bs());
+        Ok(ReadSubmission::InFlight(SubmittedRead { offset, count: end - offset }))
+    }
+
+    /// The bios of a submitted direct read and their completion: the
+    /// blocks the file maps now (its locks kept them as they were at the
+    /// submission), zeros for holes and unwritten ones.
+    pub(super) fn complete_direct_read(&mut self, ino: InodeNumber, sub: &SubmittedRead) -> Result<Vec<u8>, Errno> {
+        let (ctx, node) = self.split(ino)?;
+        let mut out = vec![0u8; usize::try_from(sub.count).map_err(|_| Errno::EINVAL)?];
+        let blocks = block_span(sub.offset, sub.count, ctx.bs());
         let mut commands = 0;
-        let read = ctx.read_from_device(node, offset, &mut out, &[blocks], &mut commands);
+        let read = ctx.read_from_device(node, sub.offset, &mut out, &[blocks], &mut commands);
         ctx.dio_stats.commands += commands;
         read?;
         ctx.dio_stats.reads += 1;

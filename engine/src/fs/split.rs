@@ -13,12 +13,13 @@
 //!   folio by folio in between (`write_parts`), and a shrinking truncate
 //!   or ftruncate extent by extent (`truncate_parts`), an allocating
 //!   fallocate piece by piece (`fallocate_parts`), and a direct write
-//!   submits its bios (`direct_write_parts`).
+//!   or read submits its bios (`direct_write_parts`, `direct_read_parts`).
 
 use ext4_model::{Errno, FileSystem, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
 
+use super::direct_read_parts::DirectReadInFlight;
 use super::direct_write_parts::DirectWriteInFlight;
 use super::fallocate_parts::FallocateInFlight;
 use super::journal_switch::SwitchTicket;
@@ -49,6 +50,10 @@ pub enum SecondHalf {
     /// submit its bios ([`Ext4::direct_write_part`]) before its second
     /// half writes them and completes.
     DirectWrite(DirectWriteInFlight),
+    /// A direct read holding its file's i_rwsem (shared) and DIO count,
+    /// which may submit its bios ([`Ext4::direct_read_part`]) before its
+    /// second half reads them.
+    DirectRead(DirectReadInFlight),
 }
 
 /// An op that sleeps holding its locks, between its halves.
@@ -84,6 +89,7 @@ impl SecondHalf {
             SecondHalf::Truncate(t) => t.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::Fallocate(f) => f.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::DirectWrite(d) => d.whole.held.as_ref().map(|(_, h)| *h),
+            SecondHalf::DirectRead(d) => d.whole.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -110,6 +116,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Truncate { .. } | Op::FtruncateFd { .. } => self.begin_truncate(op).map(SecondHalf::Truncate),
             Op::Fallocate { .. } => self.begin_fallocate(op).map(SecondHalf::Fallocate),
             Op::DirectWrite { .. } => self.begin_direct_write(op).map(SecondHalf::DirectWrite),
+            Op::DirectRead { .. } => self.begin_direct_read(op).map(SecondHalf::DirectRead),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -125,6 +132,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Truncate(t) => self.finish_truncate(t),
             SecondHalf::Fallocate(f) => self.finish_fallocate(f),
             SecondHalf::DirectWrite(d) => self.finish_direct_write(d),
+            SecondHalf::DirectRead(d) => self.finish_direct_read(d),
         }
     }
 
@@ -141,7 +149,8 @@ impl<D: BlockDevice> Ext4<D> {
         | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held, planned }, .. })
         | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held, planned }, .. })
         | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::DirectWrite(DirectWriteInFlight { whole: WholeOp { op, held, planned }, .. })) = half
+        | SecondHalf::DirectWrite(DirectWriteInFlight { whole: WholeOp { op, held, planned }, .. })
+        | SecondHalf::DirectRead(DirectReadInFlight { whole: WholeOp { op, held, planned }, .. })) = half
         else {
             return None;
         };
@@ -156,6 +165,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Truncate(t) => (t.begun(), t.file_fixed()),
             SecondHalf::Fallocate(f) => (f.begun(), f.begun()),
             SecondHalf::DirectWrite(d) => (d.begun(), d.begun()),
+            SecondHalf::DirectRead(d) => (d.begun(), d.begun()),
             _ => (false, false),
         };
         let rest = match (begun, fixed) {

@@ -99,6 +99,12 @@ pub enum InjectedBug {
     /// while the bios were in flight cached the old bytes, and later
     /// reads return them.
     DirectWriteKeepsStaleCache,
+    /// A direct read lets go of i_rwsem once its bios are submitted, not
+    /// at their completion (its DIO count stays): a buffered write of the
+    /// file could then dirty the range and write-back put the new bytes in
+    /// the blocks the bios read. The lock-discipline check sees the read
+    /// in flight holding no lock first.
+    DirectReadUnlocksEarly,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -168,6 +174,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_dio_keeps_stale_cache(&self) -> bool {
         self.bug.bug == Some(InjectedBug::DirectWriteKeepsStaleCache)
+    }
+
+    pub(crate) fn bug_dio_read_unlocks_early(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::DirectReadUnlocksEarly)
     }
 
     pub(crate) fn bug_close_ignores_writes(&self) -> bool {

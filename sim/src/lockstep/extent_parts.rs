@@ -2,7 +2,8 @@
 //! both sides: a truncate or punch frees its next extent, an allocating
 //! fallocate maps its next piece (the model's `truncate_parts` and
 //! `fallocate_parts`, and the engine's, say why ext4 allows it); a direct
-//! write submits its bios (`direct_write_parts`), with no block to report. The
+//! write or read submits its bios (`direct_write_parts`,
+//! `direct_read_parts`), with no block to report. The
 //! target picks the extent (its layout, its allocator) and reports the
 //! block where the part's blocks begin or end; the model does the same to
 //! the same blocks and must give the same answer, and whatever runs next
@@ -25,12 +26,13 @@ impl<T: Target> Lockstep<T> {
             Pending::Truncate(t) => (t.begun(), "a part of the truncate: "),
             Pending::Fallocate(f) => (f.begun(), "a part of the fallocate: "),
             Pending::DirectWrite(d) => (d.begun(), "the direct write's submission: "),
+            Pending::DirectRead(d) => (d.begun(), "the direct read's submission: "),
             _ => return Ok(false),
         };
         self.start_op(&flight.op);
         let ran = match flight.model {
             Pending::Truncate(_) => self.target.truncate_part(&mut flight.target),
-            Pending::DirectWrite(_) => self.target.direct_write_part(&mut flight.target).map(|got| (None, got)),
+            Pending::DirectWrite(_) | Pending::DirectRead(_) => self.target.direct_io_part(&mut flight.target).map(|got| (None, got)),
             _ => self.target.fallocate_part(&mut flight.target),
         };
         let Some((at, got)) = ran else { return Ok(false) };
@@ -49,6 +51,7 @@ impl<T: Target> Lockstep<T> {
                 Pending::Truncate(t) => t.end_with(Errno::ENOMEM),
                 Pending::Fallocate(f) => f.end_with(Errno::ENOMEM),
                 Pending::DirectWrite(d) => d.end_with(Errno::ENOMEM),
+                Pending::DirectRead(d) => d.end_with(Errno::ENOMEM),
                 _ => {}
             }
             Err(Errno::ENOMEM)
@@ -66,6 +69,7 @@ fn model_part(model: &mut Model, pending: &mut Pending, at: Option<u64>) -> Resu
         Pending::Truncate(t) => model.truncate_part(t, at),
         Pending::Fallocate(f) => model.fallocate_part(f, at),
         Pending::DirectWrite(d) => model.direct_write_part(d),
+        Pending::DirectRead(d) => model.direct_read_part(d),
         _ => Err(Errno::EINVAL),
     }
 }

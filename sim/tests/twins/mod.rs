@@ -39,6 +39,7 @@ impl TargetFactory for Buggy {
             InjectedBug::PunchDropsCacheLate => |fs| fs.inject_bug(InjectedBug::PunchDropsCacheLate),
             InjectedBug::DirectWriteMapsWritten => |fs| fs.inject_bug(InjectedBug::DirectWriteMapsWritten),
             InjectedBug::DirectWriteKeepsStaleCache => |fs| fs.inject_bug(InjectedBug::DirectWriteKeepsStaleCache),
+            InjectedBug::DirectReadUnlocksEarly => |fs| fs.inject_bug(InjectedBug::DirectReadUnlocksEarly),
         });
         Ok(t)
     }
