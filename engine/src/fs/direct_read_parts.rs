@@ -17,46 +17,24 @@
 use ext4_model::{Errno, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
-use crate::format::InodeNumber;
 
 use super::direct_io::{ReadSubmission, SubmittedRead};
+use super::direct_io_flight::DirectIoInFlight;
 use super::lock_plan::PlannedLock;
 use super::split::WholeOp;
 use super::Ext4;
 
-/// A direct read between its halves ([`super::SecondHalf::DirectRead`]).
-#[derive(Debug, PartialEq, Eq)]
-pub struct DirectReadInFlight {
-    pub(super) whole: WholeOp,
-    /// Its first half took every lock of its plan, the direct path's.
-    planned_all: bool,
-    /// The file, once the part opened it.
-    ino: Option<InodeNumber>,
-    /// The bios it submitted.
-    submitted: Option<SubmittedRead>,
-    /// The answer, once the part failed or did the call whole.
-    ended: Option<Result<Vec<u8>, Errno>>,
-}
-
-impl DirectReadInFlight {
-    pub(super) fn begun(&self) -> bool {
-        self.ino.is_some() || self.ended.is_some()
-    }
-
-    /// Whether the part could run now: not yet run, holding i_rwsem and
-    /// the DIO count (the direct path's plan, all of it).
-    pub fn has_more(&self) -> bool {
-        let direct = self.whole.held.as_ref().is_some_and(|(plan, _)| plan.steps.iter().any(|s| matches!(s, PlannedLock::DioBegin(_))));
-        direct && self.planned_all && !self.begun()
-    }
-}
+/// A direct read between its halves ([`super::SecondHalf::DirectRead`]):
+/// the bios it submitted, or its answer.
+pub type DirectReadInFlight = DirectIoInFlight<SubmittedRead, Vec<u8>>;
 
 impl<D: BlockDevice> Ext4<D> {
     /// The first half of a direct read: its locks (i_rwsem shared, the DIO
     /// count), as far as they can be had now.
     pub(super) fn begin_direct_read(&mut self, op: &Op) -> Result<DirectReadInFlight, Errno> {
-        let (whole, planned_all) = self.begin_whole_for_parts(op)?;
-        Ok(DirectReadInFlight { whole, planned_all, ino: None, submitted: None, ended: None })
+        // Under data=journal the plan is a buffered read's: no part.
+        let direct = |w: &WholeOp| w.held.as_ref().is_some_and(|(plan, _)| plan.steps.iter().any(|s| matches!(s, PlannedLock::DioBegin(_))));
+        self.begin_direct_io(op, direct)
     }
 
     /// The part of a direct read in flight: its bios submitted, its locks
@@ -67,10 +45,10 @@ impl<D: BlockDevice> Ext4<D> {
             return None;
         }
         let Op::DirectRead { path, offset, len } = d.whole.op.clone() else { return None };
-        let found = Some(self.open_path(&path).ok());
-        let (plan, holder) = self.hand_back_for_part(&d.whole, found)?;
+        let opened = self.open_path(&path);
+        let (plan, holder) = self.hand_back_for_part(&d.whole, Some(opened.ok()))?;
         let started = if self.ctx.mount.read_only { Ok(()) } else { self.start_handle() };
-        let submitted = started.and_then(|()| self.open_path(&path)).and_then(|ino| {
+        let submitted = started.and(opened).and_then(|ino| {
             d.ino = Some(ino);
             self.submit_direct_read(ino, offset, len)
         });
@@ -97,17 +75,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// The second half: whole if the part did not run, else the blocks
     /// read and the close.
     pub(super) fn finish_direct_read(&mut self, d: DirectReadInFlight) -> Outcome {
-        if !d.begun() {
-            return self.finish_whole(d.whole);
-        }
-        self.hand_back_at_finish(&d.whole)?;
-        let Some(ino) = d.ino else { return d.ended.unwrap_or(Err(Errno::EINVAL)).map(Reply::Data) };
-        let answer = match (d.ended, d.submitted) {
-            (Some(answer), _) => answer,
-            (None, Some(sub)) => self.under_dio_read_locks(ino, |fs| fs.complete_direct_read(ino, &sub)),
-            (None, None) => Err(Errno::EINVAL),
-        };
-        self.closing(ino, answer).map(Reply::Data)
+        let complete = |fs: &mut Self, ino, sub: SubmittedRead| fs.under_dio_read_locks(ino, |fs| fs.complete_direct_read(ino, &sub));
+        self.finish_direct_io(d, complete, Reply::Data)
     }
 }
 

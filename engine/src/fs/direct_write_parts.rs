@@ -19,37 +19,16 @@
 use ext4_model::{Errno, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
-use crate::format::InodeNumber;
 
 use super::direct_io::{Submission, SubmittedWrite};
-use super::split::WholeOp;
+use super::direct_io_flight::DirectIoInFlight;
 use super::Ext4;
 
-/// A direct write between its halves ([`super::SecondHalf::DirectWrite`]).
-#[derive(Debug, PartialEq, Eq)]
-pub struct DirectWriteInFlight {
-    pub(super) whole: WholeOp,
-    /// Its first half took every lock of its plan: the part needs them all.
-    planned_all: bool,
-    /// The file, once the part opened it.
-    ino: Option<InodeNumber>,
-    /// The bios it submitted, and their bytes.
-    submitted: Option<(SubmittedWrite, Vec<u8>)>,
-    /// The answer, once the part failed or did the call whole.
-    ended: Option<Result<u64, Errno>>,
-}
+/// A direct write between its halves ([`super::SecondHalf::DirectWrite`]):
+/// the bios it submitted and their bytes, or its answer.
+pub type DirectWriteInFlight = DirectIoInFlight<(SubmittedWrite, Vec<u8>), u64>;
 
-impl DirectWriteInFlight {
-    pub(super) fn begun(&self) -> bool {
-        self.ino.is_some() || self.ended.is_some()
-    }
-
-    /// Whether the part could run now: not yet run, with every lock of
-    /// the write held.
-    pub fn has_more(&self) -> bool {
-        self.whole.held.is_some() && self.planned_all && !self.begun()
-    }
-
+impl<S> DirectIoInFlight<S, u64> {
     fn ended_with(&mut self, got: Result<u64, Errno>) -> Result<(), Errno> {
         self.ended = Some(got);
         got.map(drop)
@@ -60,8 +39,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// The first half of a direct write: its locks (i_rwsem, the DIO
     /// count), as far as they can be had now.
     pub(super) fn begin_direct_write(&mut self, op: &Op) -> Result<DirectWriteInFlight, Errno> {
-        let (whole, planned_all) = self.begin_whole_for_parts(op)?;
-        Ok(DirectWriteInFlight { whole, planned_all, ino: None, submitted: None, ended: None })
+        self.begin_direct_io(op, |_| true)
     }
 
     /// The part of a direct write in flight: its bios submitted, its locks
@@ -100,17 +78,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// The second half: whole if the part did not run, else the data
     /// written and the completion, and the close.
     pub(super) fn finish_direct_write(&mut self, d: DirectWriteInFlight) -> Outcome {
-        if !d.begun() {
-            return self.finish_whole(d.whole);
-        }
-        self.hand_back_at_finish(&d.whole)?;
-        let Some(ino) = d.ino else { return d.ended.unwrap_or(Err(Errno::EINVAL)).map(Reply::Written) };
-        let answer = match (d.ended, d.submitted) {
-            (Some(answer), _) => answer,
-            (None, Some((sub, data))) => self.under_dio_write_locks(ino, |fs| fs.complete_direct_write(ino, &sub, &data)),
-            (None, None) => Err(Errno::EINVAL),
-        };
-        self.closing(ino, answer).map(Reply::Written)
+        let complete = |fs: &mut Self, ino, (sub, data): (SubmittedWrite, Vec<u8>)| fs.under_dio_write_locks(ino, |fs| fs.complete_direct_write(ino, &sub, &data));
+        self.finish_direct_io(d, complete, Reply::Written)
     }
 }
 
