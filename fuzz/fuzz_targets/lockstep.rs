@@ -16,7 +16,7 @@ mod twin {
 
     /// Hooks this target can arm: bugs in the data path, the journal's
     /// ordering and the caches, each caught by some generated run.
-    const BUGS: [InjectedBug; 14] = [
+    const BUGS: [InjectedBug; 15] = [
         InjectedBug::WriteBackKeepsCachedHoles,
         InjectedBug::ReadFlipsLastByteAfterTruncate,
         InjectedBug::OrderedCommitsBeforeData,
@@ -31,6 +31,7 @@ mod twin {
         InjectedBug::DirectWriteMapsWritten,
         InjectedBug::DirectWriteKeepsStaleCache,
         InjectedBug::DirectReadUnlocksEarly,
+        InjectedBug::ReadPartKeepsFirstSize,
     ];
 
     /// The armed hook, chosen once per process (`after_mount` takes a plain

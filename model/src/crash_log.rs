@@ -49,6 +49,9 @@ pub enum Call {
     FdGet { slot: u8, id: u64 },
     /// The write returned and dropped reference `id`.
     FdPut { id: u64 },
+    /// A buffered read in flight (`read_parts`) returned and closed its
+    /// own open of inode `ino`, whose release flushed it (auto_da_alloc).
+    ReadClose { ino: crate::state::Ino },
 }
 
 /// The state at the last sync and every call since.

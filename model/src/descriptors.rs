@@ -147,7 +147,7 @@ impl Model {
 
     /// ext4_release_file for a slot's descriptor, then the last close of
     /// an orphan frees it.
-    fn release_slot(&mut self, ino: Ino) {
+    pub(crate) fn release_slot(&mut self, ino: Ino) {
         self.release(ino);
         let inode = self.st.inode(ino);
         let orphan = inode.links == 0 && !matches!(inode.node, Node::Dir { .. });

@@ -219,6 +219,10 @@ impl Model {
                 self.fdput(*id);
                 Ok(())
             }
+            Call::ReadClose { ino } => {
+                self.replay_read_close(*ino);
+                Ok(())
+            }
         };
     }
 }

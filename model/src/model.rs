@@ -331,7 +331,7 @@ impl Model {
         }
         for (id, r) in &st.fd_refs {
             if !st.inodes.get(&r.ino).is_some_and(|i| matches!(i.node, Node::File(_))) {
-                return Err(format!("a write's descriptor reference {id} holds {}, not a live regular file", r.ino));
+                return Err(format!("file reference {id} (a write's or a read's in flight) holds {}, not a live regular file", r.ino));
             }
             if r.slot.is_some_and(|s| st.slots.get(&s) != Some(&r.ino)) {
                 return Err(format!("a write's descriptor reference {id} names slot {:?}, which no longer holds {}", r.slot, r.ino));

@@ -23,6 +23,7 @@ use crate::state::Ino;
 use crate::direct_read_parts::PendingDirectRead;
 use crate::direct_write_parts::PendingDirectWrite;
 use crate::fallocate_parts::PendingFallocate;
+use crate::read_parts::PendingRead;
 use crate::truncate_parts::PendingTruncate;
 use crate::write_parts::PendingWrite;
 use crate::{Errno, Outcome};
@@ -67,6 +68,8 @@ pub enum Pending {
     DirectWrite(PendingDirectWrite),
     /// A direct read, which may submit its bios before its end.
     DirectRead(PendingDirectRead),
+    /// A buffered read by path, which may copy part by part before its end.
+    Read(PendingRead),
 }
 
 impl Model {
@@ -81,6 +84,7 @@ impl Model {
             Op::Fallocate { .. } => PendingFallocate::of(op).map(Pending::Fallocate).ok_or(Errno::EINVAL),
             Op::DirectWrite { .. } => PendingDirectWrite::of(op).map(Pending::DirectWrite).ok_or(Errno::EINVAL),
             Op::DirectRead { .. } => PendingDirectRead::of(op).map(Pending::DirectRead).ok_or(Errno::EINVAL),
+            Op::Read { .. } => PendingRead::of(op).map(Pending::Read).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })
@@ -109,6 +113,7 @@ impl Model {
             Pending::DirectWrite(d) => self.finish_direct_write(d),
             Pending::DirectRead(d) if !d.begun() => crate::fs::FileSystem::apply(self, &d.whole_op()),
             Pending::DirectRead(d) => self.finish_direct_read(d),
+            Pending::Read(r) => self.finish_read(r),
             Pending::Write(mut w) => {
                 let _ = self.open_write_part(&mut w);
                 if w.has_more() {

@@ -383,6 +383,7 @@ impl Target for EngineTarget {
             SecondHalf::Fallocate(f) => f.has_more(),
             SecondHalf::DirectWrite(d) => d.has_more(),
             SecondHalf::DirectRead(d) => d.has_more(),
+            SecondHalf::Read(r) => r.has_more(),
             _ => false,
         }
     }
@@ -410,6 +411,12 @@ impl Target for EngineTarget {
     fn write_part(&mut self, half: &mut SecondHalf) -> Option<(std::ops::Range<u64>, Result<u64, Errno>)> {
         let SecondHalf::Write(w) = half else { return None };
         let ran = self.fs.as_mut()?.write_part(w)?;
+        Some((ran.range, ran.got))
+    }
+
+    fn read_part(&mut self, half: &mut SecondHalf) -> Option<crate::target::ReadPart> {
+        let SecondHalf::Read(r) = half else { return None };
+        let ran = self.fs.as_mut()?.read_part(r)?;
         Some((ran.range, ran.got))
     }
 

@@ -98,6 +98,9 @@ pub struct OpStats {
     pub direct_write_parts: u64,
     /// Direct reads' submissions run apart from their completion.
     pub direct_read_parts: u64,
+    /// Parts of buffered reads in flight (a folio copied each, no lock
+    /// held between them).
+    pub read_parts: u64,
     /// Ops the nearly full target refused for space the model still had
     /// (state resynced from the target).
     pub space_resyncs: u64,
@@ -347,6 +350,7 @@ impl<T: Target> Lockstep<T> {
             Pending::Fallocate(f) => !f.begun(),
             Pending::DirectWrite(d) => !d.begun(),
             Pending::DirectRead(d) => !d.begun(),
+            Pending::Read(r) => !r.begun(),
             _ => false,
         };
         let expected = if pinned {
@@ -739,5 +743,6 @@ impl<T: Target> Lockstep<T> {
 mod out_of_memory;
 mod extent_parts;
 mod write_parts;
+mod read_parts;
 #[cfg(test)]
 mod tests;

@@ -155,6 +155,9 @@ pub fn preemption_points(r: &RunResult) -> BTreeMap<String, u64> {
     if r.stats.direct_read_parts > 0 {
         by.insert("Direct read submission".into(), r.stats.direct_read_parts);
     }
+    if r.stats.read_parts > 0 {
+        by.insert("Read part".into(), r.stats.read_parts);
+    }
     by
 }
 
@@ -203,6 +206,7 @@ pub fn json(r: &RunResult) -> String {
         ("fallocate_parts", r.stats.fallocate_parts.to_string()),
         ("direct_write_parts", r.stats.direct_write_parts.to_string()),
         ("direct_read_parts", r.stats.direct_read_parts.to_string()),
+        ("read_parts", r.stats.read_parts.to_string()),
         ("space_resyncs", r.stats.space_resyncs.to_string()),
         ("space_resync_flights", r.stats.space_resync_flights.to_string()),
         ("enomem", r.stats.enomem.to_string()),

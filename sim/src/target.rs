@@ -67,6 +67,10 @@ impl fmt::Display for NoLocks {
     }
 }
 
+/// What one part of a buffered read in flight did: the range it copied
+/// (from where the read stood) and the bytes, or its error.
+pub type ReadPart = (std::ops::Range<u64>, Result<Vec<u8>, Errno>);
+
 /// What the runner needs of an implementation beyond [`FileSystem`].
 pub trait Target: FileSystem {
     /// A lock an op may sleep on.
@@ -215,6 +219,12 @@ pub trait Target: FileSystem {
     /// Runs the part of a direct write or read in flight (its bios'
     /// submission): its answer. None when it had none to run.
     fn direct_io_part(&mut self, _half: &mut Self::SecondHalf) -> Option<Result<(), Errno>> {
+        None
+    }
+    /// Runs the next part of a buffered read in flight (a folio's copy):
+    /// the bytes it copied, from where the read stood (empty when it found
+    /// nothing left, or failed), and its answer. None when it had none to run.
+    fn read_part(&mut self, _half: &mut Self::SecondHalf) -> Option<ReadPart> {
         None
     }
     /// The lock a second half would sleep on now (held by another split op).

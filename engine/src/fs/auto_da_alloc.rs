@@ -25,7 +25,7 @@ impl<D: BlockDevice> Ext4<D> {
     /// ext4_release_file, for the descriptor an op opened on `ino`.
     pub(crate) fn release_file(&mut self, ino: InodeNumber) -> Result<(), Errno> {
         // The last writer gone and nothing reserved: mballoc's windows go.
-        if !self.is_open(ino) && self.ctx.writers.remove(&ino) && self.nodes.get(&ino).is_some_and(|n| n.es.delayed_blocks() == 0) {
+        if !self.held_for_write(ino) && self.ctx.writers.remove(&ino) && self.nodes.get(&ino).is_some_and(|n| n.es.delayed_blocks() == 0) {
             self.ctx.alloc.discard_inode_preallocations(ino);
         }
         let flagged = self.nodes.get_mut(&ino).is_some_and(|n| std::mem::take(&mut n.da_alloc_close));

@@ -89,6 +89,7 @@ mod direct_read_parts;
 mod direct_write_parts;
 mod fallocate_parts;
 mod punch_parts;
+mod read_parts;
 mod write_parts;
 #[cfg(test)]
 mod data_path_tests;
@@ -122,6 +123,7 @@ pub use direct_read_parts::DirectReadInFlight;
 pub use direct_write_parts::DirectWriteInFlight;
 pub use fallocate_parts::{FallocateInFlight, FallocatePartRan};
 pub use write_parts::{PartRan, WriteInFlight};
+pub use read_parts::{ReadInFlight, ReadPartRan};
 pub use timers::TimerStats;
 pub use flusher::{FlusherStats, FlusherStep};
 pub use cpu_work::CpuWork;

@@ -66,10 +66,13 @@ struct FdRef {
     ino: InodeNumber,
 }
 
-/// The references writes in flight hold, by the id each write keeps.
+/// The references writes in flight hold, by the id each write keeps, and
+/// the files buffered reads in flight opened by path (`read_parts`), which
+/// hold no lock between their parts: an unlink meanwhile leaves an orphan.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FdRefs {
     refs: BTreeMap<u64, FdRef>,
+    readers: BTreeMap<u64, InodeNumber>,
     next: u64,
 }
 
@@ -77,7 +80,31 @@ impl<D: BlockDevice> Ext4<D> {
     /// Whether a descriptor holds `ino` open: a slot, or a closed slot's
     /// file that a write in flight still holds.
     pub(crate) fn is_open(&self, ino: InodeNumber) -> bool {
+        self.held_for_write(ino) || self.fd_refs.readers.values().any(|i| *i == ino)
+    }
+
+    /// Whether a descriptor open for writing holds `ino` (every slot is
+    /// O_RDWR): what ext4_release_file's i_writecount asks.
+    pub(crate) fn held_for_write(&self, ino: InodeNumber) -> bool {
         self.slots.values().any(|i| *i == ino) || self.fd_refs.refs.values().any(|r| r.slot.is_none() && r.ino == ino)
+    }
+
+    /// A buffered read in flight opened `ino` (O_RDONLY): the id of its
+    /// open, which [`Ext4::close_read`] closes.
+    pub(crate) fn open_for_read(&mut self, ino: InodeNumber) -> u64 {
+        let id = self.fd_refs.next;
+        self.fd_refs.next += 1;
+        self.fd_refs.readers.insert(id, ino);
+        id
+    }
+
+    /// The read's close: its file's release, and the eviction of an orphan
+    /// no one else holds.
+    pub(crate) fn close_read(&mut self, id: u64) -> std::result::Result<(), Errno> {
+        match self.fd_refs.readers.remove(&id) {
+            Some(ino) => self.release_slot(ino),
+            None => Ok(()),
+        }
     }
 
     /// open(O_RDWR) into `slot`, then the slot's old descriptor closes.
@@ -153,7 +180,8 @@ impl<D: BlockDevice> Ext4<D> {
     /// files of slots closed under writes that never returned are released.
     pub(crate) fn close_every_slot(&mut self) -> std::result::Result<(), Errno> {
         let mut first = Ok(());
-        let detached: Vec<InodeNumber> = std::mem::take(&mut self.fd_refs.refs).into_values().filter(|r| r.slot.is_none()).map(|r| r.ino).collect();
+        let mut detached: Vec<InodeNumber> = std::mem::take(&mut self.fd_refs.refs).into_values().filter(|r| r.slot.is_none()).map(|r| r.ino).collect();
+        detached.extend(std::mem::take(&mut self.fd_refs.readers).into_values());
         for ino in detached {
             first = first.and(self.release_slot(ino));
         }

@@ -22,6 +22,7 @@ use crate::device::BlockDevice;
 use super::direct_read_parts::DirectReadInFlight;
 use super::direct_write_parts::DirectWriteInFlight;
 use super::fallocate_parts::FallocateInFlight;
+use super::read_parts::ReadInFlight;
 use super::journal_switch::SwitchTicket;
 use super::lock_plan::LockPlan;
 use super::locks::{Lock, LockHolder};
@@ -54,6 +55,9 @@ pub enum SecondHalf {
     /// which may submit its bios ([`Ext4::direct_read_part`]) before its
     /// second half reads them.
     DirectRead(DirectReadInFlight),
+    /// A buffered read by path, which may copy folio by folio
+    /// ([`Ext4::read_part`]) holding no lock between parts.
+    Read(ReadInFlight),
 }
 
 /// An op that sleeps holding its locks, between its halves.
@@ -90,6 +94,7 @@ impl SecondHalf {
             SecondHalf::Fallocate(f) => f.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::DirectWrite(d) => d.whole.held.as_ref().map(|(_, h)| *h),
             SecondHalf::DirectRead(d) => d.whole.held.as_ref().map(|(_, h)| *h),
+            SecondHalf::Read(r) => r.whole.held.as_ref().map(|(_, h)| *h),
         }
     }
 }
@@ -117,6 +122,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Fallocate { .. } => self.begin_fallocate(op).map(SecondHalf::Fallocate),
             Op::DirectWrite { .. } => self.begin_direct_write(op).map(SecondHalf::DirectWrite),
             Op::DirectRead { .. } => self.begin_direct_read(op).map(SecondHalf::DirectRead),
+            Op::Read { .. } => self.begin_read(op).map(SecondHalf::Read),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -133,6 +139,7 @@ impl<D: BlockDevice> Ext4<D> {
             SecondHalf::Fallocate(f) => self.finish_fallocate(f),
             SecondHalf::DirectWrite(d) => self.finish_direct_write(d),
             SecondHalf::DirectRead(d) => self.finish_direct_read(d),
+            SecondHalf::Read(r) => self.finish_read(r),
         }
     }
 
@@ -145,12 +152,19 @@ impl<D: BlockDevice> Ext4<D> {
     /// barrier). One that took none (its file was missing, or its first
     /// lock held) waits where [`Ext4::waits_for`] says.
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
+        // A read whose parts began holds nothing and needs only its fill's.
+        if let SecondHalf::Read(r) = half {
+            if r.begun() {
+                return self.read_rest_waits_for(r);
+            }
+        }
         let (SecondHalf::Whole(WholeOp { op, held, planned })
         | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held, planned }, .. })
         | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held, planned }, .. })
         | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held, planned }, .. })
         | SecondHalf::DirectWrite(DirectWriteInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::DirectRead(DirectReadInFlight { whole: WholeOp { op, held, planned }, .. })) = half
+        | SecondHalf::DirectRead(DirectReadInFlight { whole: WholeOp { op, held, planned }, .. })
+        | SecondHalf::Read(ReadInFlight { whole: WholeOp { op, held, planned }, .. })) = half
         else {
             return None;
         };

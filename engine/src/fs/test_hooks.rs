@@ -105,6 +105,11 @@ pub enum InjectedBug {
     /// the blocks the bios read. The lock-discipline check sees the read
     /// in flight holding no lock first.
     DirectReadUnlocksEarly,
+    /// A buffered read in flight reads i_size once, at its first part,
+    /// and copies up to it however the file shrinks before its later parts
+    /// (filemap_read reads it again for every batch): past a truncate it
+    /// returns bytes the file no longer has.
+    ReadPartKeepsFirstSize,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -178,6 +183,10 @@ impl<D: BlockDevice> Ext4<D> {
 
     pub(crate) fn bug_dio_read_unlocks_early(&self) -> bool {
         self.bug.bug == Some(InjectedBug::DirectReadUnlocksEarly)
+    }
+
+    pub(crate) fn bug_read_keeps_first_size(&self) -> bool {
+        self.bug.bug == Some(InjectedBug::ReadPartKeepsFirstSize)
     }
 
     pub(crate) fn bug_close_ignores_writes(&self) -> bool {

@@ -189,7 +189,7 @@ impl<D: BlockDevice> Ext4<D> {
         };
         w.ino = Some(ino);
         let end = w.offset + len;
-        let end = if rest { end } else { self.write_part_end(ino, at, end) };
+        let end = if rest { end } else { self.folio_part_end(ino, at, end) };
         let mut data = vec![0u8; (end - at) as usize];
         ext4_model::pattern::pattern_at(seed, w.done, &mut data);
         let got = self.under_inode_lock(ino, Lock::InodeRwsem, false, "ext4_buffered_write_iter", |fs| fs.write_at(ino, at, &data));
@@ -244,9 +244,10 @@ impl<D: BlockDevice> Ext4<D> {
         Ok(ino)
     }
 
-    /// Where a write's part starting at `at` ends: its first folio's end,
-    /// or the write's.
-    fn write_part_end(&mut self, ino: InodeNumber, at: u64, end: u64) -> u64 {
+    /// Where a write's or read's part starting at `at` ends: the end of
+    /// the folio cached at `at` (or of the one the page cache would make
+    /// there), or `end`.
+    pub(super) fn folio_part_end(&mut self, ino: InodeNumber, at: u64, end: u64) -> u64 {
         let Ok((ctx, node)) = self.split(ino) else { return end };
         let orders = ctx.folio_orders(node);
         let geo = ctx.pages.geometry();

@@ -221,7 +221,7 @@ impl SwitchReach {
         self.holding += s.lock_sleeps_holding;
         self.crashes += s.crashes;
         self.flusher += s.flusher_flights;
-        self.parts += s.write_parts + s.truncate_parts + s.fallocate_parts + s.direct_write_parts + s.direct_read_parts;
+        self.parts += s.write_parts + s.truncate_parts + s.fallocate_parts + s.direct_write_parts + s.direct_read_parts + s.read_parts;
         self.split_kinds.extend(run.steps.iter().filter_map(|st| if let crate::trace::Step::Begin(op) = st { Some(op.kind()) } else { None }));
     }
 

@@ -22,12 +22,13 @@ impl<T: Target> Lockstep<T> {
             Pending::Fallocate(f) => f.has_more(),
             Pending::DirectWrite(d) => d.has_more(),
             Pending::DirectRead(d) => d.has_more(),
+            Pending::Read(r) => r.has_more(),
             _ => false,
         };
         model && self.target.has_part(&flight.target)
     }
 
-    /// A `part` step: the next part of a pwrite, truncate, fallocate or direct write or read in flight,
+    /// A `part` step: the next part of a pwrite, truncate, fallocate, direct write or read, or buffered read in flight,
     /// other tasks' steps before and after it; false when it had none.
     pub fn part_step(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Result<bool, Failure> {
         if matches!(flight.model, Pending::Truncate(_)) {
@@ -48,6 +49,11 @@ impl<T: Target> Lockstep<T> {
         if matches!(flight.model, Pending::DirectRead(_)) {
             let ran = self.extent_part(flight)?;
             self.stats.direct_read_parts += u64::from(ran);
+            return Ok(ran);
+        }
+        if matches!(flight.model, Pending::Read(_)) {
+            let ran = self.read_part(flight)?;
+            self.stats.read_parts += u64::from(ran);
             return Ok(ran);
         }
         let ran = self.part(flight)?;

@@ -40,6 +40,7 @@ impl TargetFactory for Buggy {
             InjectedBug::DirectWriteMapsWritten => |fs| fs.inject_bug(InjectedBug::DirectWriteMapsWritten),
             InjectedBug::DirectWriteKeepsStaleCache => |fs| fs.inject_bug(InjectedBug::DirectWriteKeepsStaleCache),
             InjectedBug::DirectReadUnlocksEarly => |fs| fs.inject_bug(InjectedBug::DirectReadUnlocksEarly),
+            InjectedBug::ReadPartKeepsFirstSize => |fs| fs.inject_bug(InjectedBug::ReadPartKeepsFirstSize),
         });
         Ok(t)
     }
