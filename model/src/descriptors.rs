@@ -67,7 +67,7 @@ impl Model {
         self.record(|| Call::FdGet { slot, id });
         if let Some(&ino) = self.st.slots.get(&slot) {
             self.st.next_fd_ref = self.st.next_fd_ref.max(id + 1);
-            let earlier = self.st.fd_refs.insert(id, FdRef { slot: Some(slot), ino });
+            let earlier = self.st.fd_refs.insert(id, FdRef { slot: Some(slot), ino, own_open: false });
             debug_assert!(earlier.is_none(), "descriptor reference {id} taken twice");
         }
     }
@@ -75,9 +75,10 @@ impl Model {
     /// fdput: a file whose slot closed meanwhile is released now.
     pub(crate) fn fdput(&mut self, id: u64) {
         self.record(|| Call::FdPut { id });
-        if let Some(FdRef { slot: None, ino }) = self.st.fd_refs.remove(&id) {
-            // The closed descriptor's file goes with its last reference.
-            let more = self.st.fd_refs.values().any(|r| r.slot.is_none() && r.ino == ino);
+        if let Some(FdRef { slot: None, ino, own_open: false }) = self.st.fd_refs.remove(&id) {
+            // The closed descriptor's file goes with its last reference (a
+            // read's own open file is another file, released at its close).
+            let more = self.st.fd_refs.values().any(|r| r.slot.is_none() && !r.own_open && r.ino == ino);
             if !more && self.st.inodes.contains_key(&ino) {
                 self.release_slot(ino);
             }

@@ -1,4 +1,5 @@
-//! A buffered read that goes on part by part.
+//! A buffered read (by path, or pread through a held descriptor) that goes
+//! on part by part.
 //!
 //! filemap_read holds no inode lock: between two batches of folios any op
 //! may run, and each batch reads i_size again and copies what the file
@@ -15,18 +16,30 @@ use crate::crash_log::Call;
 use crate::model::Model;
 use crate::op::{Op, Reply};
 use crate::state::{FdRef, Ino};
+use crate::op::MAX_IO_LEN;
 use crate::vfs::LOFF_MAX;
 use crate::{Errno, Outcome};
+
+/// What a read reads: a name it opens, or a held descriptor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadFrom {
+    Path(String),
+    Slot(u8),
+}
 
 /// A buffered read between its halves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingRead {
-    pub path: String,
+    pub from: ReadFrom,
     pub offset: u64,
     pub len: u32,
-    /// The file, once the first part opened it, and that open's reference.
+    /// The file, once the first part opened it, and a path read's own open.
     ino: Option<Ino>,
     open: Option<u64>,
+    /// A pread's reference to its descriptor's file, from its first half
+    /// ([`Model::pin_read`]) to its return, and that file.
+    fd_ref: Option<u64>,
+    pinned: Option<Ino>,
     /// The next byte to copy.
     pos: u64,
     data: Vec<u8>,
@@ -35,19 +48,34 @@ pub struct PendingRead {
 }
 
 impl PendingRead {
-    /// The read `op` is, before its first part (None for any other op).
+    /// The read `op` is, before its first part (None for any other op, and
+    /// for a length every op refuses first).
     pub fn of(op: &Op) -> Option<PendingRead> {
-        let Op::Read { path, offset, len } = op else { return None };
-        Some(PendingRead { path: path.clone(), offset: *offset, len: *len, ino: None, open: None, pos: *offset, data: Vec::new(), ended: None })
+        let (from, offset, len) = match op {
+            Op::Read { path, offset, len } => (ReadFrom::Path(path.clone()), *offset, *len),
+            Op::ReadFd { slot, offset, len } => (ReadFrom::Slot(*slot), *offset, *len),
+            _ => return None,
+        };
+        (len <= MAX_IO_LEN).then_some(PendingRead { from, offset, len, ino: None, open: None, fd_ref: None, pinned: None, pos: offset, data: Vec::new(), ended: None })
     }
 
     pub fn whole_op(&self) -> Op {
-        Op::Read { path: self.path.clone(), offset: self.offset, len: self.len }
+        let (offset, len) = (self.offset, self.len);
+        match &self.from {
+            ReadFrom::Path(path) => Op::Read { path: path.clone(), offset, len },
+            ReadFrom::Slot(slot) => Op::ReadFd { slot: *slot, offset, len },
+        }
     }
 
-    /// Whether a part ran.
+    /// Whether a part ran (or the first half refused the read).
     pub fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Whether its file is fixed: a part ran, or its first half pinned its
+    /// descriptor's file.
+    pub fn file_fixed(&self) -> bool {
+        self.begun() || self.pinned.is_some()
     }
 
     /// Whether a part may still run.
@@ -69,7 +97,10 @@ impl Model {
     /// Where the file's bytes for `r` end now: its size or the end of its
     /// range (before the first part, as if opened now).
     pub fn read_bound(&self, r: &PendingRead) -> u64 {
-        let ino = r.ino.or_else(|| self.open_path(&r.path).ok());
+        let ino = r.ino.or(r.pinned).or_else(|| match &r.from {
+            ReadFrom::Path(path) => self.open_path(path).ok(),
+            ReadFrom::Slot(slot) => self.st.slots.get(slot).copied(),
+        });
         let size = ino.and_then(|i| self.file(i)).map_or(0, |f| f.size);
         r.end().min(size)
     }
@@ -100,18 +131,34 @@ impl Model {
         Ok(Reply::Data(bytes))
     }
 
-    /// The read returns: the rest copied if no part ended it, then its
-    /// file closes. One with no part is done whole.
+    /// A pread's first half: fdget, after the offset's check
+    /// (ksys_pread64), so the read goes to the file the slot held then.
+    pub fn pin_read(&mut self, mut r: PendingRead) -> PendingRead {
+        if let (ReadFrom::Slot(slot), true) = (&r.from, r.offset <= LOFF_MAX) {
+            match self.fdget(*slot) {
+                Ok((id, ino)) => (r.fd_ref, r.pinned) = (Some(id), Some(ino)),
+                Err(e) => r.ended = Some(Err(e)),
+            }
+        }
+        r
+    }
+
+    /// The read returns: the rest copied if no part ended it (all of it on
+    /// a pinned file no part read yet), then its file closes or its
+    /// descriptor's reference goes. One with its file not fixed is done
+    /// whole.
     pub fn finish_read(&mut self, mut r: PendingRead) -> Outcome {
-        if !r.begun() {
+        if !r.file_fixed() {
             return crate::fs::FileSystem::apply(self, &r.whole_op());
         }
         if r.ended.is_none() {
-            let bound = self.read_bound(&r);
-            let _ = self.read_part(&mut r, bound);
+            let _ = self.read_part(&mut r, u64::MAX);
         }
         if let Some(id) = r.open {
             self.close_read(id);
+        }
+        if let Some(id) = r.fd_ref {
+            self.fdput(id);
         }
         match r.ended {
             Some(Err(e)) => Err(e),
@@ -119,21 +166,30 @@ impl Model {
         }
     }
 
-    /// The first part's open: the name, a directory, the offset; then the
-    /// read's own open file, which keeps an unlinked file as an orphan
-    /// until the read returns. Not logged: a crash check's replay that
-    /// frees the file at its unlink shows the same names and data.
+    /// The first part's open: the name (a pread's pinned file), a
+    /// directory, the offset; then a path read's own open file, which keeps
+    /// an unlinked file as an orphan until the read returns. Not logged: a
+    /// crash check's replay that frees the file at its unlink shows the
+    /// same names and data.
     fn open_read(&mut self, r: &mut PendingRead) -> Result<(), Errno> {
-        let ino = self.open_path(&r.path)?;
+        let ino = match &r.from {
+            ReadFrom::Path(path) => self.open_path(path)?,
+            ReadFrom::Slot(_) => r.pinned.ok_or(Errno::EBADF)?,
+        };
         if self.file(ino).is_none() {
             return Err(Errno::EISDIR);
         }
         if r.offset > LOFF_MAX {
             return Err(Errno::EINVAL);
         }
+        if r.pinned.is_some() {
+            // Its descriptor's reference keeps the file.
+            r.ino = Some(ino);
+            return Ok(());
+        }
         let id = self.st.next_fd_ref;
         self.st.next_fd_ref += 1;
-        self.st.fd_refs.insert(id, FdRef { slot: None, ino });
+        self.st.fd_refs.insert(id, FdRef { slot: None, ino, own_open: true });
         r.ino = Some(ino);
         r.open = Some(id);
         Ok(())
@@ -218,6 +274,37 @@ mod tests {
         assert_eq!(m.finish_read(r), Ok(Reply::Data(vec![1; 300])));
         assert!(m.used_blocks() < used, "freed at the read's close");
         m.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_pread_reads_its_pinned_file_and_a_path_read_holds_the_orphan_past_its_fdput() {
+        let mut m = model();
+        m.create("/g", 0o644).unwrap();
+        m.write("/g", 0, &[9; 300]).unwrap();
+        m.open("/f", 0).unwrap();
+        let pread = |m: &mut Model| {
+            let Some(Ok(Pending::Read(r))) = m.begin_split(&Op::ReadFd { slot: 0, offset: 0, len: 300 }) else { panic!("a pread splits") };
+            r
+        };
+        let (mut parted, whole) = (pread(&mut m), pread(&mut m));
+        assert!(parted.file_fixed() && !parted.begun());
+        let mut by_path = read(0, 300);
+        assert_eq!(m.read_part(&mut by_path, 10), Ok(Reply::Data(vec![1; 10])));
+        m.close(0).unwrap();
+        m.open("/g", 0).unwrap();
+        m.unlink("/f").unwrap();
+        let used = m.used_blocks();
+        assert_eq!(m.read_bound(&parted), 300, "its bound is the pinned file's");
+        assert_eq!(m.read_part(&mut parted, 100), Ok(Reply::Data(vec![1; 100])));
+        assert_eq!(m.finish_split(Pending::Read(parted)), Ok(Reply::Data(vec![1; 300])));
+        assert_eq!(m.finish_split(Pending::Read(whole)), Ok(Reply::Data(vec![1; 300])), "no part ran: all of it from the pinned file");
+        m.check_invariants().unwrap();
+        assert_eq!(m.used_blocks(), used, "the path read's own open still holds the orphan");
+        assert_eq!(m.finish_read(by_path), Ok(Reply::Data(vec![1; 300])));
+        assert!(m.used_blocks() < used, "freed at the path read's close");
+        m.check_invariants().unwrap();
+        let Some(Ok(Pending::Read(closed))) = m.begin_split(&Op::ReadFd { slot: 1, offset: 0, len: 1 }) else { panic!("a pread splits") };
+        assert_eq!(m.finish_split(Pending::Read(closed)), Err(Errno::EBADF), "fdget at the first half");
     }
 
     #[test]

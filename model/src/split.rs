@@ -68,7 +68,8 @@ pub enum Pending {
     DirectWrite(PendingDirectWrite),
     /// A direct read, which may submit its bios before its end.
     DirectRead(PendingDirectRead),
-    /// A buffered read by path, which may copy part by part before its end.
+    /// A buffered read (by path or through a descriptor), which may copy
+    /// part by part before its end.
     Read(PendingRead),
 }
 
@@ -84,7 +85,7 @@ impl Model {
             Op::Fallocate { .. } => PendingFallocate::of(op).map(Pending::Fallocate).ok_or(Errno::EINVAL),
             Op::DirectWrite { .. } => PendingDirectWrite::of(op).map(Pending::DirectWrite).ok_or(Errno::EINVAL),
             Op::DirectRead { .. } => PendingDirectRead::of(op).map(Pending::DirectRead).ok_or(Errno::EINVAL),
-            Op::Read { .. } => PendingRead::of(op).map(Pending::Read).ok_or(Errno::EINVAL),
+            Op::Read { .. } | Op::ReadFd { .. } => PendingRead::of(op).map(|r| Pending::Read(self.pin_read(r))).ok_or(Errno::EINVAL),
             op if op.sleeps_holding_locks() => Ok(Pending::Whole(op.clone())),
             _ => return None,
         })

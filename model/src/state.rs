@@ -83,19 +83,22 @@ pub struct State {
     /// Descriptor slots held across ops: slot -> the regular file it has
     /// open. An inode here with no links is an orphan.
     pub slots: BTreeMap<u8, Ino>,
-    /// Descriptors that writes in flight hold (fdget's reference), by the
-    /// id each write keeps (`crate::descriptors`).
+    /// Files that ops in flight hold (fdget's reference, a read's own
+    /// open), by the id each op keeps (`crate::descriptors`).
     pub fd_refs: BTreeMap<u64, FdRef>,
     pub next_fd_ref: u64,
 }
 
-/// A descriptor's file that a write in flight holds: `slot` while the
-/// slot still holds it, None once the slot closed (the file's release then
-/// waits for the write's fdput).
+/// A file an op in flight holds: a descriptor's (fdget's reference; `slot`
+/// while the slot still holds it, None once the slot closed, the file's
+/// release then waiting for the op's fdput), or a buffered read's own open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FdRef {
     pub slot: Option<u8>,
     pub ino: Ino,
+    /// A buffered read's own open file, not a descriptor's: its close is
+    /// its own, apart from a closed descriptor's last fdput.
+    pub own_open: bool,
 }
 
 impl State {

@@ -350,7 +350,7 @@ impl<T: Target> Lockstep<T> {
             Pending::Fallocate(f) => !f.begun(),
             Pending::DirectWrite(d) => !d.begun(),
             Pending::DirectRead(d) => !d.begun(),
-            Pending::Read(r) => !r.begun(),
+            Pending::Read(r) => !r.file_fixed(),
             _ => false,
         };
         let expected = if pinned {

@@ -71,6 +71,31 @@ fn the_rest_of_a_read_waits_for_a_journal_switch_holding_invalidate_lock() {
     assert!(r.stats.lock_sleeps >= 1, "the read's finish slept on the switch");
 }
 
+/// A pread through slot 0 copies its first page; another task closes the
+/// slot, opens another file into it and unlinks the first: the pread goes
+/// on with the file its descriptor held when it began, an orphan, which
+/// its fdput frees. A second pread began before the close but ran no part:
+/// it reads all of the pinned file at its return.
+const SLOT_CLOSED_BETWEEN: &str = "# ext4sim trace v1\nseed 1\nmount max_folio_order=0\ntasks 3\nfsck_every 0\n\
+    op create path=\"/a\" perm=644\nop create path=\"/b\" perm=644\n\
+    op write path=\"/a\" offset=0 len=8192 seed=1\nop write path=\"/b\" offset=0 len=8192 seed=2\n\
+    op open path=\"/a\" slot=0\n\
+    begin pread slot=0 offset=0 len=8192\npart\n\
+    task 2\nbegin pread slot=0 offset=100 len=8192\n\
+    task 1\nop close slot=0\nop open path=\"/b\" slot=0\nop unlink path=\"/a\"\n\
+    task 0\nfinish\n\
+    task 2\nfinish\nop pread slot=0 offset=0 len=100\n";
+
+#[test]
+fn a_pread_keeps_the_file_its_slot_held_when_it_began() {
+    // Every part and return is held to the model's: bytes of /b (the
+    // slot's file now) would diverge.
+    let (_, r) = real_engine_passes(SLOT_CLOSED_BETWEEN);
+    assert_eq!(r.stats.read_parts, 1);
+    assert_eq!(orphan_figure(&r, "added"), 1, "unlinked while the preads held it");
+    assert_eq!(orphan_figure(&r, "freed at close"), 1, "freed at the last fdput");
+}
+
 #[test]
 fn a_read_that_keeps_its_first_size_is_found_by_random_tasks() {
     let shrunk = found_by_four_tasks(InjectedBug::ReadPartKeepsFirstSize, 600);

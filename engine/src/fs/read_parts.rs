@@ -1,4 +1,5 @@
-//! A buffered read between its halves that goes on folio by folio.
+//! A buffered read (by path, or pread through a held descriptor) between
+//! its halves that goes on folio by folio.
 //!
 //! filemap_read holds no inode lock. It gets the folios at the read's
 //! position (readahead fills what is not cached, under invalidate_lock
@@ -15,11 +16,14 @@
 //! (invalidate_lock shared, where the read reaches the cache). The first
 //! part gives that back, opens the file (its own open file, so an unlink
 //! between parts leaves an orphan until the read returns) and copies the
-//! first folio. The second half copies the rest and closes the file.
-//! Reads through a held descriptor are still done whole.
+//! first folio. The second half copies the rest and closes the file. A
+//! pread takes its descriptor's file at its first half (fdget, before any
+//! lock) and reads that file whatever the slot holds later; its reference
+//! keeps the file in place of an open of its own.
 
 use std::ops::Range;
 
+use ext4_model::op::MAX_IO_LEN;
 use ext4_model::{Errno, FileKind, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
@@ -40,9 +44,14 @@ pub struct ReadInFlight {
     pub(super) whole: WholeOp,
     /// Its first part may run: the first half took every lock of its plan.
     may_part: bool,
-    /// The file, once the first part opened it, and that open's id.
+    /// The file, once the first part opened it, and a path read's own
+    /// open's id.
     ino: Option<InodeNumber>,
     open: Option<u64>,
+    /// A pread's reference to its descriptor's file, from its first half
+    /// to its return, and that file.
+    fd_ref: Option<u64>,
+    pinned: Option<InodeNumber>,
     /// The next byte to copy, and the end of the range asked for.
     pos: u64,
     end: u64,
@@ -62,8 +71,15 @@ pub struct ReadPartRan {
 }
 
 impl ReadInFlight {
+    /// Whether a part ran (or the first half refused the read).
     pub(super) fn begun(&self) -> bool {
         self.ino.is_some() || self.ended.is_some()
+    }
+
+    /// Whether its file is fixed: a part ran, or its first half pinned its
+    /// descriptor's file.
+    pub(super) fn file_fixed(&self) -> bool {
+        self.begun() || self.pinned.is_some()
     }
 
     /// Whether a part could run now: the first needs every lock of the
@@ -79,12 +95,23 @@ impl ReadInFlight {
 
 impl<D: BlockDevice> Ext4<D> {
     /// The first half of a buffered read: its plan's lock, as far as it
-    /// can be had now.
+    /// can be had now; a pread's fdget, after the offset's check
+    /// (ksys_pread64).
     pub(super) fn begin_read(&mut self, op: &Op) -> Result<ReadInFlight, Errno> {
-        let Op::Read { offset, len, .. } = *op else { return Err(Errno::EINVAL) };
+        let (Op::Read { offset, len, .. } | Op::ReadFd { offset, len, .. }) = *op else { return Err(Errno::EINVAL) };
+        if len > MAX_IO_LEN {
+            return Err(Errno::EINVAL);
+        }
         let (whole, may_part) = self.begin_whole_for_parts(op)?;
         let end = offset.saturating_add(u64::from(len));
-        Ok(ReadInFlight { whole, may_part, ino: None, open: None, pos: offset, end, first_size: 0, data: Vec::new(), ended: None })
+        let mut r = ReadInFlight { whole, may_part, ino: None, open: None, fd_ref: None, pinned: None, pos: offset, end, first_size: 0, data: Vec::new(), ended: None };
+        if let (Op::ReadFd { slot, .. }, true) = (op, offset <= LOFF_MAX) {
+            match self.fdget(*slot) {
+                Ok((id, ino)) => (r.fd_ref, r.pinned) = (Some(id), Some(ino)),
+                Err(e) => r.ended = Some(Err(e)),
+            }
+        }
+        Ok(r)
     }
 
     /// The next part of a read in flight. None when it has none, or when
@@ -95,8 +122,11 @@ impl<D: BlockDevice> Ext4<D> {
             return None;
         }
         if r.ino.is_none() {
-            let Op::Read { path, .. } = &r.whole.op else { return None };
-            let opened = self.open_path(&path.clone());
+            let opened = match (&r.whole.op, r.pinned) {
+                (Op::Read { path, .. }, _) => self.open_path(&path.clone()),
+                (Op::ReadFd { .. }, Some(ino)) => Ok(ino),
+                _ => return None,
+            };
             // Its plan's one lock is the file's invalidate_lock.
             let locked = r.whole.held.as_ref().and_then(|(plan, _)| plan.steps.iter().find_map(|s| if let PlannedLock::Sem { ino, .. } = s { Some(*ino) } else { None }));
             if opened.as_ref().ok() != locked.as_ref() {
@@ -105,26 +135,42 @@ impl<D: BlockDevice> Ext4<D> {
             self.hand_back_for_part(&r.whole, None)?;
             // Its readahead is over: it holds nothing from here on.
             r.whole.held = None;
-            let checked = opened.and_then(|ino| self.read_checks(ino, r.pos).map(|()| ino));
-            match checked {
-                Ok(ino) => {
-                    r.ino = Some(ino);
-                    r.open = Some(self.open_for_read(ino));
-                    r.first_size = self.node(ino).map_or(0, |n| n.disk.size);
-                }
-                Err(e) => {
-                    r.ended = Some(Err(e));
-                    return Some(ReadPartRan { range: r.pos..r.pos, got: Err(e) });
-                }
+            if let Err(e) = self.open_read_file(r, opened) {
+                return Some(ReadPartRan { range: r.pos..r.pos, got: Err(e) });
             }
         }
         Some(self.copy_read_part(r, false))
     }
 
-    /// The second half: whole if no part ran, else the rest and the close.
+    /// read(2)'s checks on the file the first part found, then a path
+    /// read's own open of it (a pread's reference already keeps it). An
+    /// error ends the read.
+    fn open_read_file(&mut self, r: &mut ReadInFlight, found: Result<InodeNumber, Errno>) -> Result<(), Errno> {
+        match found.and_then(|ino| self.read_checks(ino, r.pos).map(|()| ino)) {
+            Ok(ino) => {
+                r.ino = Some(ino);
+                if r.pinned.is_none() {
+                    r.open = Some(self.open_for_read(ino));
+                }
+                r.first_size = self.node(ino).map_or(0, |n| n.disk.size);
+                Ok(())
+            }
+            Err(e) => {
+                r.ended = Some(Err(e));
+                Err(e)
+            }
+        }
+    }
+
+    /// The second half: whole if its file is not fixed, else the rest (all
+    /// of it on a pinned file no part read yet) and the close or fdput.
     pub(super) fn finish_read(&mut self, mut r: ReadInFlight) -> Outcome {
-        if !r.begun() {
+        if !r.file_fixed() {
             return self.finish_whole(r.whole);
+        }
+        self.hand_back_at_finish(&r.whole)?;
+        if let (None, None, Some(ino)) = (r.ino, r.ended, r.pinned) {
+            let _ = self.open_read_file(&mut r, Ok(ino));
         }
         if r.ended.is_none() {
             self.copy_read_part(&mut r, true);
@@ -134,15 +180,17 @@ impl<D: BlockDevice> Ext4<D> {
             _ => Ok(r.data),
         };
         let closed = r.open.map_or(Ok(()), |id| self.close_read(id));
-        answer.and_then(|data| closed.map(|()| Reply::Data(data)))
+        let put = r.fd_ref.map_or(Ok(()), |id| self.fdput(id));
+        answer.and_then(|data| closed.and(put).map(|()| Reply::Data(data)))
     }
 
     /// The lock a begun read's rest would sleep on: invalidate_lock held
     /// exclusive (a truncate, punch or switch in flight) where it fills a
     /// folio, a folio held locked across a sleep that it must fill, or, at
-    /// its close, one on a file flagged for auto_da_alloc's flush.
+    /// its close, one on a file flagged for auto_da_alloc's flush or left
+    /// without links.
     pub(super) fn read_rest_waits_for(&mut self, r: &ReadInFlight) -> Option<Lock> {
-        let ino = r.ino?;
+        let ino = r.ino.or(r.pinned)?;
         let size = self.nodes.get(&ino).map_or(0, |n| n.disk.size);
         let rest = r.pos..r.end.min(size);
         if r.ended.is_none() && rest.start < rest.end {
@@ -154,8 +202,10 @@ impl<D: BlockDevice> Ext4<D> {
                 return Some(Lock::FolioLock);
             }
         }
-        let flagged = self.nodes.get(&ino).is_some_and(|n| n.da_alloc_close);
-        (flagged && self.ctx.pages.locked_inodes_except(None).contains(&ino)).then_some(Lock::FolioLock)
+        // Its close or fdput may flush the file (auto_da_alloc) or evict an
+        // orphan (truncate_inode_pages_final), both locking every folio.
+        let touches_all = self.nodes.get(&ino).is_some_and(|n| n.da_alloc_close || n.disk.links_count == 0);
+        (touches_all && self.ctx.pages.locked_inodes_except(None).contains(&ino)).then_some(Lock::FolioLock)
     }
 
     /// read(2)'s refusals once the file is open: a directory, an offset
@@ -279,6 +329,36 @@ mod tests {
         assert!(fs.read_part(&mut past).is_none(), "nothing to read, nothing locked");
         assert_eq!(fs.finish_split(SecondHalf::Read(past)), Ok(Reply::Data(Vec::new())));
         assert!(fs.locks_held().is_empty());
+    }
+
+    #[test]
+    fn a_pread_reads_the_file_its_slot_held_at_its_first_half() {
+        let mut fs = mounted_with("max_folio_order=0");
+        for (path, byte) in [("/f", 6), ("/g", 7)] {
+            fs.create(path, 0o644).unwrap();
+            fs.write(path, 0, &[byte; 2 * BS as usize]).unwrap();
+        }
+        fs.open("/f", 0).unwrap();
+        let pread = |fs: &mut Ext4<MemDevice>| {
+            let Some(Ok(SecondHalf::Read(r))) = fs.begin_split(&Op::ReadFd { slot: 0, offset: 0, len: 2 * BS as u32 }) else { panic!("a pread splits as a read") };
+            r
+        };
+        let mut parted = pread(&mut fs);
+        let whole = pread(&mut fs);
+        // The slot moves on to another file and /f loses its name: both
+        // reads keep /f through their descriptor's reference.
+        fs.close(0).unwrap();
+        fs.open("/g", 0).unwrap();
+        fs.unlink("/f").unwrap();
+        assert_eq!(fs.read_part(&mut parted).map(|p| (p.range, p.got)), Some((0..BS, Ok(vec![6; BS as usize]))));
+        assert_eq!(fs.finish_split(SecondHalf::Read(parted)), Ok(Reply::Data(vec![6; 2 * BS as usize])));
+        assert_eq!(fs.orphan_stats().freed_at_close, 0, "the other read still holds /f");
+        assert_eq!(fs.finish_split(SecondHalf::Read(whole)), Ok(Reply::Data(vec![6; 2 * BS as usize])), "no part ran: all of it from the pinned file");
+        assert_eq!(fs.orphan_stats().freed_at_close, 1, "freed at the last fdput");
+        assert!(fs.locks_held().is_empty());
+        fs.check_allocator().unwrap();
+        let Some(Ok(SecondHalf::Read(closed))) = fs.begin_split(&Op::ReadFd { slot: 1, offset: 0, len: 1 }) else { panic!("a pread splits as a read") };
+        assert_eq!(fs.finish_split(SecondHalf::Read(closed)), Err(Errno::EBADF), "fdget at the first half");
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl<D: BlockDevice> Ext4<D> {
             Op::Fallocate { .. } => self.begin_fallocate(op).map(SecondHalf::Fallocate),
             Op::DirectWrite { .. } => self.begin_direct_write(op).map(SecondHalf::DirectWrite),
             Op::DirectRead { .. } => self.begin_direct_read(op).map(SecondHalf::DirectRead),
-            Op::Read { .. } => self.begin_read(op).map(SecondHalf::Read),
+            Op::Read { .. } | Op::ReadFd { .. } => self.begin_read(op).map(SecondHalf::Read),
             op if op.sleeps_holding_locks() => self.begin_whole(op).map(SecondHalf::Whole),
             _ => return None,
         })
@@ -152,9 +152,10 @@ impl<D: BlockDevice> Ext4<D> {
     /// barrier). One that took none (its file was missing, or its first
     /// lock held) waits where [`Ext4::waits_for`] says.
     pub fn finish_waits_for(&mut self, half: &SecondHalf) -> Option<Lock> {
-        // A read whose parts began holds nothing and needs only its fill's.
+        // A read whose parts began holds nothing and needs only its fill's;
+        // a pread that pinned its file gives back what it holds, then fills.
         if let SecondHalf::Read(r) = half {
-            if r.begun() {
+            if r.file_fixed() {
                 return self.read_rest_waits_for(r);
             }
         }
