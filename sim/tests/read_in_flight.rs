@@ -96,6 +96,25 @@ fn a_pread_keeps_the_file_its_slot_held_when_it_began() {
     assert_eq!(orphan_figure(&r, "freed at close"), 1, "freed at the last fdput");
 }
 
+/// Shrunk from four-task seed 6579: a read copies its first folio; the
+/// file's dirty byte expires and the flusher begins writing it back,
+/// holding its folio locked across the I/O; another task unlinks the file,
+/// which the read still holds. The read's return would evict the orphan
+/// (truncate_inode_pages_final locks every folio), so it sleeps on the
+/// flusher's folio lock until the write-back is done.
+const EVICT_AT_RETURN: &str = "# ext4sim trace v1\nseed 6579\nmount \ntasks 2\nfsck_every 0\n\
+    op create path=\"/a\" perm=644\nop write path=\"/a\" offset=0 len=1 seed=1\n\
+    begin read path=\"/a\" offset=0 len=1\npart\n\
+    task 1\npause ns=25467994668\nflusher\npause ns=50318041469\nflusher\nop unlink path=\"/a\"\nflusher\n\
+    task 0\nfinish\n";
+
+#[test]
+fn a_reads_return_that_evicts_an_orphan_waits_for_the_flushers_folio_locks() {
+    let (_, r) = real_engine_passes(EVICT_AT_RETURN);
+    assert_eq!(r.stats.lock_sleeps_on.get("folio lock"), Some(&1), "{:?}", r.stats.lock_sleeps_on);
+    assert_eq!(orphan_figure(&r, "freed at close"), 1, "evicted at the read's return");
+}
+
 #[test]
 fn a_read_that_keeps_its_first_size_is_found_by_random_tasks() {
     let shrunk = found_by_four_tasks(InjectedBug::ReadPartKeepsFirstSize, 600);
