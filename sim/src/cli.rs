@@ -368,7 +368,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
     let bar = progress_bar(specs.len() as u64, "seeds", args.json);
     let results = run_swarm(factory, &specs, jobs, &|n, _| bar.set_position(n as u64));
     bar.finish_and_clear();
-    let (mut passed, mut ops, mut shrunk, mut crashes, mut holding) = (0, 0, 0, 0, 0);
+    let (mut passed, mut ops, mut shrunk, mut crashes, mut holding, mut let_go) = (0, 0, 0, 0, 0, 0);
     let (mut enomem, mut short) = (0, 0);
     let (mut splits, mut sleeps) = (BTreeMap::<String, u64>::new(), BTreeMap::<String, u64>::new());
     let mut failed = Vec::new();
@@ -379,6 +379,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
                 ops += r.stats.ops;
                 crashes += r.stats.crashes;
                 holding += r.stats.lock_sleeps_holding;
+                let_go += r.stats.stale_locks_let_go;
                 enomem += r.stats.enomem;
                 short += r.stats.short_by_memory;
                 for (k, n) in crate::report::preemption_points(r) {
@@ -427,7 +428,7 @@ fn swarm<F: TargetFactory + Sync>(factory: &F, seeds: &str, shard: Option<&str>,
             println!("  out of memory {enomem} ops answered ENOMEM, {short} writes came back short (no folio of the mapping's minimum order)");
         }
         println!("  split ops (preemption points) {} kinds: {}", splits.len(), counts(&splits));
-        println!("  lock sleeps {}: {}; {holding} holding the locks taken before", sleeps.values().sum::<u64>(), counts(&sleeps));
+        println!("  lock sleeps {}: {}; {holding} holding the locks taken before; {let_go} first halves gave back locks their op no longer takes", sleeps.values().sum::<u64>(), counts(&sleeps));
         for (seed, why) in &failed {
             println!("  seed {seed}: {}", why.lines().next().unwrap_or(""));
         }

@@ -424,6 +424,10 @@ impl Target for EngineTarget {
         self.fs.as_mut().and_then(|fs| fs.finish_waits_for(half))
     }
 
+    fn let_go_of_stale_locks(&mut self, half: &mut SecondHalf) -> bool {
+        self.fs.as_mut().is_some_and(|fs| fs.let_go_of_stale_locks(half))
+    }
+
     fn holder(half: &SecondHalf) -> Option<LockHolder> {
         half.holder()
     }

@@ -86,6 +86,9 @@ pub struct OpStats {
     pub lock_sleeps_on: BTreeMap<String, u64>,
     /// Of those, the ops that took the locks before it and slept holding them.
     pub lock_sleeps_holding: u64,
+    /// Second halves that gave back first-half locks their op no longer
+    /// takes (its name leads elsewhere now) before sleeping.
+    pub stale_locks_let_go: u64,
     /// Parts of buffered writes in flight run before their second half
     /// (a folio each), other tasks' steps between them.
     pub write_parts: u64,
@@ -218,10 +221,14 @@ impl<T: Target> Lockstep<T> {
         self.harness(|ls| ls.target.sleeps_holding_first_locks(op))
     }
 
-    /// The lock the second half of `flight` would sleep on now, if any.
-    pub fn finish_waits_for(&mut self, flight: &InFlight<T::SecondHalf>) -> Option<T::Lock> {
+    /// The lock the second half of `flight` would sleep on now, if any;
+    /// first-half locks its op no longer takes are given back first.
+    pub fn finish_waits_for(&mut self, flight: &mut InFlight<T::SecondHalf>) -> Option<T::Lock> {
         if self.target.locks_held().is_empty() {
             return None;
+        }
+        if self.target.let_go_of_stale_locks(&mut flight.target) {
+            self.stats.stale_locks_let_go += 1;
         }
         self.target.finish_waits_for(&flight.target)
     }

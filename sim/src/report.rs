@@ -42,12 +42,13 @@ pub fn summary(r: &RunResult) -> String {
         let splits = preemption_points(r);
         let _ = writeln!(
             s,
-            "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}, {} of them holding the locks they took before it",
+            "  split ops   {} (preemption points by op: {}); {} ops slept on a lock{}, {} of them holding the locks they took before it; {} gave back locks their op no longer takes",
             splits.values().sum::<u64>(),
             fmt_counts(&splits),
             r.stats.lock_sleeps,
             sleeps_by_lock(&r.stats.lock_sleeps_on),
-            r.stats.lock_sleeps_holding
+            r.stats.lock_sleeps_holding,
+            r.stats.stale_locks_let_go
         );
     }
     if r.stats.flusher_wakes > 0 {
@@ -201,6 +202,7 @@ pub fn json(r: &RunResult) -> String {
         ("lock_sleeps", r.stats.lock_sleeps.to_string()),
         ("lock_sleeps_on", sleeps_on),
         ("lock_sleeps_holding", r.stats.lock_sleeps_holding.to_string()),
+        ("stale_locks_let_go", r.stats.stale_locks_let_go.to_string()),
         ("write_parts", r.stats.write_parts.to_string()),
         ("truncate_parts", r.stats.truncate_parts.to_string()),
         ("fallocate_parts", r.stats.fallocate_parts.to_string()),

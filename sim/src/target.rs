@@ -231,6 +231,12 @@ pub trait Target: FileSystem {
     fn finish_waits_for(&mut self, _half: &Self::SecondHalf) -> Option<Self::Lock> {
         None
     }
+    /// A second half that will run whole on what its name leads to now
+    /// gives back first-half locks that are no longer its op's; true when
+    /// it did (the engine's `Ext4::let_go_of_stale_locks` says why).
+    fn let_go_of_stale_locks(&mut self, _half: &mut Self::SecondHalf) -> bool {
+        false
+    }
     /// The lock a first half took and holds until its second.
     fn holder(_half: &Self::SecondHalf) -> Option<Self::Holder> {
         None

@@ -440,6 +440,25 @@ op read path=\"/f\" offset=0 len=100\nop write path=\"/f\" offset=0 len=4096 see
     assert!(switched > 10 && slept >= 3, "{switched} switches split, {slept} ops slept on the lock");
 }
 
+/// Shrunk from four-task seed 4126: two buffered writes by path, each
+/// holding its file's i_rwsem from its first half, and a RENAME_EXCHANGE of
+/// their parents between their halves. Each name now leads to the other's
+/// file; each second half, run whole on what its name leads to, gives back
+/// the lock it no longer needs before it sleeps, so one runs and then the
+/// other, where holding on made each wait for the other.
+#[test]
+fn a_second_half_whose_name_moved_gives_back_its_first_halfs_locks() {
+    let text = "# ext4sim trace v1\nseed 4126\nmount \ntasks 3\nfsck_every 0\n\
+op mkdir path=\"/b\" perm=755\nop mkdir path=\"/a\" perm=755\n\
+op create path=\"/a/a\" perm=644\nop create path=\"/b/a\" perm=644\n\
+task 1\nbegin write path=\"/b/a\" offset=0 len=1 seed=1\n\
+task 2\nbegin write path=\"/a/a\" offset=0 len=1 seed=2\n\
+task 0\nop renameat2 from=\"/a\" to=\"/b\" flags=exchange\nop stat path=\"/a/a\"\n";
+    let r = replay_passes(text);
+    assert!(r.stats.stale_locks_let_go >= 1, "{:?}", r.stats);
+    assert_eq!(r.stats.ok.get(&ext4_model::OpKind::Write), Some(&2), "both writes return");
+}
+
 /// Ops split where they sleep on I/O under their inode's locks: a page
 /// fault holds invalidate_lock shared; a truncate of the same file takes
 /// i_rwsem and sleeps on invalidate_lock holding it; a write then sleeps on

@@ -263,6 +263,34 @@ impl<D: BlockDevice> Ext4<D> {
         (kept, holder)
     }
 
+    /// A second half that ran no part gives back what its first half took
+    /// when that is no longer the start of what its op takes now (a parent
+    /// renamed or exchanged meanwhile: its name leads to another inode).
+    /// It runs whole at its return on what its name leads to then, so
+    /// sleeping on that while holding these could only make a wait the
+    /// kernel never has (its open fixed the file at entry): two writes
+    /// whose parents a RENAME_EXCHANGE swapped would each wait for the
+    /// other's file. True when it let go.
+    pub fn let_go_of_stale_locks(&mut self, half: &mut SecondHalf) -> bool {
+        let whole = match half {
+            SecondHalf::Whole(w) => w,
+            SecondHalf::Write(w) if !w.file_fixed() => &mut w.whole,
+            SecondHalf::Truncate(t) if !t.file_fixed() => &mut t.whole,
+            SecondHalf::Fallocate(f) if !f.begun() => &mut f.whole,
+            SecondHalf::DirectWrite(d) if !d.begun() => &mut d.whole,
+            SecondHalf::DirectRead(d) if !d.begun() => &mut d.whole,
+            SecondHalf::Read(r) if !r.file_fixed() => &mut r.whole,
+            _ => return false,
+        };
+        let Some((plan, holder)) = &whole.held else { return false };
+        if !self.locks.holds(*holder) || self.lock_plan(&whole.op).is_some_and(|now| now.steps.starts_with(&plan.steps)) {
+            return false;
+        }
+        self.give_back(&plan.steps, *holder);
+        whole.held = None;
+        true
+    }
+
     /// The locks handed back and taken again by the op, run whole: nothing
     /// runs between, so it is as if it had kept them.
     pub(super) fn finish_whole(&mut self, w: WholeOp) -> Outcome {

@@ -41,6 +41,11 @@ impl<H> Flights<H> {
         self.in_flight.get(&task)
     }
 
+    /// The same, to change in place (its first half's locks).
+    pub fn get_mut(&mut self, task: u32) -> Option<&mut InFlight<H>> {
+        self.in_flight.get_mut(&task)
+    }
+
     /// Tasks with an op in flight, lowest first.
     pub fn tasks(&self) -> Vec<u32> {
         self.in_flight.keys().copied().collect()

@@ -178,7 +178,7 @@ fn pause(rng: &mut Draws) -> Option<u64> {
 /// Whether task `t` is asleep on an op that would still wait, or has an
 /// op in flight whose second half would.
 fn sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> bool {
-    if let Some(flight) = st.flights.get(t) {
+    if let Some(flight) = st.flights.get_mut(t) {
         return st.ls.finish_waits_for(flight).is_some();
     }
     let Some(op) = st.flights.asleep_with(t).cloned() else { return false };
@@ -187,7 +187,7 @@ fn sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> bool {
 
 /// The lock task `t`'s second half would sleep on now, if it has one.
 fn finish_sleeps<T: Target>(st: &mut RunState<T>, t: u32) -> Option<T::Lock> {
-    let flight = st.flights.get(t)?;
+    let flight = st.flights.get_mut(t)?;
     st.ls.finish_waits_for(flight)
 }
 
