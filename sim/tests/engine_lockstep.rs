@@ -459,6 +459,25 @@ task 0\nop renameat2 from=\"/a\" to=\"/b\" flags=exchange\nop stat path=\"/a/a\"
     assert_eq!(r.stats.ok.get(&ext4_model::OpKind::Write), Some(&2), "both writes return");
 }
 
+/// A pwrite through a slot whose file is already an orphan writes its
+/// byte; the file's dirty data expires and the flusher begins writing it
+/// back, holding its folios locked; another task closes the slot. The
+/// write's fdput is now the file's last reference and evicts it, locking
+/// every folio, so its return sleeps on the flusher's folio lock (it once
+/// ran into it: a lock-discipline failure).
+#[test]
+fn a_writes_fdput_that_evicts_an_orphan_waits_for_the_flushers_folio_locks() {
+    let text = "# ext4sim trace v1\nseed 1\nmount \ntasks 2\nfsck_every 0\n\
+op create path=\"/a\" perm=644\nop write path=\"/a\" offset=0 len=1 seed=1\n\
+op open path=\"/a\" slot=0\nop unlink path=\"/a\"\n\
+begin pwrite slot=0 offset=0 len=1 seed=2\npart\n\
+task 1\npause ns=25467994668\nflusher\npause ns=50318041469\nflusher\nop close slot=0\nflusher\n\
+task 0\nfinish\n";
+    let r = replay_passes(text);
+    assert_eq!(r.stats.lock_sleeps_on.get("folio lock"), Some(&1), "{:?}", r.stats.lock_sleeps_on);
+    assert_eq!(r.stats.flusher_wakes, 2);
+}
+
 /// Ops split where they sleep on I/O under their inode's locks: a page
 /// fault holds invalidate_lock shared; a truncate of the same file takes
 /// i_rwsem and sleeps on invalidate_lock holding it; a write then sleeps on

@@ -202,10 +202,16 @@ impl<D: BlockDevice> Ext4<D> {
                 return Some(Lock::FolioLock);
             }
         }
-        // Its close or fdput may flush the file (auto_da_alloc) or evict an
-        // orphan (truncate_inode_pages_final), both locking every folio.
+        self.return_meets_locked_folios(ino, None).then_some(Lock::FolioLock)
+    }
+
+    /// Whether the close or fdput at an op's return meets folios of `ino`
+    /// that a holder other than `except` keeps locked: it may flush the
+    /// file (auto_da_alloc) or evict an orphan (truncate_inode_pages_final),
+    /// both locking every folio.
+    pub(super) fn return_meets_locked_folios(&self, ino: InodeNumber, except: Option<u64>) -> bool {
         let touches_all = self.nodes.get(&ino).is_some_and(|n| n.da_alloc_close || n.disk.links_count == 0);
-        (touches_all && self.ctx.pages.locked_inodes_except(None).contains(&ino)).then_some(Lock::FolioLock)
+        touches_all && self.ctx.pages.locked_inodes_except(except).contains(&ino)
     }
 
     /// read(2)'s refusals once the file is open: a directory, an offset

@@ -192,7 +192,16 @@ impl<D: BlockDevice> Ext4<D> {
         // (a direct write may have begun since its first half).
         let waits = LockPlan { steps: plan.steps.iter().filter(|s| matches!(s, super::lock_plan::PlannedLock::DioWait(_))).copied().collect() };
         let beyond = rest.and_then(|rest| self.plan_would_wait(&rest)).or_else(|| self.plan_would_wait(&waits));
-        if let Some(lock) = beyond.or_else(|| self.folio_wait_except(op, own)) {
+        // A write or truncate on a fixed file closes it or puts its
+        // descriptor's reference at its return, whatever its name or slot
+        // leads to now.
+        let file = match half {
+            SecondHalf::Write(w) if fixed => w.file(),
+            SecondHalf::Truncate(t) if fixed => t.file(),
+            _ => None,
+        };
+        let at_return = file.filter(|&ino| self.return_meets_locked_folios(ino, own)).map(|_| Lock::FolioLock);
+        if let Some(lock) = beyond.or(at_return).or_else(|| self.folio_wait_except(op, own)) {
             return Some(lock);
         }
         // Handed back first, its own handle is not among those it waits for.

@@ -72,6 +72,12 @@ impl TruncateInFlight {
 
     /// Whether the truncate's file is fixed: a part ran, or its
     /// descriptor's file was pinned at the first half.
+    /// The file it goes on with: the one its first part opened, or the
+    /// one its first half pinned.
+    pub(super) fn file(&self) -> Option<InodeNumber> {
+        self.ino.or(self.pinned)
+    }
+
     pub(super) fn file_fixed(&self) -> bool {
         self.begun() || self.pinned.is_some()
     }
