@@ -51,18 +51,12 @@ impl TargetFactory for Buggy {
 /// twin `bug` fails and the real engine passes, shrunk: the shrunk trace
 /// replays the failure, and the real engine passes it.
 pub fn found_by_four_tasks(bug: InjectedBug, seeds: u64) -> ext4_sim::run::ShrunkTrace {
-    found_by_four_tasks_in(bug, 0..seeds)
-}
-
-/// [`found_by_four_tasks`] over the seeds of `seeds`.
-pub fn found_by_four_tasks_in(bug: InjectedBug, seeds: std::ops::Range<u64>) -> ext4_sim::run::ShrunkTrace {
     let buggy = Buggy(bug);
     let spec = |seed| RunSpec { tasks: 4, crash_every: 150, ..RunSpec::new(seed, 1000, MountConfig::default()) };
-    let (seed, failing) = seeds
-        .clone()
+    let (seed, failing) = (0..seeds)
         .map(|s| (s, run_seed(&buggy, &spec(s)).unwrap()))
         .find(|(_, r)| r.failure.is_some())
-        .unwrap_or_else(|| panic!("seeds {seeds:?} of four tasks catch {bug:?}"));
+        .unwrap_or_else(|| panic!("{seeds} seeds of four tasks catch {bug:?}"));
     let clean = run_seed(&ext4_sim::engine_target::EngineFactory, &spec(seed)).unwrap();
     assert!(clean.failure.is_none(), "seed {seed} fails without the bug: {:?}", clean.failure);
     let shrunk = shrink_failure(&buggy, &failing).unwrap();
