@@ -269,12 +269,7 @@ impl<D: BlockDevice> Ext4<D> {
     }
 
     pub(crate) fn read_open(&mut self, ino: InodeNumber, offset: u64, len: u32) -> Result<Vec<u8>, Errno> {
-        if self.kind_of(ino)? != FileKind::Regular {
-            return Err(Errno::EISDIR);
-        }
-        if offset > LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
+        self.read_checks(ino, offset)?;
         // The whole tree, read now: a damaged one is EIO, never a short read.
         let size = self.node(ino)?.disk.size;
         if !self.read_takes_invalidate_lock(ino, offset, len) {
@@ -293,6 +288,18 @@ impl<D: BlockDevice> Ext4<D> {
         #[cfg(feature = "test-hooks")]
         self.bug_on_read(offset, size, &mut out);
         Ok(out)
+    }
+
+    /// read(2)'s refusals once the file is open: a directory, an offset
+    /// past any loff_t.
+    pub(super) fn read_checks(&mut self, ino: InodeNumber, offset: u64) -> Result<(), Errno> {
+        if self.kind_of(ino)? != FileKind::Regular {
+            return Err(Errno::EISDIR);
+        }
+        if offset > LOFF_MAX {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
     }
 
     /// Whether a buffered read of `len` bytes at `offset` reaches the page

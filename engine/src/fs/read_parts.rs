@@ -24,7 +24,7 @@
 use std::ops::Range;
 
 use ext4_model::op::MAX_IO_LEN;
-use ext4_model::{Errno, FileKind, Op, Outcome, Reply};
+use ext4_model::{Errno, Op, Outcome, Reply};
 
 use crate::device::BlockDevice;
 use crate::format::InodeNumber;
@@ -82,6 +82,12 @@ impl ReadInFlight {
         self.begun() || self.pinned.is_some()
     }
 
+    /// Ends the read with `e` where it stands: what the failing part ran.
+    fn fail(&mut self, e: Errno) -> ReadPartRan {
+        self.ended = Some(Err(e));
+        ReadPartRan { range: self.pos..self.pos, got: Err(e) }
+    }
+
     /// Whether a part could run now: the first needs every lock of the
     /// plan its first half took; later ones need none.
     pub fn has_more(&self) -> bool {
@@ -123,7 +129,7 @@ impl<D: BlockDevice> Ext4<D> {
         }
         if r.ino.is_none() {
             let opened = match (&r.whole.op, r.pinned) {
-                (Op::Read { path, .. }, _) => self.open_path(&path.clone()),
+                (Op::Read { path, .. }, _) => self.open_path(path),
                 (Op::ReadFd { .. }, Some(ino)) => Ok(ino),
                 _ => return None,
             };
@@ -136,7 +142,7 @@ impl<D: BlockDevice> Ext4<D> {
             // Its readahead is over: it holds nothing from here on.
             r.whole.held = None;
             if let Err(e) = self.open_read_file(r, opened) {
-                return Some(ReadPartRan { range: r.pos..r.pos, got: Err(e) });
+                return Some(r.fail(e));
             }
         }
         Some(self.copy_read_part(r, false))
@@ -146,20 +152,13 @@ impl<D: BlockDevice> Ext4<D> {
     /// read's own open of it (a pread's reference already keeps it). An
     /// error ends the read.
     fn open_read_file(&mut self, r: &mut ReadInFlight, found: Result<InodeNumber, Errno>) -> Result<(), Errno> {
-        match found.and_then(|ino| self.read_checks(ino, r.pos).map(|()| ino)) {
-            Ok(ino) => {
-                r.ino = Some(ino);
-                if r.pinned.is_none() {
-                    r.open = Some(self.open_for_read(ino));
-                }
-                r.first_size = self.node(ino).map_or(0, |n| n.disk.size);
-                Ok(())
-            }
-            Err(e) => {
-                r.ended = Some(Err(e));
-                Err(e)
-            }
+        let ino = found.and_then(|ino| self.read_checks(ino, r.pos).map(|()| ino)).inspect_err(|&e| r.ended = Some(Err(e)))?;
+        r.ino = Some(ino);
+        if r.pinned.is_none() {
+            r.open = Some(self.open_for_read(ino));
         }
+        r.first_size = self.node(ino).map_or(0, |n| n.disk.size);
+        Ok(())
     }
 
     /// The second half: whole if its file is not fixed, else the rest (all
@@ -214,18 +213,6 @@ impl<D: BlockDevice> Ext4<D> {
         touches_all && self.ctx.pages.locked_inodes_except(except).contains(&ino)
     }
 
-    /// read(2)'s refusals once the file is open: a directory, an offset
-    /// past any loff_t.
-    fn read_checks(&mut self, ino: InodeNumber, offset: u64) -> Result<(), Errno> {
-        if self.kind_of(ino)? != FileKind::Regular {
-            return Err(Errno::EISDIR);
-        }
-        if offset > LOFF_MAX {
-            return Err(Errno::EINVAL);
-        }
-        Ok(())
-    }
-
     /// One part: i_size read again, then one folio's copy (or, with
     /// `rest`, all that is left), filled under invalidate_lock shared.
     fn copy_read_part(&mut self, r: &mut ReadInFlight, rest: bool) -> ReadPartRan {
@@ -233,10 +220,7 @@ impl<D: BlockDevice> Ext4<D> {
         let Some(ino) = r.ino else { return ReadPartRan { range: at..at, got: Err(Errno::EINVAL) } };
         let size = match self.node(ino) {
             Ok(n) => n.disk.size,
-            Err(e) => {
-                r.ended = Some(Err(e));
-                return ReadPartRan { range: at..at, got: Err(e) };
-            }
+            Err(e) => return r.fail(e),
         };
         #[cfg(feature = "test-hooks")]
         let size = if self.bug_read_keeps_first_size() { r.first_size } else { size };
@@ -259,10 +243,7 @@ impl<D: BlockDevice> Ext4<D> {
                 r.data.extend_from_slice(&out);
                 ReadPartRan { range: at..to, got: Ok(out) }
             }
-            Err(e) => {
-                r.ended = Some(Err(e));
-                ReadPartRan { range: at..at, got: Err(e) }
-            }
+            Err(e) => r.fail(e),
         }
     }
 }

@@ -86,15 +86,51 @@ impl SecondHalf {
     /// The lock held until the second half runs, if any.
     pub fn holder(&self) -> Option<LockHolder> {
         match self {
-            SecondHalf::Sync(_) => None,
             SecondHalf::JournalSwitch(t) => t.holder(),
-            SecondHalf::Whole(w) => w.held.as_ref().map(|(_, h)| *h),
-            SecondHalf::Write(w) => w.whole.held.as_ref().map(|(_, h)| *h),
-            SecondHalf::Truncate(t) => t.whole.held.as_ref().map(|(_, h)| *h),
-            SecondHalf::Fallocate(f) => f.whole.held.as_ref().map(|(_, h)| *h),
-            SecondHalf::DirectWrite(d) => d.whole.held.as_ref().map(|(_, h)| *h),
-            SecondHalf::DirectRead(d) => d.whole.held.as_ref().map(|(_, h)| *h),
-            SecondHalf::Read(r) => r.whole.held.as_ref().map(|(_, h)| *h),
+            _ => self.whole()?.held.as_ref().map(|(_, h)| *h),
+        }
+    }
+
+    /// The op and the locks its first half took (None for an fsync's or a
+    /// switch's second half).
+    fn whole(&self) -> Option<&WholeOp> {
+        match self {
+            SecondHalf::Sync(_) | SecondHalf::JournalSwitch(_) => None,
+            SecondHalf::Whole(w) => Some(w),
+            SecondHalf::Write(w) => Some(&w.whole),
+            SecondHalf::Truncate(t) => Some(&t.whole),
+            SecondHalf::Fallocate(f) => Some(&f.whole),
+            SecondHalf::DirectWrite(d) => Some(&d.whole),
+            SecondHalf::DirectRead(d) => Some(&d.whole),
+            SecondHalf::Read(r) => Some(&r.whole),
+        }
+    }
+
+    fn whole_mut(&mut self) -> Option<&mut WholeOp> {
+        match self {
+            SecondHalf::Sync(_) | SecondHalf::JournalSwitch(_) => None,
+            SecondHalf::Whole(w) => Some(w),
+            SecondHalf::Write(w) => Some(&mut w.whole),
+            SecondHalf::Truncate(t) => Some(&mut t.whole),
+            SecondHalf::Fallocate(f) => Some(&mut f.whole),
+            SecondHalf::DirectWrite(d) => Some(&mut d.whole),
+            SecondHalf::DirectRead(d) => Some(&mut d.whole),
+            SecondHalf::Read(r) => Some(&mut r.whole),
+        }
+    }
+
+    /// Whether the op goes on with a file its first half or a part fixed
+    /// (a part ran, or a descriptor op pinned its slot's file). One that
+    /// does not runs whole at its return, on what its name leads to then.
+    fn file_fixed(&self) -> bool {
+        match self {
+            SecondHalf::Write(w) => w.file_fixed(),
+            SecondHalf::Truncate(t) => t.file_fixed(),
+            SecondHalf::Fallocate(f) => f.begun(),
+            SecondHalf::DirectWrite(d) => d.begun(),
+            SecondHalf::DirectRead(d) => d.begun(),
+            SecondHalf::Read(r) => r.file_fixed(),
+            SecondHalf::Sync(_) | SecondHalf::JournalSwitch(_) | SecondHalf::Whole(_) => false,
         }
     }
 }
@@ -159,29 +195,18 @@ impl<D: BlockDevice> Ext4<D> {
                 return self.read_rest_waits_for(r);
             }
         }
-        let (SecondHalf::Whole(WholeOp { op, held, planned })
-        | SecondHalf::Write(WriteInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::Truncate(TruncateInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::Fallocate(FallocateInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::DirectWrite(DirectWriteInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::DirectRead(DirectReadInFlight { whole: WholeOp { op, held, planned }, .. })
-        | SecondHalf::Read(ReadInFlight { whole: WholeOp { op, held, planned }, .. })) = half
-        else {
-            return None;
-        };
+        let WholeOp { op, held, planned } = half.whole()?;
         let Some((plan, _)) = held else { return self.waits_for(op) };
         let own = held.as_ref().map(|(_, holder)| holder.number());
         // A write, truncate or fallocate whose parts began goes on with the
         // file it opened (every lock its parts need is held), not with what
         // its name leads to now; a descriptor op whose first half pinned
         // its file still takes the rest of the plan it began with.
-        let (begun, fixed) = match half {
-            SecondHalf::Write(w) => (w.begun(), w.file_fixed()),
-            SecondHalf::Truncate(t) => (t.begun(), t.file_fixed()),
-            SecondHalf::Fallocate(f) => (f.begun(), f.begun()),
-            SecondHalf::DirectWrite(d) => (d.begun(), d.begun()),
-            SecondHalf::DirectRead(d) => (d.begun(), d.begun()),
-            _ => (false, false),
+        let fixed = half.file_fixed();
+        let begun = match half {
+            SecondHalf::Write(w) => w.begun(),
+            SecondHalf::Truncate(t) => t.begun(),
+            _ => fixed,
         };
         let rest = match (begun, fixed) {
             (true, _) => None,
@@ -281,16 +306,10 @@ impl<D: BlockDevice> Ext4<D> {
     /// whose parents a RENAME_EXCHANGE swapped would each wait for the
     /// other's file. True when it let go.
     pub fn let_go_of_stale_locks(&mut self, half: &mut SecondHalf) -> bool {
-        let whole = match half {
-            SecondHalf::Whole(w) => w,
-            SecondHalf::Write(w) if !w.file_fixed() => &mut w.whole,
-            SecondHalf::Truncate(t) if !t.file_fixed() => &mut t.whole,
-            SecondHalf::Fallocate(f) if !f.begun() => &mut f.whole,
-            SecondHalf::DirectWrite(d) if !d.begun() => &mut d.whole,
-            SecondHalf::DirectRead(d) if !d.begun() => &mut d.whole,
-            SecondHalf::Read(r) if !r.file_fixed() => &mut r.whole,
-            _ => return false,
-        };
+        if half.file_fixed() {
+            return false;
+        }
+        let Some(whole) = half.whole_mut() else { return false };
         let Some((plan, holder)) = &whole.held else { return false };
         if !self.locks.holds(*holder) || self.lock_plan(&whole.op).is_some_and(|now| now.steps.starts_with(&plan.steps)) {
             return false;
